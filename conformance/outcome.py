@@ -1,0 +1,54 @@
+"""What a property hands back: an Observation, or a PropertyFailure.
+
+Both carry the Case, so whatever judged it (pytest, the repro command, the
+mutant harness) can record it in the report or write it to a case file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from conformance.case import Case
+
+
+@dataclass
+class Observation:
+    property: str
+    case: Case
+    # error / bound per checked quantity ('o', 'lse'); <= 1 passes.
+    ratios: dict = field(default_factory=dict)
+    compile: Optional[dict] = None  # kernels.base.CompileDelta.to_dict()
+    seconds: float = 0.0
+    outcome: str = "passed"  # passed | failed | xfailed (a known finding)
+    finding: Optional[str] = None  # the known finding's id when xfailed
+    notes: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {
+            "property": self.property,
+            "case": self.case.to_dict(),
+            "ratios": self.ratios,
+            "compile": self.compile,
+            "seconds": self.seconds,
+            "outcome": self.outcome,
+            "finding": self.finding,
+            "notes": self.notes,
+        }
+
+
+class PropertyFailure(AssertionError):
+    """A property does not hold for ``case``.
+
+    ``summary`` is one line (observed vs expected); ``detail`` holds the
+    worst elements with their coordinates and the region they sit in (see
+    conformance.judge), for the repro command and the case file.
+    """
+
+    def __init__(self, property: str, case: Case, summary: str, detail: Optional[dict] = None, observation: Optional[Observation] = None):
+        super().__init__(f"[{property}] {summary}")
+        self.property = property
+        self.case = case
+        self.summary = summary
+        self.detail = detail or {}
+        self.observation = observation
