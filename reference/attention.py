@@ -1,0 +1,201 @@
+"""The attention the SM80 forward kernels compute, written plainly in torch.
+
+Conventions, each fixed by the kernel source (site-packages
+``cudnn/sdpa/fwd/``; ``f16`` = kernels/sm80/prefill_f16.py, whose d=256
+sibling prefill_d256_f16.py repeats every line cited; the mask itself is in
+``reference/masks.py``):
+
+- logits = scale * (q . k) + bias, for any sign of scale including 0. The
+  kernel folds sign(scale) into S (f16:1094-1099; config_sm80.py:115-121),
+  runs at kernel_scale = |scale| (1 when scale == 0), adds bias * (1 /
+  kernel_scale) before the scale (f16:1015-1018, 1100-1102) and exponentiates
+  ``S * kernel_scale * log2(e)`` (f16:1251); net: scale*s + bias (scale 0:
+  logits = bias). The masked fill happens AFTER the bias (f16:1102 then 1153),
+  so a huge bias never unmasks a key.
+- GQA/MQA: q head h reads kv head h // (Hq // Hkv) (f16:400).
+- bias is [1, H_q, SQ, SKV] indexed by the PHYSICAL q row and key column. The
+  kernel's bias address has a head term only, no batch term (f16:410), and the
+  prepared host declares the bias as [1, H_q, SQ, SKV] (prepared_sm80.py:83):
+  batch 0's bias serves every batch. This reference takes bias[b] when the bias
+  has B entries (bias[0] when it has 1), so a kernel that accepts a per-batch
+  bias and applies batch 0 everywhere is caught, not mirrored. THD has no bias
+  (api_dsl.py:7099).
+- sinks: one logit per q head in NATURAL-log units (the pointer hosts compile
+  sink_natural=True, api_dsl.py:6845, 7159; f16:1346-1347 converts to log2),
+  NOT multiplied by scale, joining only the softmax denominator (V_sink = 0):
+  lse = log(sum_j exp(logit_j) + exp(sink_h)); o = sum_j exp(logit_j - lse) v_j
+  (f16:1343-1365).
+- LSE is natural log: LN2 * (row_max + log2(row_sum)) (f16:1386).
+- A row with no visible key: O = 0 (the row_sum > 0 guard, f16:1461-1484) and
+  LSE = -inf (log2(0)); with sinks O = 0 and LSE = sink (f16:1340-1342).
+- Dense padded Q rows (i >= seq_len_q[b], only when q lengths are given):
+  O = 0 (f16:1492-1496) and LSE = -inf EVEN WITH SINKS: the select runs after
+  the sink lift (f16:1399-1404).
+- THD: each sequence is its own batch with lengths cu[s+1] - cu[s]
+  (f16:429-436); rows past a sequence are never stored (f16:1376), so capacity
+  rows outside [cu_q[0], cu_q[-1]) have no reference value (NaN here).
+
+NaN poison outside the live tokens never reaches a matmul: non-live Q/K/V rows
+are replaced (torch.where, since 0 * NaN = NaN) before the products.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Optional, Sequence, Tuple, Union
+
+import torch
+
+from . import masks
+
+Lens = Optional[Union[torch.Tensor, Sequence[int]]]
+LOWP = (torch.float16, torch.bfloat16)
+
+
+def _lens(lens: Lens, b: int, phys: int, device) -> torch.Tensor:
+    if lens is None:
+        return torch.full((b,), phys, dtype=torch.int64, device=device)
+    t = torch.as_tensor(lens).to(device=device, dtype=torch.int64).reshape(-1)
+    if t.numel() != b:
+        raise ValueError(f"lengths: expected {b} entries, got {t.numel()}")
+    if t.numel() and (int(t.min()) < 0 or int(t.max()) > phys):
+        raise ValueError(f"lengths must lie in [0, {phys}], got {t.tolist()}")
+    return t
+
+
+@contextmanager
+def _full_fp32_matmul(device: torch.device):
+    # A TF32 matmul would make the "fp32" reference a 10-bit one on CUDA.
+    if device.type != "cuda":
+        yield
+        return
+    prev = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(prev)
+
+
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    scale: float,
+    causal: bool = False,
+    bottom_right: bool = False,
+    window_left: int = -1,
+    window_right: int = -1,
+    bias: Optional[torch.Tensor] = None,
+    sinks: Optional[torch.Tensor] = None,
+    q_lens: Lens = None,
+    kv_lens: Lens = None,
+    compute_dtype: torch.dtype = torch.float32,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Attention on dense logical tensors q (B,Hq,SQ,Dqk), k (B,Hkv,SKV,Dqk),
+    v (B,Hkv,SKV,Dv). Returns O (B,Hq,SQ,Dv) and natural-log LSE (B,Hq,SQ), in
+    float64 when ``compute_dtype`` is float64, else float32.
+
+    compute_dtype float32/float64: everything in that precision. float16/
+    bfloat16 ("lowp", the error model's same-dtype run): q@k^T and P@V are
+    matmuls in that dtype (results rounded to it), the softmax and LSE are
+    float32 on the rounded scores, P is normalized then rounded to that dtype.
+    """
+    b, h_q, s_q, d_qk = q.shape
+    bk, h_kv, s_kv, d_k = k.shape
+    if bk != b or d_k != d_qk or v.shape[:3] != k.shape[:3] or h_kv < 1 or h_q % h_kv:
+        raise ValueError(f"shapes q {tuple(q.shape)} k {tuple(k.shape)} v {tuple(v.shape)} do not fit")
+    d_v = v.shape[-1]
+    g = h_q // h_kv
+    dev = q.device
+    lowp = compute_dtype in LOWP
+    acc = torch.float32 if lowp else compute_dtype  # softmax / output precision
+
+    n_q = _lens(q_lens, b, s_q, dev)
+    n_kv = _lens(kv_lens, b, s_kv, dev)
+    q_live = torch.arange(s_q, device=dev)[None, :] < n_q[:, None]  # (B, SQ)
+    kv_live = torch.arange(s_kv, device=dev)[None, :] < n_kv[:, None]
+
+    # Poison rule: dead rows become 0 before any product.
+    qz = torch.where(q_live[:, None, :, None], q.to(compute_dtype), 0.0)
+    kz = torch.where(kv_live[:, None, :, None], k.to(compute_dtype), 0.0)
+    vz = torch.where(kv_live[:, None, :, None], v.to(compute_dtype), 0.0)
+
+    with _full_fp32_matmul(dev):
+        # GQA without copying K/V: the g q heads of one kv head are stacked on
+        # the row axis, so one batched matmul serves them (head h = kvh*g + gi).
+        s = torch.matmul(qz.reshape(b, h_kv, g * s_q, d_qk), kz.transpose(-1, -2))
+        logits = s.view(b, h_q, s_q, s_kv).to(acc)  # lowp: rounded scores, upcast
+        del s
+        logits.mul_(scale)
+        if bias is not None:
+            if bias.dim() != 4 or bias.shape[0] not in (1, b) or bias.shape[1] not in (1, h_q) or tuple(bias.shape[2:]) != (s_q, s_kv):
+                raise ValueError(f"bias shape {tuple(bias.shape)} is not [1|{b}, 1|{h_q}, {s_q}, {s_kv}]")
+            logits.add_(bias.to(device=dev, dtype=acc))
+        vis = masks.visibility(s_q, s_kv, n_q, n_kv, causal=causal, bottom_right=bottom_right,
+                               window_left=window_left, window_right=window_right)
+        logits.masked_fill_(~vis, float("-inf"))
+        del vis
+
+        # Stable logsumexp, the sink counted in both the max and the sum.
+        if s_kv:
+            m = logits.amax(dim=-1)
+        else:
+            m = torch.full((b, h_q, s_q), float("-inf"), dtype=acc, device=dev)
+        sink = None
+        if sinks is not None:
+            sink = sinks.to(device=dev, dtype=acc).reshape(1, h_q, 1)
+            m = torch.maximum(m, sink)
+        # A row whose max is -inf has nothing visible: shift by 0 so exp gives 0, not NaN.
+        m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+        p = logits.sub_(m[..., None]).exp_()  # reuses the logits storage
+        l = p.sum(dim=-1)
+        if sink is not None:
+            l = l + torch.exp(sink - m)
+        lse = m + torch.log(l)  # l == 0 -> -inf
+        p.mul_(torch.where(l > 0, 1.0 / l, torch.zeros_like(l))[..., None])
+        if lowp:
+            p = p.to(compute_dtype)
+        o = torch.matmul(p.view(b, h_kv, g * s_q, s_kv), vz).view(b, h_q, s_q, d_v).to(acc)
+
+    if q_lens is not None:  # dense padded Q rows: O = 0, LSE = -inf (sinks or not)
+        row = q_live[:, None, :]
+        o = torch.where(row[..., None], o, torch.zeros((), dtype=acc, device=dev))
+        lse = torch.where(row, lse, torch.full((), float("-inf"), dtype=acc, device=dev))
+    return o, lse
+
+
+def reference_for_case(case, tensors, compute_dtype: torch.dtype = torch.float32) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(O, LSE) of a ``conformance.case.Case`` on the ``CaseTensors`` that
+    ``make_inputs`` made, in the layouts of ``conformance.data.make_outputs``
+    (dense O (B,H,SQ,Dv), LSE (B,H,SQ); THD O (T_q,H,Dv), LSE (H,T_q)), float32
+    (float64 for compute_dtype float64). THD capacity rows outside every
+    sequence are NaN: the tail property, not the reference, judges them."""
+    common = dict(
+        scale=case.softmax_scale,
+        causal=case.causal,
+        bottom_right=case.bottom_right,
+        window_left=case.window_left,
+        window_right=case.window_right,
+        sinks=tensors.sinks,
+        compute_dtype=compute_dtype,
+    )
+    if not case.is_thd:
+        return attention(tensors.q, tensors.k, tensors.v, bias=tensors.bias,
+                         q_lens=tensors.seq_q_lens, kv_lens=tensors.seq_kv_lens, **common)
+    acc = torch.float64 if compute_dtype == torch.float64 else torch.float32
+    dev = tensors.q.device
+    t_q, h_q, _ = tensors.q.shape
+    o = torch.full((t_q, h_q, tensors.v.shape[-1]), float("nan"), dtype=acc, device=dev)
+    lse = torch.full((h_q, t_q), float("nan"), dtype=acc, device=dev)
+    cu_q, cu_kv = case.cu_seqlens("q"), case.cu_seqlens("kv")
+    for s in range(case.n_seq):
+        q0, q1, k0, k1 = cu_q[s], cu_q[s + 1], cu_kv[s], cu_kv[s + 1]
+        if q1 == q0:
+            continue
+        as_bhsd = lambda x: x.permute(1, 0, 2).unsqueeze(0)  # noqa: E731  (T,H,D) -> (1,H,T,D)
+        os_, ls_ = attention(as_bhsd(tensors.q[q0:q1]), as_bhsd(tensors.k[k0:k1]), as_bhsd(tensors.v[k0:k1]), **common)
+        o[q0:q1] = os_[0].permute(1, 0, 2)
+        lse[:, q0:q1] = ls_[0]
+    return o, lse
