@@ -199,3 +199,23 @@ def reference_for_case(case, tensors, compute_dtype: torch.dtype = torch.float32
         o[q0:q1] = os_[0].permute(1, 0, 2)
         lse[:, q0:q1] = ls_[0]
     return o, lse
+
+
+def visible_counts(case, tensors) -> torch.Tensor:
+    """Visible keys per output row, in the LSE layout (dense (B,H,SQ), THD
+    (H,T_q); rows outside every THD sequence count 0). Failure reports use it
+    to name the region a wrong element sits in (e.g. a row with no key)."""
+    from .masks import visibility
+
+    mask = dict(causal=case.causal, bottom_right=case.bottom_right, window_left=case.window_left, window_right=case.window_right)
+    dev = tensors.q.device
+    if not case.is_thd:
+        vis = visibility(case.s_q, case.s_kv, torch.tensor(case.q_lengths(), device=dev), torch.tensor(case.kv_lengths(), device=dev), **mask)
+        return vis.sum(-1).expand(case.batch, case.h_q, case.s_q)
+    counts = torch.zeros(case.h_q, case.t_q, dtype=torch.int64, device=dev)
+    cu = case.cu_seqlens("q")
+    for s, (n_q, n_kv) in enumerate(zip(case.q_lens, case.kv_lens)):
+        if n_q:
+            vis = visibility(n_q, max(n_kv, 1), torch.tensor([n_q], device=dev), torch.tensor([n_kv], device=dev), **mask)
+            counts[:, cu[s] : cu[s + 1]] = vis.sum(-1)[0, 0]
+    return counts

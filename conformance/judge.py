@@ -1,0 +1,146 @@
+"""One assertion helper per kind of check. Each raises PropertyFailure with
+the worst elements located (batch/sequence, head, token, dim, region), and
+returns what the report records.
+
+- ``within_model``: numerics against the reference under the error model.
+- ``exactly``: storage whose value the contract fixes bit for bit (tails,
+  untouched buffers, -inf/0 conventions).
+- ``raises_contract``: a contract rejection (type + message naming the argument).
+- ``compile_delta``: compile counters around one call against a budget.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+import torch
+
+from conformance.case import Case
+from conformance.outcome import PropertyFailure
+from conformance.tolerances import bound, max_abs_error
+
+WORST = 5  # elements listed in a failure
+
+
+# ----------------------------------------------------------------- locating
+def _coords(case: Case, quantity: str, index: Sequence[int]) -> dict:
+    """Name the coordinates of one element of O or LSE in the suite layouts."""
+    idx = [int(i) for i in index]
+    if not case.is_thd:
+        names = ("batch", "head", "token", "dim") if quantity == "o" else ("batch", "head", "token")
+        return dict(zip(names, idx))
+    if quantity == "o":
+        token, head, dim = idx
+        out = {"packed_token": token, "head": head, "dim": dim}
+    else:
+        head, token = idx
+        out = {"packed_token": token, "head": head}
+    cu = case.cu_seqlens("q")
+    for s in range(case.n_seq):
+        if cu[s] <= token < cu[s + 1]:
+            out.update(sequence=s, token=token - cu[s])
+            break
+    return out
+
+
+def _region(case: Case, coords: dict, regions: Optional[Callable[[dict], str]]) -> str:
+    return regions(coords) if regions is not None else "live"
+
+
+def worst_elements(case: Case, quantity: str, got: torch.Tensor, want: torch.Tensor, mask: torch.Tensor, regions=None, n: int = WORST) -> list:
+    """The ``n`` elements of ``mask`` where ``got`` and ``want`` differ most
+    (NaN and a one-sided inf rank first)."""
+    g, w = got.to(torch.float64), want.to(torch.float64)
+    diff = (g - w).abs()
+    same = (g == w) | (torch.isnan(g) & torch.isnan(w))
+    diff = torch.where(same, torch.zeros_like(diff), diff)
+    diff = torch.where(torch.isnan(diff), torch.full_like(diff, float("inf")), diff)
+    diff = torch.where(mask, diff, torch.full_like(diff, -1.0))
+    flat = diff.flatten()
+    k = min(n, int(mask.sum()))
+    if k == 0:
+        return []
+    vals, pos = torch.topk(flat, k)
+    out = []
+    for val, p in zip(vals.tolist(), pos.tolist()):
+        if val <= 0:
+            break
+        index = torch.unravel_index(torch.tensor(p), diff.shape)
+        coords = _coords(case, quantity, [int(i) for i in index])
+        out.append(
+            {
+                "quantity": quantity,
+                **coords,
+                "region": _region(case, coords, regions),
+                "got": float(g.flatten()[p]),
+                "want": float(w.flatten()[p]),
+            }
+        )
+    return out
+
+
+# ------------------------------------------------------------------- checks
+def within_model(property: str, case: Case, quantity: str, got, ref, lowp, live, regions=None) -> float:
+    """Assert max|got - ref| <= bound(...) over ``live``; return error/bound."""
+    err = max_abs_error(got, ref, live)
+    lowp_err = max_abs_error(lowp, ref, live)
+    finite_ref = ref[live][torch.isfinite(ref[live])]
+    amax = float(finite_ref.abs().max()) if finite_ref.numel() else 0.0
+    b = bound(quantity, case.dtype, lowp_err, amax)
+    ratio = err / b if b > 0 else (0.0 if err == 0 else float("inf"))
+    if not err <= b:
+        raise PropertyFailure(
+            property,
+            case,
+            f"{quantity.upper()} max|kernel - ref32| = {err:.3g} exceeds bound {b:.3g} (lowp error {lowp_err:.3g}; ratio {ratio:.3g})",
+            {"quantity": quantity, "error": err, "bound": b, "lowp_error": lowp_err, "ratio": ratio, "worst": worst_elements(case, quantity, got, ref, live, regions)},
+        )
+    return ratio
+
+
+def exactly(property: str, case: Case, quantity: str, got, want, where, what: str, regions=None) -> None:
+    """Assert ``got`` equals ``want`` bit for bit on ``where`` (NaN == NaN)."""
+    g, w = got.to(torch.float64), want.to(torch.float64)
+    bad = where & ~((g == w) | (torch.isnan(g) & torch.isnan(w)))
+    if bool(bad.any()):
+        raise PropertyFailure(
+            property,
+            case,
+            f"{quantity.upper()}: {int(bad.sum())} element(s) of {what} differ from the contract",
+            {"quantity": quantity, "what": what, "count": int(bad.sum()), "worst": worst_elements(case, quantity, got, want, bad, regions)},
+        )
+
+
+def raises_contract(property: str, case: Case, call: Callable[[], object], exc_type, fragment: str) -> BaseException:
+    """Assert ``call`` raises ``exc_type`` with ``fragment`` in its message."""
+    try:
+        call()
+    except BaseException as e:  # noqa: BLE001 - judged below
+        if isinstance(e, exc_type) and fragment.lower() in str(e).lower():
+            return e
+        raise PropertyFailure(
+            property,
+            case,
+            f"rule {case.violation!r}: expected {exc_type.__name__} naming {fragment!r}, got {type(e).__name__}: {str(e)[:300]}",
+            {"expected": exc_type.__name__, "fragment": fragment, "got_type": type(e).__name__, "got_message": str(e)[:2000]},
+        ) from e
+    raise PropertyFailure(
+        property,
+        case,
+        f"rule {case.violation!r}: expected {exc_type.__name__} naming {fragment!r}, but the call returned normally",
+        {"expected": exc_type.__name__, "fragment": fragment},
+    )
+
+
+def compile_delta(property: str, case: Case, delta, budget: dict, what: str) -> None:
+    """Assert one call's counter deltas stay within ``budget`` (counter name ->
+    maximum), e.g. {"misses": 0, "thd_lru_misses": 0, "modules": 0}."""
+    d = delta.to_dict() if hasattr(delta, "to_dict") else dict(delta)
+    over = {k: d.get(k, 0) for k, most in budget.items() if d.get(k, 0) > most}
+    if over:
+        raise PropertyFailure(
+            property,
+            case,
+            f"{what}: counters over budget {over} (budget {budget})",
+            {"delta": d, "budget": budget, "what": what},
+        )

@@ -1,0 +1,234 @@
+"""The properties: plain functions ``check(case, adapter) -> Observation``.
+
+pytest (conformance/test_*.py), the repro command and the mutant harness all
+call these same functions, so a case file replays exactly what failed. Each
+raises PropertyFailure when the property does not hold; where the case
+matches a known finding (known_findings.toml) the failure is returned as an
+``xfailed`` Observation instead, and the report lists it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Dict, Optional
+
+import torch
+
+from conformance import judge, recorder
+from conformance.case import Case
+from conformance.data import TORCH_DTYPES, make_inputs, make_outputs
+from conformance.outcome import Observation, PropertyFailure
+
+
+class NoGPU(RuntimeError):
+    """Raised by properties that launch kernels when no CUDA device exists."""
+
+
+def device() -> torch.device:
+    if not torch.cuda.is_available():
+        raise NoGPU("no CUDA GPU found: launching the kernels under test needs one")
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def _finish(name: str, case: Case, start: float, run, **fields) -> Observation:
+    """Run ``run()`` (the judging), turning a failure on a known finding into
+    an xfailed Observation; record the Observation either way."""
+    from conformance import findings
+
+    obs = Observation(name, case, **fields)
+    try:
+        obs.ratios = run() or {}
+    except PropertyFailure as failure:
+        known = findings.match(name, case)
+        if known is None:
+            failure.observation = obs
+            obs.outcome = "failed"
+            obs.seconds = time.perf_counter() - start
+            obs.notes["summary"] = failure.summary
+            recorder.observe(obs)
+            raise
+        obs.outcome, obs.finding = "xfailed", known.id
+        obs.notes["summary"] = failure.summary
+    obs.seconds = time.perf_counter() - start
+    recorder.observe(obs)
+    return obs
+
+
+# ------------------------------------------------------------------ regions
+def row_regions(case: Case, inputs) -> Callable[[dict], str]:
+    """coords -> the region an output row sits in, for failure reports."""
+    from reference.attention import visible_counts
+
+    counts = visible_counts(case, inputs)  # dense (B, H, SQ) / THD (H, T_q) visible keys per row
+
+    def region(c: dict) -> str:
+        if case.is_thd:
+            if "sequence" not in c:
+                return "capacity tail (no sequence)"
+            n = int(counts[c["head"], c["packed_token"]])
+            seq_len = case.q_lens[c["sequence"]]
+            tile_edge = c["token"] // 128 == (seq_len - 1) // 128 and seq_len % 128
+        else:
+            if c["token"] >= case.q_lengths()[c["batch"]]:
+                return "padded Q row (past seq_q_len)"
+            n = int(counts[c["batch"], c["head"], c["token"]])
+            tile_edge = c["token"] // 128 == (case.s_q - 1) // 128 and case.s_q % 128
+        if n == 0:
+            return "row with no visible key"
+        return "last partial Q tile" if tile_edge else "interior row"
+
+    return region
+
+
+def _row_mask(case: Case, inputs, quantity: str, shape) -> torch.Tensor:
+    """Rows the contract defines a value for: dense every row (padded rows
+    are 0 / -inf by contract), THD the live packed rows."""
+    if not case.is_thd:
+        return torch.ones(shape, dtype=torch.bool, device=inputs.q.device)
+    live = inputs.q_live.to(inputs.q.device)
+    return live[:, None, None].expand(shape) if quantity == "o" else live[None, :].expand(shape)
+
+
+# ----------------------------------------------------------------- numerics
+def check_numerics(case: Case, adapter) -> Observation:
+    """O and LSE against the fp32 reference under the error model, with every
+    input position outside the live tokens poisoned with NaN."""
+    from reference.attention import reference_for_case
+
+    recorder.begin("numerics", case)
+    start = time.perf_counter()
+    dev = device()
+    inputs = make_inputs(case, dev, poison=True)
+    outputs = make_outputs(case, dev)
+    result = adapter.run(case, inputs, outputs)
+    ref_o, ref_lse = reference_for_case(case, inputs, torch.float32)
+    low_o, low_lse = reference_for_case(case, inputs, TORCH_DTYPES[case.dtype])
+    regions = row_regions(case, inputs)
+
+    def judged():
+        o_live = _row_mask(case, inputs, "o", ref_o.shape)
+        lse_live = _row_mask(case, inputs, "lse", ref_lse.shape)
+        return {
+            "o": judge.within_model("numerics", case, "o", result.o, ref_o, low_o, o_live, regions),
+            "lse": judge.within_model("numerics", case, "lse", result.lse, ref_lse, low_lse, lse_live, regions),
+        }
+
+    return _finish("numerics", case, start, judged, compile=result.compile.to_dict(), notes=dict(result.notes))
+
+
+# -------------------------------------------------------------------- tails
+def _storage_outside_view(view: torch.Tensor) -> torch.Tensor:
+    """A bool mask over ``view``'s whole storage: True where no element of
+    the view lives (the pad columns of a padded layout)."""
+    n = view.untyped_storage().nbytes() // view.element_size()
+    used = torch.zeros(n, dtype=torch.bool, device=view.device)
+    idx = torch.arange(n, device=view.device).as_strided(view.shape, view.stride(), view.storage_offset())
+    used[idx.flatten()] = True
+    return ~used
+
+
+def _flat_storage(view: torch.Tensor) -> torch.Tensor:
+    n = view.untyped_storage().nbytes() // view.element_size()
+    return view.as_strided((n,), (1,), 0)
+
+
+def tail_expectation(initialize_outputs: bool) -> float:
+    """What output storage outside the live rows holds after a launch.
+
+    THD: ``prepared_host.thd_host`` zeroes the whole O and Stats capacity
+    before attention when ``initialize_outputs`` (``zero_outputs``, the mode
+    the public wrapper uses: "Wrapper outputs retain zeroed holes/tails");
+    without it nothing outside the live rows is written, so the caller's
+    bytes (our NaN poison) must survive. Dense pad columns are never written.
+    """
+    return 0.0 if initialize_outputs else float("nan")
+
+
+def check_tails(case: Case, adapter, *, initialize_outputs: bool = True) -> Observation:
+    """Output storage outside the live rows ends exactly as the contract says,
+    and every live element was written (no poison left)."""
+    recorder.begin("tails", case)
+    start = time.perf_counter()
+    dev = device()
+    inputs = make_inputs(case, dev, poison=True)
+    o, lse = make_outputs(case, dev)
+    result = adapter.run(case, inputs, (o, lse), initialize_outputs=initialize_outputs)
+    init = result.notes.get("initialize_outputs", initialize_outputs)
+    regions = row_regions(case, inputs)
+
+    def judged():
+        if case.is_thd:
+            want = tail_expectation(init)
+            dead_o = ~_row_mask(case, inputs, "o", result.o.shape)
+            dead_lse = ~_row_mask(case, inputs, "lse", result.lse.shape)
+            judge.exactly("tails", case, "o", result.o, torch.full_like(result.o, want), dead_o, "O capacity outside the live tokens", regions)
+            judge.exactly("tails", case, "lse", result.lse, torch.full_like(result.lse, want), dead_lse, "LSE capacity outside the live tokens", regions)
+        else:
+            pad = _storage_outside_view(result.o)
+            flat = _flat_storage(result.o)
+            judge.exactly("tails", case, "o", flat, torch.full_like(flat, float("nan")), pad, "O pad columns (never written)")
+        for quantity, got in (("o", result.o), ("lse", result.lse)):
+            live = _row_mask(case, inputs, quantity, got.shape)
+            judge.exactly("tails", case, quantity, torch.isnan(got), torch.zeros_like(got, dtype=torch.bool), live, "live outputs (poison left or NaN produced)", regions)
+        return {}
+
+    return _finish("tails", case, start, judged, compile=result.compile.to_dict(), notes={**result.notes, "initialize_outputs": init})
+
+
+# ----------------------------------------------------------- compile reuse
+def runtime_variants(case: Case):
+    """Cases that differ from ``case`` only in runtime facts: the compile key
+    must not see them. Data seed and addresses always; THD token totals,
+    capacities and first offsets; dense padding-length values and the scale's
+    magnitude (its sign is compiled in)."""
+    yield "new data and addresses", case.replace(seed=case.seed + 1)
+    if case.is_thd:
+        grow = tuple(n + 1 for n in case.q_lens)
+        yield "new token totals", case.replace(q_lens=grow, kv_lens=tuple(n + 3 for n in case.kv_lens))
+        yield "new capacities and first offsets", case.replace(q_base=case.q_base + 5, kv_base=case.kv_base + 2, q_slack=case.q_slack + 7, kv_slack=case.kv_slack + 1)
+    else:
+        if case.seq_kv_lens is not None:
+            yield "new padding lengths", case.replace(seq_kv_lens=tuple(max(0, n - 1) for n in case.seq_kv_lens))
+        if case.seq_q_lens is not None:
+            yield "new Q padding lengths", case.replace(seq_q_lens=tuple(case.s_q - n for n in case.seq_q_lens))
+    if case.softmax_scale != 0:
+        yield "new scale of the same sign", case.replace(scale=case.softmax_scale * 1.75)
+
+
+# Counters one runtime-only call may move: nothing compiled, no new module.
+NO_COMPILE = {"misses": 0, "thd_lru_misses": 0, "modules": 0}
+
+
+def check_compile_reuse(case: Case, adapter, *, launch: bool = True) -> Observation:
+    """After ``case`` compiled once, runtime-only variants mint no compile and
+    no template module; for THD a new sequence count mints at most one
+    compile and returning to the seen count is a pure hit. ``launch=False``
+    checks compile_only (the CPU tier)."""
+    recorder.begin("compile_reuse", case)
+    start = time.perf_counter()
+
+    def call(c: Case):
+        if not launch:
+            return adapter.compile_only(c)
+        dev = device()
+        return adapter.run(c, make_inputs(c, dev, poison=True), make_outputs(c, dev)).compile
+
+    first = call(case)
+
+    def judged():
+        for what, variant in runtime_variants(case):
+            judge.compile_delta("compile_reuse", variant, call(variant), NO_COMPILE, what)
+        if case.is_thd:
+            more = case.replace(q_lens=case.q_lens + (1,), kv_lens=case.kv_lens + (1,))
+            judge.compile_delta("compile_reuse", more, call(more), {"misses": 1, "modules": 0}, "a new sequence count")
+            judge.compile_delta("compile_reuse", case, call(case), NO_COMPILE, "back to a seen sequence count")
+        return {}
+
+    return _finish("compile_reuse", case, start, judged, compile=first.to_dict())
+
+
+PROPERTIES: Dict[str, Callable[..., Observation]] = {
+    "numerics": check_numerics,
+    "tails": check_tails,
+    "compile_reuse": check_compile_reuse,
+}
