@@ -1,1 +1,13 @@
-"""strategies package."""
+"""Hypothesis strategies of the suite: valid Cases, violating Cases, profiles.
+
+- ``cases``/``dense_cases``/``thd_cases``: valid facts (``facts``, ``varlen``).
+- ``violating_cases``: one contract rule applied (``violations``).
+- ``load_profile``/``examples``: Hypothesis profiles (``profiles``).
+"""
+
+from .facts import cases, dense_cases
+from .profiles import examples, load_profile
+from .varlen import thd_cases
+from .violations import violating_cases
+
+__all__ = ["cases", "dense_cases", "thd_cases", "violating_cases", "load_profile", "examples"]

@@ -1,0 +1,389 @@
+"""The contract table: what each entry point must refuse, as data (issue #4).
+
+One ``Rule`` per contract. ``transform`` turns a valid Case into the violating
+one (``case.violation = rule.name``); ``expect`` maps each targeted entry point
+to the exception it must raise and a message fragment naming the offending
+argument. Where the installed kernels break the contract, ``known_finding``
+says what happens instead (``observed``: the exception they raise, or None
+when they accept the call), citing the installed source (paths relative to
+site-packages, cudnn-frontend 1.32.0). ``unsafe_launch`` marks findings whose
+launch would address memory out of bounds or mis-map tiles: check acceptance,
+do not launch them.
+
+Entry points:
+- ``wrapper``: ``cudnn.sdpa.fwd.api_dsl.sdpa_fwd_wrapper_sm80``.
+- ``prepared``: the compile entry points ``compile_host``/``compile_thd_host``
+  in ``cudnn/sdpa/fwd/kernels/sm80/prepared_host.py``. They are pointer-only
+  and check nothing themselves; the prepared adapter specializes first, so a
+  rule whose Case facts the config validators reject is rejected there
+  identically (listed with the same Expect). Rules stated only as
+  TemplateParams overrides (``Rule.params``) target ``config`` alone.
+- ``config``: the plan-time validators, runnable on CPU: ``config_sm80.
+  validate_params``/``params_for_flavor`` and the flavor pick
+  (``api_dsl._sm80_pick_flavor``), reached through ``kernels.specialize`` or
+  directly (``Rule.params`` overrides, ``Rule.flavor``); see ``run_config``.
+
+Some violations cannot be stated as Case facts; ``tamper`` names what the
+adapter must do to the call (see ``TAMPERS``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+
+from .case import Case
+
+WRAPPER, PREPARED, CONFIG = "wrapper", "prepared", "config"
+ENTRY_POINTS = {
+    WRAPPER: "cudnn.sdpa.fwd.api_dsl.sdpa_fwd_wrapper_sm80",
+    PREPARED: "cudnn.sdpa.fwd.kernels.sm80.prepared_host.compile_host / compile_thd_host",
+    CONFIG: "cudnn.sdpa.fwd.config_sm80.validate_params / params_for_flavor (+ api_dsl._sm80_pick_flavor)",
+}
+
+# What a tamper name asks the adapter to do (the Case cannot say it).
+TAMPERS = {
+    "cu_k_missing": "wrapper THD call with cum_seqlen_k_tensor=None",
+    "cu_k_length": "wrapper THD call with cum_seqlen_k_tensor one entry longer than cum_seqlen_q_tensor (last offset repeated)",
+    "cu_q_short": "wrapper THD call with cum_seqlen_q_tensor cut to its first entry (shape (1,))",
+    "scale_output": "wrapper call with scale_output=2.0",
+    "rope_freqs": "wrapper THD call with rope_freqs = any fp32 [max_s_q, d_qk // 2] tensor",
+    "scheduler": 'wrapper THD call with scheduler="lpt"',
+    "thd_bias": "wrapper THD call with a [1, H_q, max_s_q, max_s_kv] bias of dtype case.bias (conformance.data makes no THD bias)",
+    "thd_seq_lens": "wrapper THD call with seq_kv_lens / seq_len_q = int32 tensors of case.seq_kv_lens / case.seq_q_lens (conformance.data makes none for THD)",
+    "raw_right_bound": "prepared: pass case.window_right as right_bound (kernels.specialize.mask_runtime drops a band without causal); wrapper: window_size=(window_left, window_right) as the Case says",
+}
+
+_API = "cudnn/sdpa/fwd/api_dsl.py"
+_CFG = "cudnn/sdpa/fwd/config_sm80.py"
+_HOST = "cudnn/sdpa/fwd/kernels/sm80/prepared_host.py"
+_KERNEL = "cudnn/sdpa/fwd/kernels/sm80/prefill_f16.py (prefill_d256_f16.py alike)"
+
+
+@dataclass(frozen=True)
+class Expect:
+    exception: type
+    fragment: str  # names the offending argument
+    known_finding: Optional[str] = None
+    observed: Optional[type] = None  # with a finding: what is raised instead (None: accepted)
+    unsafe_launch: bool = False
+
+    @property
+    def conforms(self) -> bool:
+        return self.known_finding is None
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    layout: Optional[str]  # the base Case's layout ("dense", "thd"; None: either)
+    facts: Callable[[Case], Case]  # valid Case -> violating facts (label added by transform)
+    expect: Mapping[str, Expect]
+    # Facts that break this rule; None: only the label can tell (tamper/params rules).
+    detect: Optional[Callable[[Case], bool]] = None
+    tamper: Optional[str] = None
+    params: Mapping[str, Any] = field(default_factory=dict)  # TemplateParams overrides (config)
+    flavor: Optional[str] = None  # params_for_flavor argument (config)
+    why: str = ""
+
+    @property
+    def targets(self) -> Tuple[str, ...]:
+        return tuple(self.expect)
+
+    @property
+    def known_findings(self) -> Dict[str, str]:
+        return {t: e.known_finding for t, e in self.expect.items() if e.known_finding}
+
+    def transform(self, case: Case) -> Case:
+        return self.facts(case).replace(violation=self.name)
+
+    def broken_by(self, case: Case) -> bool:
+        if self.detect is None:
+            return case.violation == self.name
+        return self.detect(case)
+
+
+# ------------------------------------------------------------------ transforms
+def _same(case: Case) -> Case:
+    return case
+
+
+def _set(**changes) -> Callable[[Case], Case]:
+    return lambda case: case.replace(**changes)
+
+
+def _batched_bias(case: Case) -> Case:
+    # A per-batch bias [B, H, SQ, SKV] with B >= 2, so using batch 0's slice
+    # everywhere is observable.
+    changes: Dict[str, Any] = {}
+    if case.batch == 1:
+        changes["batch"] = 2
+        for name in ("seq_q_lens", "seq_kv_lens"):
+            lens = getattr(case, name)
+            if lens is not None:
+                changes[name] = lens + lens[-1:]
+    b = changes.get("batch", case.batch)
+    return case.replace(bias=case.bias or case.dtype, bias_batch=b, **changes)
+
+
+def _other_half(case: Case) -> Case:
+    return case.replace(bias="bfloat16" if case.dtype == "float16" else "float16", bias_batch=1)
+
+
+def _non_integral_gqa(case: Case) -> Case:
+    h_kv = max(2, case.h_kv)
+    return case.replace(h_kv=h_kv, h_q=h_kv * (case.h_q // case.h_kv) + 1)
+
+
+def _right_band_alone(case: Case) -> Case:
+    return case.replace(
+        causal=False,
+        window_right=case.window_right if case.window_right >= 0 else 1,
+        bottom_right=case.bottom_right and case.window_left >= 0,
+    )
+
+
+def _bottom_right_alone(case: Case) -> Case:
+    return case.replace(causal=False, window_left=-1, window_right=-1, bottom_right=True)
+
+
+def _is_dense(case: Case) -> bool:
+    return not case.is_thd
+
+
+# -------------------------------------------------------------------- findings
+_BIAS_BATCH = (
+    "accepted: the bias operand is declared [1, H, SQ, SKV] (cudnn/sdpa/fwd/prepared_sm80.py:83) but the "
+    "native binder checks its dtype, not its batch extent (probed on CPU through prepared_sm80.bind with "
+    f"CUDA-typed facts: a (2, H, SQ, SKV) bias binds), and the kernel offsets the bias by head only "
+    f"({_KERNEL}:410), so every batch entry silently uses bias[0]"
+)
+_BIAS_BATCH_PREPARED = (
+    f"accepted: compile_host/compile_thd_host take pointers and a geometry and check nothing ({_HOST}:157); "
+    f"the kernel offsets the bias by head only ({_KERNEL}:410), so every batch entry uses bias[0]"
+)
+_BIAS_DTYPE_PREPARED = (
+    f"accepted: the pointer ABI declares the bias as the I/O dtype unless bias_is_fp32 ({_HOST}:131) and "
+    "never sees the buffer's dtype, so its bytes are reinterpreted"
+)
+_GQA_PREPARED = (
+    f"accepted: no head-count check in the compile entry points ({_HOST}:157, 250) or validate_params; the "
+    f"kernel maps kv_head = head // (H // H_kv) ({_KERNEL}:399-400), e.g. H=3, H_kv=2 reads K/V head 2 of 2: "
+    "out of bounds"
+)
+_RIGHT_BAND_PREPARED = (
+    f"accepted: compile_host takes right_bound unchecked ({_HOST}:157) and the kernel adds it to the diagonal "
+    f"only under MASK_CAUSAL ({_KERNEL}:530-550): the band is silently ignored"
+)
+_THD_RIGHT_BAND = (
+    f"accepted: the wrapper's THD branch returns ({_API}:7264) before the dense branch's window_size_right "
+    f"check ({_API}:7293) and _sm80_thd_forward keeps the band only when is_causal ({_API}:7125): silently ignored"
+)
+_THD_SCHED = (
+    f"accepted: validate_params checks rope/bias/dense lengths for THD but not sched_policy ({_CFG}:147); the "
+    f"THD host launches the 3-D varlen grid ({_KERNEL}:1615) while an LPT kernel decodes its tile from "
+    f"block_idx.x alone with B = 1 ({_KERNEL}:279-296), so heads and sequences are mis-mapped"
+)
+_TILE_M_ZERO = (
+    f"accepted: validate_params only checks tile_m % (num_warps * 16) ({_CFG}:131), which 0 and negative "
+    f"multiples pass; the host then divides by tile_m ({_KERNEL}:1608)"
+)
+_FLAVOR_UNKNOWN = (
+    f"params_for_flavor indexes a dict literal ({_CFG}:153): a bare KeyError('<name>') that names neither "
+    "the argument nor the supported flavors"
+)
+
+
+def _ve(fragment: str, **kw) -> Expect:
+    return Expect(ValueError, fragment, **kw)
+
+
+def _nie(fragment: str, **kw) -> Expect:
+    return Expect(NotImplementedError, fragment, **kw)
+
+
+def _thd_params_rule(name, tamper, params, wrapper_fragment, config_fragment, facts=_same, detect=None, why=""):
+    # Only TemplateParams can state these on the compile side: config, not prepared.
+    return Rule(
+        name, "thd", facts, {WRAPPER: _nie(wrapper_fragment), CONFIG: _ve(config_fragment)},
+        detect=detect, tamper=tamper, params=params, why=why,
+    )  # fmt: skip
+
+
+def _params_rule(name, params, fragment, **kw) -> Rule:
+    return Rule(name, None, _same, {CONFIG: _ve(fragment, **kw)}, params=params, why=f"validate_params with {params}")
+
+
+_SCHED_LPT = 1  # cudnn.frost.tile_dsl.constants.SCHED_LPT (kept literal: no cudnn import here)
+
+RULES: Tuple[Rule, ...] = (
+    # ---- bias
+    Rule(
+        "bias_batch_gt_1", "dense", _batched_bias,
+        {WRAPPER: _ve("bias", known_finding=_BIAS_BATCH), PREPARED: _ve("bias", known_finding=_BIAS_BATCH_PREPARED)},
+        detect=lambda c: c.bias is not None and c.bias_batch > 1,
+        why="the kernels apply one [1, H, SQ, SKV] bias to every batch entry",
+    ),
+    Rule(
+        "bias_dtype_float64", "dense", _set(bias="float64", bias_batch=1),
+        {WRAPPER: _ve("bias"), PREPARED: _ve("bias", known_finding=_BIAS_DTYPE_PREPARED)},
+        detect=lambda c: c.bias == "float64",
+        why="bias must be fp32 or the I/O dtype; the native binder raises 'sdpa_fwd_sm80: bias must be <dtype>'",
+    ),
+    Rule(
+        "bias_dtype_int32", "dense", _set(bias="int32", bias_batch=1),
+        {WRAPPER: _ve("bias"), PREPARED: _ve("bias", known_finding=_BIAS_DTYPE_PREPARED)},
+        detect=lambda c: c.bias == "int32",
+        why="as bias_dtype_float64",
+    ),
+    Rule(
+        "bias_dtype_other_half", "dense", _other_half,
+        {WRAPPER: _ve("bias"), PREPARED: _ve("bias", known_finding=_BIAS_DTYPE_PREPARED)},
+        detect=lambda c: c.bias in ("float16", "bfloat16") and c.bias != c.dtype,
+        why="an fp16 bias on bf16 inputs (or the reverse) is neither fp32 nor the I/O dtype",
+    ),
+    Rule(
+        "thd_bias", "thd", lambda c: c.replace(bias=c.dtype),
+        {WRAPPER: _nie("bias"), CONFIG: _ve("bias"), PREPARED: _ve("bias")},
+        detect=lambda c: c.is_thd and c.bias is not None, tamper="thd_bias",
+        why=f"varlen has no single [1,H,SQ,SKV] bias ({_API}:7098; {_CFG}:147)",
+    ),
+    # ---- THD cumulative offsets (tensor tampering)
+    Rule(
+        "thd_cu_k_missing", "thd", _same, {WRAPPER: _ve("cu_seqlens_k")}, tamper="cu_k_missing",
+        why=f"'cu_seqlens_q / cu_seqlens_k length mismatch' ({_API}:7130)",
+    ),
+    Rule(
+        "thd_cu_k_length", "thd", _same, {WRAPPER: _ve("cu_seqlens_k")}, tamper="cu_k_length",
+        why=f"'cu_seqlens_q / cu_seqlens_k length mismatch' ({_API}:7130)",
+    ),
+    Rule(
+        "thd_cu_q_short", "thd", _same, {WRAPPER: _ve("cu_seqlens_q")}, tamper="cu_q_short",
+        why=f"'cu_seqlens_q must have >= 2 entries' ({_API}:7128)",
+    ),
+    # ---- heads
+    Rule(
+        "gqa_non_integral", "dense", _non_integral_gqa,
+        {WRAPPER: _ve("H_kv"), PREPARED: _ve("H_kv", known_finding=_GQA_PREPARED, unsafe_launch=True)},
+        detect=lambda c: _is_dense(c) and c.h_q % c.h_kv != 0,
+        why=f"'H_q (..) must be divisible by H_kv (..)' in check_support ({_API}:6613)",
+    ),
+    Rule(
+        "thd_gqa_non_integral", "thd", _non_integral_gqa,
+        {WRAPPER: _ve("integral GQA"), PREPARED: _ve("H_kv", known_finding=_GQA_PREPARED, unsafe_launch=True)},
+        detect=lambda c: c.is_thd and c.h_q % c.h_kv != 0,
+        why=f"'... and integral GQA' in _sm80_thd_forward ({_API}:7105)",
+    ),
+    # ---- head dims (no envelope covers > 256)
+    Rule(
+        "head_dim_qk_over_256", None, _set(d_qk=264),
+        {WRAPPER: _ve("D_QK"), CONFIG: _ve("D_QK"), PREPARED: _ve("D_QK")},
+        detect=lambda c: c.d_qk > 256,
+        why=f"dense: check_support envelope check ({_API}:6620); THD and specialize: the flavor pick ({_API}:6446)",
+    ),
+    Rule(
+        "head_dim_v_over_256", None, _set(d_v=264),
+        {WRAPPER: _ve("D_V"), CONFIG: _ve("D_V"), PREPARED: _ve("D_V")},
+        detect=lambda c: c.d_v > 256,
+        why="as head_dim_qk_over_256",
+    ),
+    # ---- masks
+    Rule(
+        "window_right_without_causal", "dense", _right_band_alone,
+        {WRAPPER: _nie("window_size_right"), PREPARED: _nie("window_size_right", known_finding=_RIGHT_BAND_PREPARED)},
+        detect=lambda c: _is_dense(c) and c.window_right >= 0 and not c.causal, tamper="raw_right_bound",
+        why=f"a right band widens the causal diagonal; without causal there is none ({_API}:7293)",
+    ),
+    Rule(
+        "thd_window_right_without_causal", "thd", _right_band_alone,
+        {
+            WRAPPER: _nie("window_size_right", known_finding=_THD_RIGHT_BAND),
+            PREPARED: _nie("window_size_right", known_finding=_RIGHT_BAND_PREPARED),
+        },
+        detect=lambda c: c.is_thd and c.window_right >= 0 and not c.causal, tamper="raw_right_bound",
+        why="as window_right_without_causal, on the THD path",
+    ),
+    Rule(
+        "bottom_right_without_causal_or_window", None, _bottom_right_alone,
+        {WRAPPER: _ve("causal_bottom_right"), CONFIG: _ve("causal_bottom_right"), PREPARED: _ve("causal_bottom_right")},
+        detect=lambda c: c.bottom_right and not (c.causal or c.window_left >= 0),
+        why=(
+            f"nothing to align: dense check_support ({_API}:6745, after the SM80 capability check at 6730), "
+            f"THD wrapper ({_API}:7248), validate_params ({_CFG}:145)"
+        ),
+    ),
+    # ---- wrapper arguments the Case cannot state
+    Rule(
+        "scale_output_not_one", None, _same, {WRAPPER: _nie("scale_output")}, tamper="scale_output",
+        why=f"'scale_output != 1.0 is not supported yet' ({_API}:7242)",
+    ),
+    _thd_params_rule("thd_rope", "rope_freqs", {"has_rope": True}, "rope_freqs", "rope", why=f"{_API}:7250-7257; {_CFG}:147"),
+    _thd_params_rule(
+        "thd_seq_kv_lens", "thd_seq_lens", {"has_seq_kv_lens": True}, "seq_kv_lens", "seq-lens",
+        facts=lambda c: c.replace(seq_kv_lens=c.kv_lens), detect=lambda c: c.is_thd and c.seq_kv_lens is not None,
+        why=f"THD carries lengths in cu_seqlens ({_API}:7250-7257; {_CFG}:147)",
+    ),
+    _thd_params_rule(
+        "thd_seq_q_lens", "thd_seq_lens", {"has_seq_q_lens": True}, "seq_len_q", "seq-lens",
+        facts=lambda c: c.replace(seq_q_lens=c.q_lens), detect=lambda c: c.is_thd and c.seq_q_lens is not None,
+        why="as thd_seq_kv_lens",
+    ),
+    Rule(
+        "thd_scheduler", "thd", _same,
+        {
+            WRAPPER: _nie("scheduler"),
+            CONFIG: _ve("sched_policy", known_finding=_THD_SCHED, unsafe_launch=True),
+        },
+        tamper="scheduler", params={"sched_policy": _SCHED_LPT},
+        why=f"the varlen grid is 3-D: natural scheduler only ({_API}:7250-7257)",
+    ),
+    # ---- config: flavor table and TemplateParams
+    Rule(
+        "flavor_unknown", None, _same,
+        {CONFIG: _ve("flavor", known_finding=_FLAVOR_UNKNOWN, observed=KeyError)},
+        flavor="mistral", why="params_for_flavor('mistral') should name the supported flavors",
+    ),
+    _params_rule("params_tile_n", {"tile_n": 32}, "tile_n"),
+    _params_rule("params_num_warps", {"num_warps": 2}, "num_warps"),
+    _params_rule("params_tile_m", {"tile_m": 96}, "tile_m"),
+    _params_rule("params_tile_m_zero", {"tile_m": 0}, "tile_m", known_finding=_TILE_M_ZERO),
+    _params_rule("params_d_qk", {"d_qk": 72}, "d_qk"),
+    _params_rule("params_d_v", {"d_v": 72}, "d_v"),
+    _params_rule("params_envelope", {"d_qk": 64, "d_v": 128}, "(d_qk, d_v)"),
+    _params_rule("params_score_sign", {"score_sign": 2}, "score_sign"),
+    _params_rule("params_sched_policy", {"sched_policy": 7}, "sched_policy"),
+    _params_rule("params_sched_l2_mib", {"sched_l2_mib": 0}, "sched_l2_mib"),
+)  # fmt: skip
+
+RULES_BY_NAME: Dict[str, Rule] = {r.name: r for r in RULES}
+
+
+def rule(name: str) -> Rule:
+    try:
+        return RULES_BY_NAME[name]
+    except KeyError:
+        raise ValueError(f"contract rule {name!r}: unknown (known: {', '.join(RULES_BY_NAME)})") from None
+
+
+def broken_rules(case: Case) -> Tuple[str, ...]:
+    """Names of the rules ``case`` breaks (fact-detectable ones, plus its label)."""
+    return tuple(r.name for r in RULES if r.broken_by(case))
+
+
+def run_config(r: Rule, case: Case):
+    """Drive the ``config`` entry point for rule ``r`` on ``case`` (CPU only):
+    ``params_for_flavor(r.flavor)``; else ``kernels.specialize.specialize(case)``
+    (flavor pick + validate_params), then ``validate_params`` on the result
+    with ``r.params`` applied. Returns the TemplateParams or raises."""
+    from cudnn.sdpa.fwd import config_sm80 as cfg
+
+    from kernels.specialize import specialize
+
+    if r.flavor is not None:
+        return cfg.params_for_flavor(r.flavor)
+    params = specialize(case).params
+    if r.params:
+        params = dataclasses.replace(params, **r.params)
+        cfg.validate_params(params)
+    return params

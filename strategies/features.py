@@ -1,0 +1,101 @@
+"""Feature draws shared by the dense and THD strategies.
+
+Each helper takes Hypothesis' ``draw`` and returns plain facts. Structure is
+drawn before values and every dependent value is bounded by construction
+(never ``.filter``/``assume``), and every unusual value sits behind a boolean
+that shrinks to False, so a failing example shrinks to batch 1, one head,
+length 1, on-envelope gptoss, no features.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence, Tuple
+
+from hypothesis import strategies as st
+
+from conformance.case import DTYPES
+
+from . import pools
+
+
+@dataclass(frozen=True)
+class Common:
+    """Options every layout understands (validated once, at strategy build)."""
+
+    flavors: Tuple[str, ...] = pools.FLAVORS
+    dtypes: Tuple[str, ...] = DTYPES
+    off_envelope: Optional[bool] = None  # None: either; True/False: force
+    causal: Optional[bool] = None
+    windows: bool = True  # sliding windows and right bands allowed
+    sinks: Optional[bool] = None
+    scales: bool = True  # False: always the default scale (None)
+    max_heads: int = max(pools.KV_HEADS) * max(pools.GROUP_SIZES)
+
+    def __post_init__(self):
+        bad = [f for f in self.flavors if f not in pools.FLAVOR_ENVELOPES]
+        if bad or not self.flavors:
+            raise ValueError(f"option 'flavors': {bad or 'empty'} not in {pools.FLAVORS}")
+        bad = [d for d in self.dtypes if d not in DTYPES]
+        if bad or not self.dtypes:
+            raise ValueError(f"option 'dtypes': {bad or 'empty'} not in {DTYPES}")
+        if self.max_heads < 1:
+            raise ValueError(f"option 'max_heads': must be >= 1, got {self.max_heads}")
+
+
+def maybe(draw, forced: Optional[bool]) -> bool:
+    """A feature switch: forced when the option says so, else a boolean draw."""
+    return forced if forced is not None else draw(st.booleans())
+
+
+def head_dims(draw, opts: Common) -> Tuple[str, int, int]:
+    """Flavor first, then on-envelope (its exact dims) or off-envelope (smaller
+    dims that the flavor pick still sends to this flavor)."""
+    flavor = draw(st.sampled_from(opts.flavors))
+    if maybe(draw, opts.off_envelope):
+        d_qk, d_v = draw(st.sampled_from(pools.OFF_ENVELOPE_DIMS[flavor]))
+    else:
+        d_qk, d_v = pools.FLAVOR_ENVELOPES[flavor]
+    return flavor, d_qk, d_v
+
+
+def heads(draw, opts: Common) -> Tuple[int, int]:
+    """(h_q, h_kv): h_kv then a group size, so h_kv divides h_q by construction
+    (group 1: MHA; h_kv 1 with group > 1: MQA; otherwise GQA)."""
+    kv = [h for h in pools.KV_HEADS if h <= opts.max_heads]
+    h_kv = draw(st.sampled_from(kv))
+    groups = [g for g in pools.GROUP_SIZES if h_kv * g <= opts.max_heads]
+    return h_kv * draw(st.sampled_from(groups)), h_kv
+
+
+def mask(draw, opts: Common) -> dict:
+    """Mask family: causal, left window, right band (causal only), then the
+    bottom-right alignment (only where something aligns: causal or a window)."""
+    causal = maybe(draw, opts.causal)
+    window_left = window_right = -1
+    if opts.windows and draw(st.booleans()):
+        window_left = draw(st.sampled_from(pools.WINDOWS))
+    if opts.windows and causal and draw(st.booleans()):
+        window_right = draw(st.sampled_from(pools.RIGHT_BANDS))
+    bottom_right = (causal or window_left >= 0) and draw(st.booleans())
+    return dict(causal=causal, bottom_right=bottom_right, window_left=window_left, window_right=window_right)
+
+
+def scale(draw, opts: Common) -> Optional[float]:
+    """None (the kernels' default) unless drawn; nasty values (0, negative,
+    huge, tiny) behind a second boolean."""
+    if not opts.scales or not draw(st.booleans()):
+        return None
+    if draw(st.booleans()):
+        return draw(st.sampled_from(pools.NASTY_SCALES))
+    return draw(st.sampled_from(pools.SCALES))
+
+
+def seed(draw) -> int:
+    return draw(st.integers(0, 2**16 - 1))
+
+
+def length(draw, edges: bool, limit: int, small: Sequence[int] = pools.SMALL_LENGTHS) -> int:
+    """One physical length from a pool, at most ``limit`` (>= 1)."""
+    pool = pools.EDGE_LENGTHS if edges else small
+    return draw(st.sampled_from([n for n in pool if n <= limit] or [1]))

@@ -1,0 +1,85 @@
+"""Hypothesis profiles of the suite and the per-property example counts.
+
+- ``dev``: few examples, fast feedback while editing (the local default).
+- ``ci``: derandomized (the same examples every run, so a red CI is
+  reproducible from the log), no deadline (kernel compiles take seconds),
+  ``print_blob`` for reproduction, a fixed example count (the default when
+  the ``CI`` environment variable is set).
+- ``nightly``: many examples; properties call ``hypothesis.target()`` on
+  their error ratio so the search climbs toward the tolerance edge.
+
+Selection: pytest's own ``--hypothesis-profile NAME`` wins, then the
+environment variable ``SDPA_HYPOTHESIS_PROFILE``, then ``ci`` under ``CI``,
+else ``dev``. Profiles are registered when this module is imported, so
+Hypothesis' pytest plugin can load one by name whatever the plugin order.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+from hypothesis import HealthCheck, settings
+from hypothesis.errors import InvalidArgument
+
+ENV_VAR = "SDPA_HYPOTHESIS_PROFILE"
+
+MAX_EXAMPLES = {"dev": 10, "ci": 60, "nightly": 1000}
+
+# Share of the profile's examples per property kind: GPU launches and
+# compiles are expensive, contract checks and CPU-only checks are cheap.
+KIND_SCALE = {
+    "numerics": 1.0,  # kernel vs reference on the GPU
+    "tails": 0.5,  # poisoned-output / padding checks on the GPU
+    "contracts": 0.5,  # violating cases: one exception per example
+    "compile": 0.2,  # CPU compile tier (~1.5 s per new geometry)
+    "cpu": 5.0,  # pure-Python checks (strategies, reference self-tests)
+}
+
+settings.register_profile(
+    "dev",
+    max_examples=MAX_EXAMPLES["dev"],
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "ci",
+    max_examples=MAX_EXAMPLES["ci"],
+    derandomize=True,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "nightly",
+    max_examples=MAX_EXAMPLES["nightly"],
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+
+def profile_name(cli_profile: Optional[str] = None) -> str:
+    """The profile to run: pytest's --hypothesis-profile, then $SDPA_HYPOTHESIS_PROFILE,
+    then ``ci`` when $CI is set, else ``dev``."""
+    name = cli_profile or os.environ.get(ENV_VAR) or ("ci" if os.environ.get("CI") else "dev")
+    try:
+        settings.get_profile(name)  # ours, or one registered elsewhere
+    except InvalidArgument:
+        raise ValueError(f"hypothesis profile {name!r}: not registered (ours: {tuple(MAX_EXAMPLES)}; from --hypothesis-profile or ${ENV_VAR})") from None
+    return name
+
+
+def load_profile(cli_profile: Optional[str] = None) -> str:
+    """Load and return the selected profile (the pytest plugin calls this from
+    pytest_configure with ``config.getoption('--hypothesis-profile')``)."""
+    name = profile_name(cli_profile)
+    settings.load_profile(name)
+    return name
+
+
+def examples(kind: str) -> int:
+    """max_examples for one property kind under the loaded profile."""
+    if kind not in KIND_SCALE:
+        raise ValueError(f"example kind {kind!r}: not one of {tuple(KIND_SCALE)}")
+    return max(1, round(settings().max_examples * KIND_SCALE[kind]))

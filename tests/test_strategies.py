@@ -1,0 +1,195 @@
+"""The valid-fact strategies: validity, coverage, options, shrinking, profiles.
+
+Every Hypothesis run here is derandomized with no example database, so the
+same examples are drawn on every machine and run.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+import pytest
+from hypothesis import HealthCheck, find, given, settings
+
+from conformance.case import Case
+from conformance.contracts import broken_rules
+from strategies import cases, dense_cases, examples, load_profile, thd_cases
+from strategies import pools, profiles
+from strategies.coverage import REQUIRED, flavor_of, labels
+
+FIXED = dict(derandomize=True, database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+# ------------------------------------------------------------ tables vs kernels
+def test_flavor_tables_match_the_kernels():
+    from cudnn.sdpa.fwd import api_dsl
+
+    assert tuple(pools.FLAVOR_ENVELOPES) == api_dsl._SM80_SUPPORTED_FLAVORS
+    assert pools.FLAVOR_ENVELOPES == api_dsl._SM80_FLAVOR_DIMS
+    for flavor, (tile_m, _warps, tile_n) in api_dsl._SM80_FLAVOR_KNOBS.items():
+        assert (tile_m, tile_n) == (pools.TILE_M, pools.TILE_N), flavor
+
+
+def test_off_envelope_dims_are_picked_for_their_flavor():
+    from kernels.specialize import pick_flavor
+
+    for flavor, pairs in pools.OFF_ENVELOPE_DIMS.items():
+        assert pairs, flavor
+        assert pick_flavor(*pools.FLAVOR_ENVELOPES[flavor]) == flavor
+        for d_qk, d_v in pairs:
+            assert d_qk % 8 == 0 and d_v % 8 == 0
+            assert (d_qk, d_v) != pools.FLAVOR_ENVELOPES[flavor]
+            assert pick_flavor(d_qk, d_v) == flavor, (d_qk, d_v)
+
+
+# ------------------------------------------------------------------- validity
+def _wrapper_contracts_hold(c: Case):
+    """The wrapper's own contracts for valid calls (api_dsl.sdpa_fwd_wrapper_sm80,
+    SdpaFwdDslSm80.check_support)."""
+    assert c.h_q % c.h_kv == 0
+    assert c.window_right < 0 or c.causal
+    assert not c.bottom_right or c.causal or c.window_left >= 0
+    if c.is_thd:
+        assert c.bias is None and c.seq_q_lens is None and c.seq_kv_lens is None
+    elif c.bias is not None:
+        assert c.bias in (c.dtype, "float32") and c.bias_batch == 1
+
+
+@settings(max_examples=400, **FIXED)
+@given(cases())
+def test_drawn_cases_are_valid(c):
+    from kernels.specialize import specialize
+
+    assert c.structural_problem() is None
+    assert c.violation is None and broken_rules(c) == ()
+    _wrapper_contracts_hold(c)
+    spec = specialize(c)  # the kernels' flavor pick + validate_params: must not raise
+    assert spec.flavor == flavor_of(c)
+    assert Case.from_json(c.to_json()) == c
+
+
+# ------------------------------------------------------------------- coverage
+def test_every_feature_is_exercised():
+    seen = set()
+
+    @settings(max_examples=600, **FIXED)
+    @given(cases())
+    def collect(c):
+        seen.update(labels(c))
+
+    collect()
+    assert sorted(REQUIRED - seen) == []
+
+
+# -------------------------------------------------------------------- options
+@settings(max_examples=60, **FIXED)
+@given(
+    dense_cases(
+        flavors=("llama",), dtypes=("bfloat16",), bias=True, bias_dtypes=("float32",), sinks=False,
+        causal=True, windows=False, scales=False, padding=False, memory=("bhsd",), max_tokens=64, off_envelope=False,
+    )
+)  # fmt: skip
+def test_dense_options_restrict(c):
+    assert (c.layout, c.dtype, c.d_qk, c.d_v, c.bias, c.memory) == ("dense", "bfloat16", 128, 128, "float32", "bhsd")
+    assert c.causal and not c.sinks and c.scale is None and c.window_left == c.window_right == -1
+    assert c.seq_q_lens is None and c.seq_kv_lens is None
+    assert c.batch * c.s_q <= 64 and c.batch * c.s_kv <= 64
+
+
+@settings(max_examples=60, **FIXED)
+@given(thd_cases(max_tokens=20, max_seqs=2, zeros=False, offsets=True, flavors=("qwen",), off_envelope=True, max_heads=2))
+def test_thd_options_restrict(c):
+    assert c.is_thd and flavor_of(c) == "qwen" and (c.d_qk, c.d_v) != (256, 256)
+    assert 1 <= c.n_seq <= 2 and sum(c.q_lens) <= 20 and sum(c.kv_lens) <= 20
+    assert 0 not in c.q_lens + c.kv_lens
+    assert min(c.q_base, c.kv_base, c.q_slack, c.kv_slack) > 0
+    assert c.h_q <= 2
+
+
+@settings(max_examples=30, **FIXED)
+@given(cases(bias=True))
+def test_forcing_a_dense_only_feature_leaves_thd_out(c):
+    assert not c.is_thd and c.bias is not None
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: dense_cases(flavors=("mistral",)),
+        lambda: dense_cases(dtypes=("float32",)),
+        lambda: dense_cases(memory=("sbhd",)),
+        lambda: dense_cases(bias_dtypes=("float64",)),
+        lambda: thd_cases(max_tokens=0),
+        lambda: cases(layouts=("thd",), bias=True),
+    ],
+)
+def test_bad_options_are_refused(make):
+    with pytest.raises(ValueError, match="option"):
+        make()
+
+
+def test_unknown_option_is_a_type_error():
+    with pytest.raises(TypeError):
+        dense_cases(no_such_option=1)
+
+
+# ------------------------------------------------------------------ shrinking
+_SHRINK = settings(database=None, derandomize=True, max_examples=2000, suppress_health_check=list(HealthCheck))
+
+
+def test_shrinks_bias_and_causal_to_the_smallest_case():
+    c = find(cases(), lambda c: c.bias is not None and c.causal, settings=_SHRINK)
+    assert c == Case(
+        layout="dense", dtype="float16", batch=1, h_q=1, h_kv=1, d_qk=64, d_v=64, s_q=1, s_kv=1,
+        causal=True, bias="float16",
+    )  # fmt: skip
+
+
+def test_shrinks_to_the_first_tile_edge_past_a_tile():
+    c = find(dense_cases(), lambda c: c.s_q > pools.TILE_N, settings=_SHRINK)
+    assert (c.batch, c.h_q, c.s_q, c.s_kv, c.bias, c.sinks, c.causal) == (1, 1, pools.TILE_N + 1, pools.TILE_N + 1, None, False, False)
+
+
+def test_shrinks_thd_to_one_short_sequence_pair():
+    c = find(thd_cases(), lambda c: c.causal and c.bottom_right and any(q > kv for q, kv in zip(c.q_lens, c.kv_lens)), settings=_SHRINK)
+    assert (c.h_q, c.q_lens, c.kv_lens, c.q_base, c.q_slack, c.sinks, c.window_left) == (1, (1,), (0,), 0, 0, False, -1)
+
+
+def test_strategies_never_filter_or_assume():
+    """Validity is by construction: rejection sampling would slow generation
+    and let shrinking wander into invalid facts."""
+    src = pathlib.Path(__file__).resolve().parents[1] / "strategies"
+    for path in src.glob("*.py"):
+        text = path.read_text()
+        assert not re.search(r"\.filter\(|\bassume\(|\breject\(", text), path.name
+
+
+# ------------------------------------------------------------------- profiles
+def test_profile_selection(monkeypatch):
+    monkeypatch.delenv(profiles.ENV_VAR, raising=False)
+    monkeypatch.delenv("CI", raising=False)
+    assert profiles.profile_name() == "dev"
+    monkeypatch.setenv("CI", "true")
+    assert profiles.profile_name() == "ci"
+    monkeypatch.setenv(profiles.ENV_VAR, "nightly")
+    assert profiles.profile_name() == "nightly"
+    assert profiles.profile_name("dev") == "dev"  # --hypothesis-profile wins
+    with pytest.raises(ValueError, match="not registered"):
+        profiles.profile_name("no-such-profile")
+
+
+def test_profiles_settings_and_examples():
+    ci = settings.get_profile("ci")
+    assert ci.derandomize and ci.deadline is None and ci.print_blob
+    assert HealthCheck.too_slow in ci.suppress_health_check
+    assert settings.get_profile("dev").max_examples < ci.max_examples < settings.get_profile("nightly").max_examples
+    previous = settings._current_profile
+    try:
+        assert load_profile("ci") == "ci"
+        assert examples("numerics") == ci.max_examples
+        assert 1 <= examples("compile") < examples("numerics") < examples("cpu")
+        with pytest.raises(ValueError, match="kind"):
+            examples("bogus")
+    finally:
+        settings.load_profile(previous)
