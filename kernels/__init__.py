@@ -1,1 +1,33 @@
-"""kernels package."""
+"""Kernel adapters: run a Case on one entry point of the kernels under test.
+
+``get_adapter(name, **options)`` builds one by name; the name defaults to
+``$SDPA_ADAPTER`` and then "prepared". Nothing here imports ``cudnn`` (the
+kernels source may still be chosen, kernels.source.use_kernels_source).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Optional
+
+ADAPTER_ENV = "SDPA_ADAPTER"
+DEFAULT_ADAPTER = "prepared"
+
+# name -> (module, class)
+ADAPTERS = {
+    "prepared": ("kernels.prepared", "PreparedAdapter"),  # prepared_host compile entry points
+    "wrapper": ("kernels.wrapper", "WrapperAdapter"),  # public sdpa_fwd_wrapper_sm80
+}
+
+
+def adapter_name(name: Optional[str] = None) -> str:
+    return name or os.environ.get(ADAPTER_ENV) or DEFAULT_ADAPTER
+
+
+def get_adapter(name: Optional[str] = None, **options):
+    name = adapter_name(name)
+    if name not in ADAPTERS:
+        raise ValueError(f"unknown adapter {name!r} (from {ADAPTER_ENV} or the option); known: {', '.join(ADAPTERS)}")
+    module, cls = ADAPTERS[name]
+    return getattr(importlib.import_module(module), cls)(**options)

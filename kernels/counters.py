@@ -1,0 +1,56 @@
+"""Compile counters read around one call -> ``kernels.base.CompileDelta``.
+
+    with measure() as box:
+        ...one compile step...
+    box.delta  # CompileDelta
+
+``misses`` counts every trip to the compiler: ``compiled_cache`` counts
+"misses" when it compiles and persists, and "bypassed" when it compiles
+without its files (no device to name in the cache's environment, as on a
+CPU-only machine, or the cache disabled). Both are real compiles.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from kernels.base import CompileDelta
+
+
+def read() -> dict:
+    from cudnn.frost import compiled_cache, template_loader
+    from cudnn.sdpa.fwd import prepared_sm80_thd
+    from cudnn.sdpa.fwd.kernels.sm80 import prepared_host
+
+    from kernels.source import rewritten_hosts
+
+    s = compiled_cache.stats()
+    # Rewritten hosts (mutants) carry their own compile_thd_host lru.
+    lru = sum(h.compile_thd_host.cache_info().misses for h in (prepared_host, *rewritten_hosts()))
+    return {
+        "misses": s["misses"] + s["bypassed"],
+        "hits": s["hits"],
+        "memo_hits": s["memo_hits"],
+        "thd_lru_misses": lru + prepared_sm80_thd.build_launch.cache_info().misses,
+        "modules": len(template_loader._MODULES),
+    }
+
+
+@dataclass
+class DeltaBox:
+    delta: CompileDelta = CompileDelta()
+
+
+@contextmanager
+def measure():
+    """Yield a box whose ``delta`` is set when the block ends (even by an exception)."""
+    box = DeltaBox()
+    before, start = read(), time.perf_counter()
+    try:
+        yield box
+    finally:
+        seconds = time.perf_counter() - start
+        after = read()
+        box.delta = CompileDelta(**{k: after[k] - before[k] for k in before}, seconds=seconds)

@@ -1,0 +1,297 @@
+"""PreparedAdapter: the SM80 templates through their compile entry points.
+
+Drives ``cudnn/sdpa/fwd/kernels/sm80/prepared_host.py`` the way its real
+callers do (dense: ``prepared_sm80.build_spec``; THD:
+``SdpaFwdDslSm80._execute_thd`` / ``_sm80_thd_forward``), with none of the
+wrappers' contract checks in between. See kernels/README.md.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from contextlib import contextmanager
+from typing import Optional
+
+import torch
+
+from conformance.case import Case
+from conformance.data import CaseTensors, TORCH_DTYPES, dense_view, make_outputs
+from kernels.base import CompileDelta, KernelResult
+from kernels.counters import measure
+from kernels.specialize import specialize
+
+LOG2E = math.log2(math.e)
+# cu_seqlens and sink dtypes compile_thd_host is asked for (the wrapper's defaults).
+THD_PREFIX_DTYPES = ("torch.int32", "torch.int32")
+THD_SINK_DTYPE = "torch.float32"
+COMPILE_ONLY_ARCH = "sm_80"
+_ARCH_OPTION = re.compile(r"--gpu-arch[= ]\S+")
+
+
+def set_gpu_arch(options: str, arch: str, add: bool = False) -> str:
+    """``options`` with its --gpu-arch set to ``arch`` (added only when ``add``)."""
+    if _ARCH_OPTION.search(options):
+        return _ARCH_OPTION.sub(f"--gpu-arch={arch}", options)
+    return f"{options} --gpu-arch={arch}".strip() if add else options
+
+
+@contextmanager
+def compile_arch(host, arch: Optional[str], *, add: bool = False):
+    """While active, compiles issued by ``host`` (a prepared_host module) target
+    ``arch``: ``compile_thd_host`` hard-codes ``--gpu-arch=sm_80``, whose artifact
+    has no loadable entry on another arch; ``add`` also pins ``compile_host``,
+    which names no arch and compiles for the live device (sm_100 without one)."""
+    if arch is None:
+        yield
+        return
+    real = host.compile_cached
+
+    def targeted(*args, **kwargs):
+        kwargs["options"] = set_gpu_arch(str(kwargs.get("options") or ""), arch, add)
+        return real(*args, **kwargs)
+
+    host.compile_cached = targeted
+    try:
+        yield
+    finally:
+        host.compile_cached = real
+
+
+# ------------------------------------------------------------------ staging
+def _vector_ready(t: torch.Tensor) -> bool:
+    """What prepared_sm80.native_layouts admits: head dim contiguous, every outer
+    stride a multiple of 8 elements, a 16-byte aligned base."""
+    return t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and all(n == 1 or st % 8 == 0 for n, st in zip(t.shape[:-1], t.stride()[:-1]))
+
+
+def _stage_dense(t: torch.Tensor, width: int) -> torch.Tensor:
+    """``t`` (logical B,H,S,D) itself when the native host can take it, else a
+    compact BSHD copy zero-padded to ``width`` (what the wrapper's staged path
+    builds). Values are copied in, outputs included: cells the kernel does not
+    write keep the caller's bytes."""
+    if t.shape[-1] == width and _vector_ready(t):
+        return t
+    b, h, s, d = t.shape
+    buf = torch.zeros(b, s, h, width, dtype=t.dtype, device=t.device).permute(0, 2, 1, 3)
+    buf[..., :d].copy_(t)
+    return buf
+
+
+def _stage_packed(t: torch.Tensor, width: int) -> torch.Tensor:
+    """A packed (T, H, D) operand as the THD host addresses it: compact, ``width`` wide."""
+    if t.shape[-1] == width and t.is_contiguous():
+        return t
+    buf = torch.zeros(*t.shape[:-1], width, dtype=t.dtype, device=t.device)
+    buf[..., : t.shape[-1]].copy_(t)
+    return buf
+
+
+def _bshd(t: torch.Tensor):
+    """(shape, strides) of a logical (B,H,S,D) tensor in the host's (B,S,H,D) order."""
+    order = (0, 2, 1, 3)
+    return tuple(int(t.shape[i]) for i in order), tuple(int(t.stride(i)) for i in order)
+
+
+def dense_geometry(case: Case, q, k, v, o, lse) -> tuple:
+    """The geometry tuple prepared_sm80.build_spec declares (nine operands)."""
+    b, h = case.batch, case.h_q
+    vec = lambda on, n: ((n,), (1,)) if on else None  # noqa: E731
+    bias = None
+    if case.bias is not None:
+        # build_spec declares [1, H, SQ, SKV] compact whatever the caller holds;
+        # the kernel indexes head * SQ * SKV from the base pointer.
+        bias = ((1, h, case.s_q, case.s_kv), (h * case.s_q * case.s_kv, case.s_q * case.s_kv, case.s_kv, 1))
+    return (
+        _bshd(q),
+        _bshd(k),
+        _bshd(v),
+        _bshd(o),
+        (tuple(lse.shape), tuple(lse.stride())),
+        vec(case.seq_kv_lens is not None, b),
+        vec(case.seq_q_lens is not None, b),
+        vec(case.sinks, h),
+        bias,
+    )
+
+
+def _qk_width(d_qk: int) -> int:
+    # The loads predicate whole 8-element vectors against the real d
+    # (load_tile_2d valid_cols), so a d that is not a multiple of 8 is padded
+    # to the next multiple, as the wrapper's staged path does.
+    return -(-d_qk // 8) * 8
+
+
+def _ptr(t: Optional[torch.Tensor]):
+    return None if t is None else t.data_ptr()
+
+
+# Compiled dense specializations of this process: (compile key, arch) -> artifact.
+_DENSE = {}
+
+
+class PreparedAdapter:
+    name = "prepared"
+
+    def __init__(self, rewrites=()):
+        from kernels.source import check_rewrites
+
+        self.rewrites = tuple(rewrites)
+        check_rewrites(self.rewrites)  # a stale mutant fails here, before any compile
+        self._env = None
+        # For the pytest header and reports.
+        self.label = self.name if not self.rewrites else f"{self.name} ({len(self.rewrites)} source rewrites)"
+
+    # ----------------------------------------------------------- plumbing
+    @property
+    def host(self):
+        from kernels.source import host_module
+
+        return host_module(self.rewrites)
+
+    def _module(self, spec):
+        from kernels.source import template_module
+
+        return template_module(spec.flavor, spec.params, self.rewrites)
+
+    def _live(self):
+        from kernels.environment import detect
+
+        if self._env is None:
+            self._env = detect()
+        if self._env.capability is None:
+            raise RuntimeError("no CUDA GPU: the prepared adapter can only compile_only() here")
+        return self._env
+
+    def _compile_dense(self, mod, spec, geometry, arch: Optional[str]):
+        host = self.host
+        key = host.template_key(vars(mod), dict(geometry=geometry, swa_window=spec.swa_window, right_bound=spec.right_bound), "prepared_dense")
+        memo = (key, arch)
+        if key is None or memo not in _DENSE:
+            with compile_arch(host, arch, add=True):
+                artifact = host.compile_host(mod, spec.params, geometry, spec.swa_window, spec.right_bound, key)
+            if key is None:
+                return artifact
+            _DENSE[memo] = artifact
+        return _DENSE[memo]
+
+    def _notes(self, spec, **more) -> dict:
+        notes = {"adapter": self.name, "flavor": spec.flavor, "envelope": list(spec.envelope)}
+        if self.rewrites:
+            notes["rewrites"] = len(self.rewrites)
+        notes.update(more)
+        return notes
+
+    # -------------------------------------------------------------- run
+    def run(self, case: Case, inputs: CaseTensors, outputs=None, *, initialize_outputs: bool = True) -> KernelResult:
+        env = self._live()
+        dev = inputs.q.device if inputs.q.is_cuda else torch.device("cuda", torch.cuda.current_device())
+        inputs = inputs.to(dev)
+        o, lse = outputs if outputs is not None else make_outputs(case, dev)
+        if o.device != dev or lse.device != dev:
+            raise ValueError(f"output buffers must be on {dev} (the kernel writes them in place)")
+        spec = specialize(case)
+        if case.is_thd:
+            return self._run_thd(case, spec, env, inputs, o, lse, initialize_outputs)
+        return self._run_dense(case, spec, env, inputs, o, lse)
+
+    def _launch_context(self, dev):
+        from cudnn._device import ensure_current_context
+
+        stream = torch.cuda.current_stream(dev).cuda_stream
+        # The real callers bind the stream's context before a raw launch.
+        ensure_current_context(int(stream), dev.index)
+        return int(stream)
+
+    def _run_dense(self, case, spec, env, inputs, o, lse) -> KernelResult:
+        from cudnn.frost.compiled_cache import positional_entry
+        from cudnn.sdpa.fwd.config_sm80 import kernel_scale
+
+        fdqk, fdv = spec.envelope
+        qk_width = _qk_width(case.d_qk)
+        q, k = _stage_dense(inputs.q, qk_width), _stage_dense(inputs.k, qk_width)
+        v, o_run = _stage_dense(inputs.v, fdv), _stage_dense(o, fdv)
+        staged = [n for n, a, b in (("q", q, inputs.q), ("k", k, inputs.k), ("v", v, inputs.v), ("o", o_run, o)) if a is not b]
+        geometry = dense_geometry(case, q, k, v, o_run, lse)
+        with measure() as box:
+            artifact = self._compile_dense(self._module(spec), spec, geometry, arch=None)
+        fn = positional_entry(artifact)
+        if fn is None:
+            raise NotImplementedError("prepared_host.compile_host gave no positional tvm-ffi entry")
+        scale = kernel_scale(case.softmax_scale)
+        stream = self._launch_context(q.device)
+        fn(_ptr(q), _ptr(k), _ptr(v), _ptr(o_run), _ptr(lse), _ptr(inputs.seq_kv_lens), _ptr(inputs.seq_q_lens), _ptr(inputs.sinks), _ptr(inputs.bias), scale * LOG2E, 1.0 / scale, stream)
+        if o_run is not o:
+            o.copy_(o_run[..., : case.d_v])
+        arch = "sm_80" if env.native else f"{env.live_arch} (compile_host names no --gpu-arch: the DSL targets the live device)"
+        return KernelResult(o, lse, box.delta, self._notes(spec, arch=arch, mode=env.mode, staged=staged))
+
+    def _run_thd(self, case, spec, env, inputs, o, lse, initialize_outputs) -> KernelResult:
+        from cudnn.sdpa.fwd.config_sm80 import kernel_scale
+
+        fdqk, fdv = spec.envelope
+        q, k, v = _stage_packed(inputs.q, fdqk), _stage_packed(inputs.k, fdqk), _stage_packed(inputs.v, fdv)
+        o_run, lse_run = _stage_packed(o, fdv), lse.contiguous()
+        staged = [n for n, a, b in (("q", q, inputs.q), ("k", k, inputs.k), ("v", v, inputs.v), ("o", o_run, o), ("lse", lse_run, lse)) if a is not b]
+        # compile_thd_host hard-codes sm_80; elsewhere retarget it to the live arch.
+        arch = None if env.native else env.live_arch
+        host = self.host
+        with measure() as box:
+            mod = self._module(spec)
+            with compile_arch(host, arch):
+                _, fn = host.compile_thd_host(mod, case.h_q, case.h_kv, case.n_seq, spec.swa_window, THD_PREFIX_DTYPES, THD_SINK_DTYPE, None, initialize_outputs)
+        scale = kernel_scale(case.softmax_scale)
+        stream = self._launch_context(q.device)
+        fn(
+            _ptr(q), _ptr(k), _ptr(v), _ptr(o_run), _ptr(lse_run), _ptr(inputs.cu_q), _ptr(inputs.cu_kv), _ptr(inputs.sinks),
+            case.t_q, case.t_kv, case.max_s_q,
+            case.h_q * fdqk, fdqk, case.h_kv * fdqk, fdqk, case.h_kv * fdv, fdv,
+            scale * LOG2E, 1.0 / scale, spec.right_bound, (1, 1, 1), stream,
+        )  # fmt: skip
+        if o_run is not o:
+            o.copy_(o_run[..., : case.d_v])
+        if lse_run is not lse:
+            lse.copy_(lse_run)
+        arch_note = "sm_80" if arch is None else f"{arch} (--gpu-arch=sm_80 rewritten)"
+        notes = self._notes(spec, arch=arch_note, mode=env.mode, staged=staged, initialize_outputs=initialize_outputs)
+        return KernelResult(o, lse, box.delta, notes)
+
+    # ------------------------------------------------------ compile only
+    def compile_only(self, case: Case, *, initialize_outputs: bool = True) -> CompileDelta:
+        """Specialize and compile ``case`` for sm_80 from its facts alone (no CUDA)."""
+        spec = specialize(case)
+        host = self.host
+        if case.is_thd:
+            with measure() as box, _entry_optional(host):
+                # The unwrapped function: the lru must never hold an artifact
+                # built for another arch than the live runs' (nor an entry-less one).
+                host.compile_thd_host.__wrapped__(
+                    self._module(spec), case.h_q, case.h_kv, case.n_seq, spec.swa_window, THD_PREFIX_DTYPES, THD_SINK_DTYPE, None, initialize_outputs
+                )
+            return box.delta
+        # Meta tensors in the layouts a run would hand the host (no memory, no device).
+        dt = TORCH_DTYPES[case.dtype]
+        with torch.device("meta"):
+            q = _stage_dense(dense_view(case, case.batch, case.h_q, case.s_q, case.d_qk, dt), _qk_width(case.d_qk))
+            k = _stage_dense(dense_view(case, case.batch, case.h_kv, case.s_kv, case.d_qk, dt), _qk_width(case.d_qk))
+            v = _stage_dense(dense_view(case, case.batch, case.h_kv, case.s_kv, case.d_v, dt), spec.envelope[1])
+            o, lse = make_outputs(case, "meta")
+            o = _stage_dense(o, spec.envelope[1])
+        geometry = dense_geometry(case, q, k, v, o, lse)
+        with measure() as box:
+            self._compile_dense(self._module(spec), spec, geometry, arch=COMPILE_ONLY_ARCH)
+        return box.delta
+
+
+@contextmanager
+def _entry_optional(host):
+    """compile_thd_host raises when its artifact has no positional entry, which
+    is always so where no sm_80 device can load it (CPU, another arch): the
+    compile happened all the same. Only for the unwrapped (uncached) call."""
+    real = host.positional_entry
+    host.positional_entry = lambda artifact: real(artifact) or (lambda *a: None)
+    try:
+        with compile_arch(host, COMPILE_ONLY_ARCH, add=True):
+            yield
+    finally:
+        host.positional_entry = real

@@ -1,0 +1,200 @@
+"""Where the kernel code comes from, and rewritten (mutant) copies of it.
+
+Default: the installed ``nvidia-cudnn-frontend`` wheel. ``use_kernels_source``
+(``--kernels-source PATH`` / ``SDPA_KERNELS_SOURCE``) makes ``import cudnn``
+resolve to a cudnn-frontend checkout's ``python/`` tree instead; it must run
+before anything imports ``cudnn``, so this module never imports it at load.
+
+Rewrites (for the mutant harness): a ``Rewrite`` replaces one exact piece of
+one kernel file's source. The rewritten file is written to a temp directory
+under a name carrying its content digest and loaded from there, so it never
+aliases the pristine module: ``template_loader.load_template`` keys modules by
+``(path, params)`` and digests the file bytes into ``FROST_SOURCE_DIGEST``,
+which the compile keys carry. A rewritten ``prepared_host`` gets its compile
+keys salted with its digest (its keys name the template and the call, not the
+host's own source).
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import importlib.util
+import os
+import re
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterable, Optional, Tuple
+
+SOURCE_ENV = "SDPA_KERNELS_SOURCE"
+
+# Rewritable files, relative to the cudnn package. "f16"/"d256" are the keys
+# of api_dsl._SM80_KERNEL_FILES (the two SM80 templates), "host" the pointer host.
+TARGETS = {
+    "f16": "sdpa/fwd/kernels/sm80/prefill_f16.py",
+    "d256": "sdpa/fwd/kernels/sm80/prefill_d256_f16.py",
+    "host": "sdpa/fwd/kernels/sm80/prepared_host.py",
+}
+# What a --kernels-source tree must hold to serve this suite.
+REQUIRED = ("cudnn/" + TARGETS["f16"], "cudnn/" + TARGETS["d256"])
+
+
+class KernelSourceError(RuntimeError):
+    """A kernels source that cannot be used (names the path)."""
+
+
+class StaleMutant(ValueError):
+    """A rewrite whose search text no longer occurs exactly once in its file."""
+
+
+_override: Optional[Path] = None
+
+
+def use_kernels_source(path=None) -> Optional[Path]:
+    """Make ``import cudnn`` resolve under ``path`` (None: ``$SDPA_KERNELS_SOURCE``;
+    neither: the installed wheel, returns None). Raises ``KernelSourceError``
+    when the templates are missing there or cudnn was already imported elsewhere."""
+    global _override
+    raw = path if path is not None else (os.environ.get(SOURCE_ENV) or None)
+    if raw is None:
+        return None
+    root = Path(raw).expanduser().resolve()
+    missing = [rel for rel in REQUIRED if not (root / rel).is_file()]
+    if missing:
+        raise KernelSourceError(f"kernels source {root}: not a cudnn-frontend python/ tree, missing {', '.join(missing)}")
+    loaded = sys.modules.get("cudnn")
+    if loaded is not None and Path(loaded.__file__).resolve().parent != root / "cudnn":
+        raise KernelSourceError(
+            f"kernels source {root}: cudnn is already imported from {Path(loaded.__file__).parent}; choose the source before anything imports cudnn"
+        )
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    # Subprocesses (xdist workers, repro runs) inherit the choice.
+    os.environ[SOURCE_ENV] = str(root)
+    _override = root
+    return root
+
+
+def package_root() -> Path:
+    """The directory of the ``cudnn`` package in use (found without importing it)."""
+    loaded = sys.modules.get("cudnn")
+    if loaded is not None:
+        return Path(loaded.__file__).resolve().parent
+    spec = importlib.util.find_spec("cudnn")
+    if spec is None or spec.origin is None:
+        raise KernelSourceError("no cudnn package found (install nvidia-cudnn-frontend or pass --kernels-source)")
+    return Path(spec.origin).resolve().parent
+
+
+def describe() -> str:
+    try:
+        root = package_root()
+    except KernelSourceError:
+        return "none found"
+    return f"{'checkout' if _override is not None else 'wheel'} {root}"
+
+
+# --------------------------------------------------------------- rewrites
+@dataclass(frozen=True)
+class Rewrite:
+    target: str  # a TARGETS key
+    pattern: str  # exact source text (a regular expression when regex)
+    replacement: str
+    regex: bool = False
+
+
+def rewrite_text(text: str, rewrites: Iterable[Rewrite], where: str) -> str:
+    """Apply ``rewrites`` in order; each must match exactly once."""
+    for rw in rewrites:
+        if rw.regex:
+            new, n = re.subn(rw.pattern, rw.replacement, text)
+        else:
+            n = text.count(rw.pattern)
+            new = text.replace(rw.pattern, rw.replacement)
+        if n != 1:
+            raise StaleMutant(f"{where}: rewrite of {rw.pattern!r} matched {n} times (expected exactly once)")
+        text = new
+    return text
+
+
+def _pristine(target: str) -> str:
+    if target not in TARGETS:
+        raise ValueError(f"rewrite target {target!r} is not one of {sorted(TARGETS)}")
+    return (package_root() / TARGETS[target]).read_text(encoding="utf-8")
+
+
+def check_rewrites(rewrites: Iterable[Rewrite]) -> None:
+    """Verify every rewrite against its pristine file (StaleMutant otherwise)."""
+    rewrites = tuple(rewrites)
+    for target in sorted({rw.target for rw in rewrites}):
+        rewrite_text(_pristine(target), [rw for rw in rewrites if rw.target == target], TARGETS.get(target, target))
+
+
+_TMP: Optional[Path] = None
+
+
+def _rewritten_file(target: str, rewrites: Iterable[Rewrite]) -> Optional[Tuple[Path, str]]:
+    """(path, digest) of ``target`` with its rewrites applied, or None when none apply."""
+    global _TMP
+    mine = [rw for rw in rewrites if rw.target == target]
+    if not mine:
+        return None
+    text = rewrite_text(_pristine(target), mine, TARGETS[target])
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+    if _TMP is None:
+        _TMP = Path(tempfile.mkdtemp(prefix="sdpa-rewrites-"))
+        atexit.register(shutil.rmtree, _TMP, True)
+    # Kept for the process: the DSL reads jit functions' source from the file.
+    path = _TMP / f"{Path(TARGETS[target]).stem}_{digest}.py"
+    if not path.exists():
+        path.write_text(text, encoding="utf-8")
+    return path, digest
+
+
+def template_module(flavor: str, params, rewrites: Iterable[Rewrite] = ()):
+    """The template module for (flavor, TemplateParams), rewritten when a
+    rewrite targets its file; pristine through the kernels' own loader otherwise."""
+    from cudnn.sdpa.fwd import api_dsl
+
+    file_key = "d256" if flavor in api_dsl._SM80_D256_FLAVORS else "f16"
+    hit = _rewritten_file(file_key, rewrites)
+    if hit is None:
+        return api_dsl._sm80_load_kernel_module(flavor, params)
+    from cudnn.frost.template_loader import load_template
+
+    return load_template(str(hit[0]), params, tag=f"sm80_{hit[0].stem}")
+
+
+_HOSTS: Dict[str, object] = {}
+
+
+def host_module(rewrites: Iterable[Rewrite] = ()):
+    """``prepared_host``, or a fresh module of its rewritten source."""
+    hit = _rewritten_file("host", rewrites)
+    if hit is None:
+        from cudnn.sdpa.fwd.kernels.sm80 import prepared_host
+
+        return prepared_host
+    path, digest = hit
+    if digest not in _HOSTS:
+        # A name inside the sm80 package keeps its relative imports working.
+        name = f"cudnn.sdpa.fwd.kernels.sm80._rewritten_host_{digest}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        base = mod.template_key
+
+        def salted(module_globals, arguments, function="compile"):
+            key = base(module_globals, arguments, function)
+            return None if key is None else f"{key}|host:{digest}"
+
+        mod.template_key = salted
+        _HOSTS[digest] = mod
+    return _HOSTS[digest]
+
+
+def rewritten_hosts() -> Tuple[object, ...]:
+    return tuple(_HOSTS.values())

@@ -1,0 +1,133 @@
+"""WrapperAdapter: the public ``cudnn.sdpa.fwd.sdpa_fwd_wrapper_sm80``.
+
+The wrapper owns its outputs; they are copied into the caller's buffers in
+the suite's layouts. Its dense path refuses any device but SM 8.0 in
+``SdpaFwdDslSm80.check_support``; the opt-in SM80-compatibility mode
+(``sm80_compat=True`` / ``SDPA_SM80_COMPAT=1``) lets that one check pass on
+another arch and retargets the compiles that hard-code sm_80 to the live arch.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from contextlib import ExitStack, contextmanager
+
+import torch
+
+from conformance.case import Case
+from conformance.data import CaseTensors, make_outputs
+from kernels.base import CompileDelta, KernelResult
+from kernels.counters import measure
+
+COMPAT_ENV = "SDPA_SM80_COMPAT"
+
+
+class UnsupportedDevice(RuntimeError):
+    """The wrapper cannot run on this machine in the chosen mode."""
+
+
+@contextmanager
+def _sm80_capability_for_api_dsl():
+    """``torch.cuda.get_device_capability`` answers (8, 0) to api_dsl's callers
+    only (SdpaFwdDslSm80.check_support's architecture check); everyone else
+    keeps the real answer."""
+    real = torch.cuda.get_device_capability
+
+    def capability(device=None):
+        if sys._getframe(1).f_globals.get("__name__") == "cudnn.sdpa.fwd.api_dsl":
+            return (8, 0)
+        return real(device)
+
+    torch.cuda.get_device_capability = capability
+    try:
+        yield
+    finally:
+        torch.cuda.get_device_capability = real
+
+
+class WrapperAdapter:
+    name = "wrapper"
+
+    def __init__(self, sm80_compat=None, scheduler: str = "auto"):
+        self.sm80_compat = os.environ.get(COMPAT_ENV, "") == "1" if sm80_compat is None else bool(sm80_compat)
+        self.scheduler = scheduler  # dense only: the THD path accepts "auto" alone
+        self._env = None
+        # For the pytest header and reports (the mode is chosen, not detected).
+        self.label = f"{self.name} (sm80-compat)" if self.sm80_compat else self.name
+
+    def _mode(self):
+        from kernels.environment import detect
+
+        if self._env is None:
+            self._env = detect()
+        env = self._env
+        if env.capability is None:
+            raise UnsupportedDevice("no CUDA GPU: the public wrapper compiles and launches in one call")
+        if env.native:
+            return env, "native sm80"
+        if not self.sm80_compat:
+            raise UnsupportedDevice(
+                f"sdpa_fwd_wrapper_sm80 serves SM 8.0 only; this is {env.live_arch}. Set {COMPAT_ENV}=1 (sm80_compat=True) to run it in SM80-compatibility mode"
+            )
+        return env, f"sm80-compat on {env.live_arch}"
+
+    @contextmanager
+    def _compat(self, env):
+        from cudnn.sdpa.fwd.kernels.sm80 import prepared_host
+
+        from kernels.prepared import compile_arch
+
+        with ExitStack() as stack:
+            if not env.native:
+                stack.enter_context(_sm80_capability_for_api_dsl())
+                # Only compile_thd_host names an arch (sm_80); the other compiles
+                # of the call (compile_host, staged/packed copies) name none and
+                # already target the live device.
+                stack.enter_context(compile_arch(prepared_host, env.live_arch))
+            yield
+
+    def run(self, case: Case, inputs: CaseTensors, outputs=None, *, initialize_outputs: bool = True) -> KernelResult:
+        from cudnn.sdpa.fwd import sdpa_fwd_wrapper_sm80
+
+        env, mode = self._mode()
+        dev = inputs.q.device if inputs.q.is_cuda else torch.device("cuda", torch.cuda.current_device())
+        x = inputs.to(dev)
+        o, lse = outputs if outputs is not None else make_outputs(case, dev)
+        common = dict(
+            is_causal=case.causal,
+            window_size=(case.window_left, case.window_right),
+            scale_softmax=case.scale,  # None: the wrapper's own default
+            causal_bottom_right=case.bottom_right,
+            bias_tensor=x.bias,
+            sinks=x.sinks,
+        )
+        # seconds covers the whole call: the wrapper compiles and launches in one.
+        with measure() as box, self._compat(env):
+            if case.is_thd:
+                got = sdpa_fwd_wrapper_sm80(
+                    x.q.unsqueeze(0), x.k.unsqueeze(0), x.v.unsqueeze(0),
+                    cum_seqlen_q_tensor=x.cu_q, cum_seqlen_k_tensor=x.cu_kv, max_s_q=case.max_s_q, **common,
+                )  # fmt: skip
+            else:
+                got = sdpa_fwd_wrapper_sm80(
+                    x.q, x.k, x.v, seq_kv_lens=x.seq_kv_lens, seq_len_q=x.seq_q_lens, scheduler=self.scheduler, **common
+                )
+        o_w, lse_w = got["o_tensor"], got["lse_tensor"]
+        if case.is_thd:  # packed [1, T_q, H, D_V] and [1, H, T_q]
+            o_w, lse_w = o_w[0], lse_w[0]
+        o.copy_(o_w)
+        lse.copy_(lse_w)
+        notes = {"adapter": self.name, "mode": mode, "sm80_compat": self.sm80_compat, "outputs": "wrapper-owned, copied into the caller's buffers"}
+        if case.is_thd:
+            # The wrapper's THD host always zero-initializes the whole capacity.
+            notes["initialize_outputs"] = True
+        else:
+            notes["scheduler"] = self.scheduler
+        return KernelResult(o, lse, box.delta, notes)
+
+    def compile_only(self, case: Case) -> CompileDelta:
+        raise NotImplementedError(
+            "sdpa_fwd_wrapper_sm80 has no compile-only entry (it needs CUDA tensors and compiles inside the call); "
+            "the CPU compile tier runs on the prepared adapter"
+        )
