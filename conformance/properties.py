@@ -30,25 +30,29 @@ def device() -> torch.device:
     return torch.device("cuda", torch.cuda.current_device())
 
 
-def _finish(name: str, case: Case, start: float, run, **fields) -> Observation:
+def _finish(name: str, case: Case, start: float, run, *, finding_of=None, **fields) -> Observation:
     """Run ``run()`` (the judging), turning a failure on a known finding into
-    an xfailed Observation; record the Observation either way."""
+    an xfailed Observation; record the Observation either way. ``finding_of``
+    maps a failure to a finding id (default: the known-findings file)."""
     from conformance import findings
 
     obs = Observation(name, case, **fields)
     try:
         obs.ratios = run() or {}
     except PropertyFailure as failure:
-        known = findings.match(name, case)
+        if finding_of is not None:
+            known = finding_of(failure)
+        else:
+            entry = findings.match(name, case)
+            known = entry.id if entry is not None else None
+        obs.notes["summary"] = failure.summary
+        obs.seconds = time.perf_counter() - start
         if known is None:
             failure.observation = obs
             obs.outcome = "failed"
-            obs.seconds = time.perf_counter() - start
-            obs.notes["summary"] = failure.summary
             recorder.observe(obs)
             raise
-        obs.outcome, obs.finding = "xfailed", known.id
-        obs.notes["summary"] = failure.summary
+        obs.outcome, obs.finding = "xfailed", known
     obs.seconds = time.perf_counter() - start
     recorder.observe(obs)
     return obs
@@ -232,3 +236,92 @@ PROPERTIES: Dict[str, Callable[..., Observation]] = {
     "tails": check_tails,
     "compile_reuse": check_compile_reuse,
 }
+
+
+# --------------------------------------------------------------- rejections
+def _attempt(call):
+    try:
+        call()
+    except Exception as e:  # noqa: BLE001 - the property judges it
+        return e
+    return None
+
+
+def check_rejection(case: Case, entry: str, adapter=None, *, launch: bool = True) -> Observation:
+    """A contract-violating Case is refused by ``entry`` ("wrapper",
+    "prepared" or "config") with the stated exception naming the argument,
+    before anything is compiled, launched or written (``launch=False``:
+    through compile_only, the CPU tier; nothing can be written then). Rules the installed
+    kernels are known to break (``known_finding`` in conformance.contracts)
+    must behave exactly as the finding says (strict: a finding that no longer
+    reproduces fails, so the table is kept honest)."""
+    from conformance import contracts
+    from kernels.counters import measure
+
+    rule = contracts.rule(case.violation)
+    expect = rule.expect[entry]
+    recorder.begin("rejection", case)
+    start = time.perf_counter()
+    outputs = inputs = None
+    if entry == contracts.CONFIG:
+        call = lambda: contracts.run_config(rule, case)  # noqa: E731
+    elif expect.unsafe_launch or not launch:
+        # unsafe_launch: accepting it is the finding; a launch would read out of bounds.
+        call = lambda: adapter.compile_only(case, tamper=rule.tamper)  # noqa: E731
+    else:
+        dev = device()
+        inputs = make_inputs(case, dev, poison=True)
+        outputs = make_outputs(case, dev)
+        call = lambda: adapter.run(case, inputs, outputs, tamper=rule.tamper)  # noqa: E731
+    with measure() as box:
+        error = _attempt(call)
+    finding_id = f"contract:{rule.name}@{entry}"
+
+    def judged():
+        if expect.known_finding:
+            observed = "accepted" if error is None else f"{type(error).__name__}: {error}"
+            reproduces = error is None if expect.observed is None else isinstance(error, expect.observed)
+            if reproduces:
+                raise PropertyFailure("rejection", case, f"known finding {finding_id}: {expect.known_finding} (observed: {observed[:200]})", {"finding": finding_id})
+            if not (isinstance(error, expect.exception) and expect.fragment.lower() in str(error).lower()):
+                raise PropertyFailure("rejection", case, f"{finding_id}: neither the finding nor the contract holds; observed {observed[:300]}", {"observed": observed})
+            raise PropertyFailure("rejection", case, f"{finding_id} no longer reproduces: the entry point now conforms; remove the known_finding", {"stale_finding": finding_id})
+        judge.raises_contract("rejection", case, lambda: _reraise(error), expect.exception, expect.fragment)
+        judge.compile_delta("rejection", case, box.delta, NO_COMPILE, "a rejected call")
+        if outputs is not None:
+            for quantity, buf in zip(("o", "lse"), outputs):
+                flat = _flat_storage(buf)
+                judge.exactly("rejection", case, quantity, flat, torch.full_like(flat, float("nan")), torch.ones_like(flat, dtype=torch.bool), "caller output storage after a rejection")
+        return {}
+
+    return _finish(
+        "rejection",
+        case,
+        start,
+        judged,
+        finding_of=lambda f: f.detail.get("finding"),
+        compile=box.delta.to_dict(),
+        notes={"entry": entry, "rule": rule.name},
+    )
+
+
+def _reraise(error):
+    if error is not None:
+        raise error
+
+
+PROPERTIES["rejection"] = check_rejection
+
+
+# ------------------------------------------------------------ compile tier
+def check_compiles(case: Case, adapter) -> Observation:
+    """A valid Case specializes and compiles for sm_80 without a GPU: the
+    template loads per its TemplateParams and the host compiles its geometry
+    (dense) or head configuration (THD). Any exception fails it."""
+    recorder.begin("compiles", case)
+    start = time.perf_counter()
+    delta = adapter.compile_only(case)
+    return _finish("compiles", case, start, lambda: {}, compile=delta.to_dict())
+
+
+PROPERTIES["compiles"] = check_compiles

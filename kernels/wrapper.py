@@ -19,6 +19,7 @@ from conformance.case import Case
 from conformance.data import CaseTensors, make_outputs
 from kernels.base import CompileDelta, KernelResult
 from kernels.counters import measure
+from kernels.tampers import apply_wrapper_tamper
 
 COMPAT_ENV = "SDPA_SM80_COMPAT"
 
@@ -87,7 +88,7 @@ class WrapperAdapter:
                 stack.enter_context(compile_arch(prepared_host, env.live_arch))
             yield
 
-    def run(self, case: Case, inputs: CaseTensors, outputs=None, *, initialize_outputs: bool = True) -> KernelResult:
+    def run(self, case: Case, inputs: CaseTensors, outputs=None, *, initialize_outputs: bool = True, tamper=None) -> KernelResult:
         from cudnn.sdpa.fwd import sdpa_fwd_wrapper_sm80
 
         env, mode = self._mode()
@@ -103,16 +104,16 @@ class WrapperAdapter:
             sinks=x.sinks,
         )
         # seconds covers the whole call: the wrapper compiles and launches in one.
+        if case.is_thd:
+            args = (x.q.unsqueeze(0), x.k.unsqueeze(0), x.v.unsqueeze(0))
+            kw = dict(cum_seqlen_q_tensor=x.cu_q, cum_seqlen_k_tensor=x.cu_kv, max_s_q=case.max_s_q, **common)
+        else:
+            args = (x.q, x.k, x.v)
+            kw = dict(seq_kv_lens=x.seq_kv_lens, seq_len_q=x.seq_q_lens, scheduler=self.scheduler, **common)
+        apply_wrapper_tamper(tamper, kw, case, x)
+        # seconds covers the whole call: the wrapper compiles and launches in one.
         with measure() as box, self._compat(env):
-            if case.is_thd:
-                got = sdpa_fwd_wrapper_sm80(
-                    x.q.unsqueeze(0), x.k.unsqueeze(0), x.v.unsqueeze(0),
-                    cum_seqlen_q_tensor=x.cu_q, cum_seqlen_k_tensor=x.cu_kv, max_s_q=case.max_s_q, **common,
-                )  # fmt: skip
-            else:
-                got = sdpa_fwd_wrapper_sm80(
-                    x.q, x.k, x.v, seq_kv_lens=x.seq_kv_lens, seq_len_q=x.seq_q_lens, scheduler=self.scheduler, **common
-                )
+            got = sdpa_fwd_wrapper_sm80(*args, **kw)
         o_w, lse_w = got["o_tensor"], got["lse_tensor"]
         if case.is_thd:  # packed [1, T_q, H, D_V] and [1, H, T_q]
             o_w, lse_w = o_w[0], lse_w[0]
@@ -126,7 +127,7 @@ class WrapperAdapter:
             notes["scheduler"] = self.scheduler
         return KernelResult(o, lse, box.delta, notes)
 
-    def compile_only(self, case: Case) -> CompileDelta:
+    def compile_only(self, case: Case, *, tamper=None) -> CompileDelta:
         raise NotImplementedError(
             "sdpa_fwd_wrapper_sm80 has no compile-only entry (it needs CUDA tensors and compiles inside the call); "
             "the CPU compile tier runs on the prepared adapter"

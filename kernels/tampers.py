@@ -1,0 +1,51 @@
+"""Call-level contract violations the Case facts cannot state.
+
+``conformance.contracts.TAMPERS`` names them; this table says how each one
+changes the public wrapper's keyword arguments (``kw``) for a Case ``case``
+whose device tensors are ``x``. The prepared adapter honours only
+``raw_right_bound`` (see ``kernels.prepared``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from conformance.data import TORCH_DTYPES
+
+
+def _cu_k_length(kw, case, x):
+    cu = kw["cum_seqlen_k_tensor"]
+    kw["cum_seqlen_k_tensor"] = torch.cat([cu, cu[-1:]])
+
+
+def _thd_bias(kw, case, x):
+    kw["bias_tensor"] = torch.zeros(1, case.h_q, case.max_s_q, max(1, max(case.kv_lens)), dtype=TORCH_DTYPES[case.bias or "float32"], device=x.q.device)
+
+
+def _thd_seq_lens(kw, case, x):
+    for key, lens in (("seq_kv_lens", case.seq_kv_lens), ("seq_len_q", case.seq_q_lens)):
+        if lens is not None:
+            kw[key] = torch.tensor(list(lens), dtype=torch.int32, device=x.q.device)
+
+
+WRAPPER_TAMPERS = {
+    "cu_k_missing": lambda kw, case, x: kw.update(cum_seqlen_k_tensor=None),
+    "cu_k_length": _cu_k_length,
+    "cu_q_short": lambda kw, case, x: kw.update(cum_seqlen_q_tensor=kw["cum_seqlen_q_tensor"][:1]),
+    "scale_output": lambda kw, case, x: kw.update(scale_output=2.0),
+    "rope_freqs": lambda kw, case, x: kw.update(rope_freqs=torch.zeros(case.max_s_q, case.d_qk // 2, dtype=torch.float32, device=x.q.device)),
+    "scheduler": lambda kw, case, x: kw.update(scheduler="lpt"),
+    "thd_bias": _thd_bias,
+    "thd_seq_lens": _thd_seq_lens,
+    # The wrapper already receives the Case's window as given.
+    "raw_right_bound": lambda kw, case, x: None,
+}
+
+
+def apply_wrapper_tamper(name, kw, case, x) -> None:
+    if name is None:
+        return
+    try:
+        WRAPPER_TAMPERS[name](kw, case, x)
+    except KeyError:
+        raise ValueError(f"tamper {name!r}: unknown to the wrapper adapter (known: {', '.join(WRAPPER_TAMPERS)})") from None
