@@ -68,6 +68,16 @@ class Expect:
     known_finding: Optional[str] = None
     observed: Optional[type] = None  # with a finding: what is raised instead (None: accepted)
     unsafe_launch: bool = False
+    # A finding of its own: the entry point rejects, but only after asking for
+    # a compile (or a staging copy). The reason, and the Cases it holds for
+    # (None: every Case of the rule).
+    compiles_first: Optional[str] = None
+    compiles_first_when: Optional[Callable[[Case], bool]] = None
+
+    def compiles_first_for(self, case: Case) -> Optional[str]:
+        if self.compiles_first and (self.compiles_first_when is None or self.compiles_first_when(case)):
+            return self.compiles_first
+        return None
 
     @property
     def conforms(self) -> bool:
@@ -102,6 +112,25 @@ class Rule:
         if self.detect is None:
             return case.violation == self.name
         return self.detect(case)
+
+
+# ------------------------------------------------- rejected only after compiling
+# Measured on the H200 (sm80 code on sm_90), cudnn-frontend 1.32.0.
+_BIAS_DTYPE_LATE = (
+    "the dense wrapper checks the bias dtype only in the native binder at execute "
+    f"(prepared_sm80.bind via SdpaFwdDslSm80.execute, {'cudnn/sdpa/fwd/api_dsl.py'}:7071-7081), after check_support "
+    "loaded the template and compile() built the kernel: a rejected call compiles"
+)
+_CU_AFTER_STAGING = (
+    "the THD wrapper pads off-envelope head dims (copy_packed_half: a compiled copy kernel, launched) "
+    f"before it checks cu_seqlens ({'cudnn/sdpa/fwd/api_dsl.py'}:7119-7136): a rejected call compiles and launches a copy"
+)
+
+
+def _off_envelope(case: Case) -> bool:
+    from kernels.specialize import specialize
+
+    return specialize(case).envelope != (case.d_qk, case.d_v)
 
 
 # ------------------------------------------------------------------ transforms
@@ -227,19 +256,19 @@ RULES: Tuple[Rule, ...] = (
     ),
     Rule(
         "bias_dtype_float64", "dense", _set(bias="float64", bias_batch=1),
-        {WRAPPER: _ve("bias"), PREPARED: _ve("bias", known_finding=_BIAS_DTYPE_PREPARED)},
+        {WRAPPER: _ve("bias", compiles_first=_BIAS_DTYPE_LATE), PREPARED: _ve("bias", known_finding=_BIAS_DTYPE_PREPARED)},
         detect=lambda c: c.bias == "float64",
         why="bias must be fp32 or the I/O dtype; the native binder raises 'sdpa_fwd_sm80: bias must be <dtype>'",
     ),
     Rule(
         "bias_dtype_int32", "dense", _set(bias="int32", bias_batch=1),
-        {WRAPPER: _ve("bias"), PREPARED: _ve("bias", known_finding=_BIAS_DTYPE_PREPARED)},
+        {WRAPPER: _ve("bias", compiles_first=_BIAS_DTYPE_LATE), PREPARED: _ve("bias", known_finding=_BIAS_DTYPE_PREPARED)},
         detect=lambda c: c.bias == "int32",
         why="as bias_dtype_float64",
     ),
     Rule(
         "bias_dtype_other_half", "dense", _other_half,
-        {WRAPPER: _ve("bias"), PREPARED: _ve("bias", known_finding=_BIAS_DTYPE_PREPARED)},
+        {WRAPPER: _ve("bias", compiles_first=_BIAS_DTYPE_LATE), PREPARED: _ve("bias", known_finding=_BIAS_DTYPE_PREPARED)},
         detect=lambda c: c.bias in ("float16", "bfloat16") and c.bias != c.dtype,
         why="an fp16 bias on bf16 inputs (or the reverse) is neither fp32 nor the I/O dtype",
     ),
@@ -251,15 +280,15 @@ RULES: Tuple[Rule, ...] = (
     ),
     # ---- THD cumulative offsets (tensor tampering)
     Rule(
-        "thd_cu_k_missing", "thd", _same, {WRAPPER: _ve("cu_seqlens_k")}, tamper="cu_k_missing",
+        "thd_cu_k_missing", "thd", _same, {WRAPPER: _ve("cu_seqlens_k", compiles_first=_CU_AFTER_STAGING, compiles_first_when=_off_envelope)}, tamper="cu_k_missing",
         why=f"'cu_seqlens_q / cu_seqlens_k length mismatch' ({_API}:7130)",
     ),
     Rule(
-        "thd_cu_k_length", "thd", _same, {WRAPPER: _ve("cu_seqlens_k")}, tamper="cu_k_length",
+        "thd_cu_k_length", "thd", _same, {WRAPPER: _ve("cu_seqlens_k", compiles_first=_CU_AFTER_STAGING, compiles_first_when=_off_envelope)}, tamper="cu_k_length",
         why=f"'cu_seqlens_q / cu_seqlens_k length mismatch' ({_API}:7130)",
     ),
     Rule(
-        "thd_cu_q_short", "thd", _same, {WRAPPER: _ve("cu_seqlens_q")}, tamper="cu_q_short",
+        "thd_cu_q_short", "thd", _same, {WRAPPER: _ve("cu_seqlens_q", compiles_first=_CU_AFTER_STAGING, compiles_first_when=_off_envelope)}, tamper="cu_q_short",
         why=f"'cu_seqlens_q must have >= 2 entries' ({_API}:7128)",
     ),
     # ---- heads

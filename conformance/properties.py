@@ -16,7 +16,7 @@ import torch
 
 from conformance import judge, recorder
 from conformance.case import Case
-from conformance.data import TORCH_DTYPES, make_inputs, make_outputs
+from conformance.data import FINITE_PAD, TORCH_DTYPES, make_inputs, make_outputs
 from conformance.outcome import Observation, PropertyFailure
 
 
@@ -95,14 +95,15 @@ def _row_mask(case: Case, inputs, quantity: str, shape) -> torch.Tensor:
 
 # ----------------------------------------------------------------- numerics
 def check_numerics(case: Case, adapter) -> Observation:
-    """O and LSE against the fp32 reference under the error model, with every
-    input position outside the live tokens poisoned with NaN."""
+    """O and LSE against the fp32 reference under the error model, with the
+    input storage outside the live tokens poisoned: NaN, except dense rows past
+    the padding lengths, which hold FINITE_PAD (their NaN is check_tails')."""
     from reference.attention import reference_for_case
 
     recorder.begin("numerics", case)
     start = time.perf_counter()
     dev = device()
-    inputs = make_inputs(case, dev, poison=True)
+    inputs = make_inputs(case, dev, poison=True, pad_fill=FINITE_PAD)
     outputs = make_outputs(case, dev)
     result = adapter.run(case, inputs, outputs)
     ref_o, ref_lse = reference_for_case(case, inputs, torch.float32)
@@ -150,8 +151,10 @@ def tail_expectation(initialize_outputs: bool) -> float:
 
 def check_tails(case: Case, adapter, *, initialize_outputs: bool = True) -> Observation:
     """Output storage outside the live rows ends exactly as the contract says,
-    and every live element was written (no poison left)."""
-    recorder.begin("tails", case)
+    and every output row the contract defines is written and free of the NaN
+    poisoned into all input storage outside the live tokens (dense padded
+    rows included)."""
+    recorder.begin("tails", case, initialize_outputs=initialize_outputs)
     start = time.perf_counter()
     dev = device()
     inputs = make_inputs(case, dev, poison=True)
@@ -208,7 +211,7 @@ def check_compile_reuse(case: Case, adapter, *, launch: bool = True) -> Observat
     no template module; for THD a new sequence count mints at most one
     compile and returning to the seen count is a pure hit. ``launch=False``
     checks compile_only (the CPU tier)."""
-    recorder.begin("compile_reuse", case)
+    recorder.begin("compile_reuse", case, launch=launch)
     start = time.perf_counter()
 
     def call(c: Case):
@@ -231,6 +234,7 @@ def check_compile_reuse(case: Case, adapter, *, launch: bool = True) -> Observat
     return _finish("compile_reuse", case, start, judged, compile=first.to_dict())
 
 
+# name -> check(case, adapter, **params); params are what recorder.begin saw.
 PROPERTIES: Dict[str, Callable[..., Observation]] = {
     "numerics": check_numerics,
     "tails": check_tails,
@@ -247,7 +251,7 @@ def _attempt(call):
     return None
 
 
-def check_rejection(case: Case, entry: str, adapter=None, *, launch: bool = True) -> Observation:
+def check_rejection(case: Case, adapter=None, *, entry: str, launch: bool = True) -> Observation:
     """A contract-violating Case is refused by ``entry`` ("wrapper",
     "prepared" or "config") with the stated exception naming the argument,
     before anything is compiled, launched or written (``launch=False``:
@@ -256,11 +260,11 @@ def check_rejection(case: Case, entry: str, adapter=None, *, launch: bool = True
     must behave exactly as the finding says (strict: a finding that no longer
     reproduces fails, so the table is kept honest)."""
     from conformance import contracts
-    from kernels.counters import measure
+    from kernels.counters import NO_COMPILE_REQUEST, forget_memos, measure
 
     rule = contracts.rule(case.violation)
     expect = rule.expect[entry]
-    recorder.begin("rejection", case)
+    recorder.begin("rejection", case, entry=entry, launch=launch)
     start = time.perf_counter()
     outputs = inputs = None
     if entry == contracts.CONFIG:
@@ -273,9 +277,11 @@ def check_rejection(case: Case, entry: str, adapter=None, *, launch: bool = True
         inputs = make_inputs(case, dev, poison=True)
         outputs = make_outputs(case, dev)
         call = lambda: adapter.run(case, inputs, outputs, tamper=rule.tamper)  # noqa: E731
+    forget_memos()
     with measure() as box:
         error = _attempt(call)
     finding_id = f"contract:{rule.name}@{entry}"
+    compiles_first = expect.compiles_first_for(case)
 
     def judged():
         if expect.known_finding:
@@ -287,11 +293,16 @@ def check_rejection(case: Case, entry: str, adapter=None, *, launch: bool = True
                 raise PropertyFailure("rejection", case, f"{finding_id}: neither the finding nor the contract holds; observed {observed[:300]}", {"observed": observed})
             raise PropertyFailure("rejection", case, f"{finding_id} no longer reproduces: the entry point now conforms; remove the known_finding", {"stale_finding": finding_id})
         judge.raises_contract("rejection", case, lambda: _reraise(error), expect.exception, expect.fragment)
-        judge.compile_delta("rejection", case, box.delta, NO_COMPILE, "a rejected call")
         if outputs is not None:
             for quantity, buf in zip(("o", "lse"), outputs):
                 flat = _flat_storage(buf)
                 judge.exactly("rejection", case, quantity, flat, torch.full_like(flat, float("nan")), torch.ones_like(flat, dtype=torch.bool), "caller output storage after a rejection")
+        asked = any(getattr(box.delta, k) > 0 for k in NO_COMPILE_REQUEST)
+        if compiles_first and asked:
+            raise PropertyFailure("rejection", case, f"known finding {finding_id}:compiles-first: {compiles_first}", {"finding": f"{finding_id}:compiles-first"})
+        if compiles_first:
+            raise PropertyFailure("rejection", case, f"{finding_id}:compiles-first no longer reproduces (no compile asked for); remove it from the table", {"stale_finding": finding_id})
+        judge.compile_delta("rejection", case, box.delta, NO_COMPILE_REQUEST, "a rejected call")
         return {}
 
     return _finish(
@@ -299,7 +310,7 @@ def check_rejection(case: Case, entry: str, adapter=None, *, launch: bool = True
         case,
         start,
         judged,
-        finding_of=lambda f: f.detail.get("finding"),
+        finding_of=lambda f: f.detail.get("finding"),  # the table's findings, not the file's
         compile=box.delta.to_dict(),
         notes={"entry": entry, "rule": rule.name},
     )

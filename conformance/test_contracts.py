@@ -19,7 +19,7 @@ def _rules(entry):
 @settings(max_examples=examples("contracts"))
 @given(data=st.data())
 def test_config_rejects(rule, data):
-    check_rejection(data.draw(violating_cases([rule]), label="case"), CONFIG)
+    check_rejection(data.draw(violating_cases([rule]), label="case"), entry=CONFIG)
 
 
 @pytest.mark.compile
@@ -27,7 +27,7 @@ def test_config_rejects(rule, data):
 @settings(max_examples=examples("compile"))
 @given(data=st.data())
 def test_prepared_rejects_before_compiling(rule, data, prepared_adapter):
-    check_rejection(data.draw(violating_cases([rule]), label="case"), PREPARED, prepared_adapter, launch=False)
+    check_rejection(data.draw(violating_cases([rule]), label="case"), prepared_adapter, entry=PREPARED, launch=False)
 
 
 @pytest.mark.gpu
@@ -35,7 +35,7 @@ def test_prepared_rejects_before_compiling(rule, data, prepared_adapter):
 @settings(max_examples=examples("contracts"))
 @given(data=st.data())
 def test_prepared_rejects(rule, data, prepared_adapter, gpu):
-    check_rejection(data.draw(violating_cases([rule]), label="case"), PREPARED, prepared_adapter)
+    check_rejection(data.draw(violating_cases([rule]), label="case"), prepared_adapter, entry=PREPARED)
 
 
 @pytest.mark.gpu
@@ -43,4 +43,4 @@ def test_prepared_rejects(rule, data, prepared_adapter, gpu):
 @settings(max_examples=examples("contracts"))
 @given(data=st.data())
 def test_wrapper_rejects(rule, data, wrapper_adapter, gpu):
-    check_rejection(data.draw(violating_cases([rule]), label="case"), WRAPPER, wrapper_adapter)
+    check_rejection(data.draw(violating_cases([rule]), label="case"), wrapper_adapter, entry=WRAPPER)

@@ -54,3 +54,20 @@ def measure():
         seconds = time.perf_counter() - start
         after = read()
         box.delta = CompileDelta(**{k: after[k] - before[k] for k in before}, seconds=seconds)
+
+
+def forget_memos() -> None:
+    """Drop the in-process memos in front of the compiler (compiled_cache's
+    memo, the packed-copy plans), so that whatever compile the next call asks
+    for shows in the counters (a disk hit, or a compile) however warm the
+    process is. A check that a call asks for no compile at all needs this:
+    a warm memo would answer silently and the check would depend on test order."""
+    from cudnn.frost import compiled_cache
+    from cudnn.sdpa import packed_copy_sm80
+
+    compiled_cache.clear_memo()
+    packed_copy_sm80._plan.cache_clear()
+
+
+# Counters a call that asks for no compile leaves at zero (after forget_memos).
+NO_COMPILE_REQUEST = {"misses": 0, "hits": 0, "memo_hits": 0}
