@@ -243,6 +243,19 @@ PROPERTIES: Dict[str, Callable[..., Observation]] = {
 
 
 # --------------------------------------------------------------- rejections
+def entry_adapter(entry: str):
+    """The adapter serving a contract's entry point. Off SM80 the public dense
+    wrapper refuses the device before it reads any other contract, so the
+    wrapper runs in its explicit SM80-compatibility mode there (the
+    observation notes record the mode)."""
+    from kernels import get_adapter
+    from kernels.environment import detect
+
+    if entry == "wrapper":
+        return get_adapter("wrapper", sm80_compat=not detect().native)
+    return get_adapter(entry)
+
+
 def _attempt(call):
     try:
         call()
@@ -264,6 +277,8 @@ def check_rejection(case: Case, adapter=None, *, entry: str, launch: bool = True
 
     rule = contracts.rule(case.violation)
     expect = rule.expect[entry]
+    if entry != contracts.CONFIG and getattr(adapter, "name", None) != entry:
+        adapter = entry_adapter(entry)  # e.g. a repro of a wrapper rule from a prepared run
     recorder.begin("rejection", case, entry=entry, launch=launch)
     start = time.perf_counter()
     outputs = inputs = None
@@ -312,7 +327,7 @@ def check_rejection(case: Case, adapter=None, *, entry: str, launch: bool = True
         judged,
         finding_of=lambda f: f.detail.get("finding"),  # the table's findings, not the file's
         compile=box.delta.to_dict(),
-        notes={"entry": entry, "rule": rule.name},
+        notes={"entry": entry, "rule": rule.name, "adapter": getattr(adapter, "label", entry)},
     )
 
 

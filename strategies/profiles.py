@@ -24,7 +24,7 @@ from hypothesis.errors import InvalidArgument
 
 ENV_VAR = "SDPA_HYPOTHESIS_PROFILE"
 
-MAX_EXAMPLES = {"dev": 10, "ci": 60, "nightly": 1000}
+MAX_EXAMPLES = {"dev": 10, "ci": 40, "nightly": 1000}
 
 # Share of the profile's examples per property kind: GPU launches and
 # compiles are expensive, contract checks and CPU-only checks are cheap.
