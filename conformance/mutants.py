@@ -1,0 +1,551 @@
+"""The mutant harness: how many planted bugs the suite's properties catch.
+
+    python -m conformance.mutants --jobs 16 --budget-s 240     (a CUDA GPU; the defaults)
+    python -m conformance.mutants --list                       (any machine)
+
+Every mutant of ``kernels.mutants.MUTANTS`` (and the control: no rewrites)
+runs in its own process on ``PreparedAdapter(rewrites=...)``. For each
+property kind of ``KINDS`` in order, a Hypothesis search over the strategies
+the pytest tests use (flavors restricted to the templates the mutant
+rewrites) runs until a property fails; Hypothesis shrinks the failing case.
+Verdicts: ``killed`` (a PropertyFailure), ``error`` (the mutated kernel
+raised or crashed: killed by crash, listed apart), ``survived`` (nothing
+failed within the budget), ``stale`` (a rewrite does not match exactly once:
+never counted). Known findings stay excused: a property turns a failure on
+one into an ``xfailed`` observation, and a failure in a test the findings
+file selects by node id is excused here too. The control must survive
+everything, else the run is invalid. Kill rate = (killed + error) /
+(mutants - stale). Writes mutants.json and mutants.md to --report-dir.
+Exit: 0 control survived and kill rate >= --goal; 1 otherwise (or --list
+finds a stale mutant); 2 bad arguments or no CUDA GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import queue as queue_mod
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, List, Optional, Sequence, Tuple
+
+from conformance.case import Case
+from kernels.mutants import MUTANTS, Mutant
+
+DEFAULT_REPORT_DIR = "sdpa-report"
+FINDINGS_FILE = "known_findings.toml"
+NO_GPU = "no CUDA GPU found: launching the mutated kernels needs a CUDA GPU (--list works anywhere)"
+CONTROL = Mutant("control", "control", (), "", "No rewrites: the installed kernels. Must survive every property.")
+FAMILY_FLAVORS = {"f16": ("gptoss", "llama", "dsv3"), "d256": ("qwen",), "host": ("gptoss", "llama", "dsv3", "qwen")}
+# test_padding_poison's parameter: which padding operand the NaN sits behind
+# (the other operand's lengths are dropped).
+PADDED = {"q": "seq_kv_lens", "kv": "seq_q_lens"}
+GRACE_S = 150  # a worker's start-up, first compiles and overshoot past its budget
+
+
+# ------------------------------------------------------------------ kinds
+@dataclass(frozen=True)
+class Kind:
+    """One property search: the property, its keyword arguments, the example
+    budget kind of strategies.profiles, the pytest node id of the matching
+    test (for node-id known findings) and the strategy the test draws from."""
+
+    name: str
+    property: str
+    examples: str
+    node: str
+    strategy: Callable  # flavors -> SearchStrategy[Case]
+    params: dict = field(default_factory=dict)
+
+
+def _dense(**kw):
+    def strategy(flavors):
+        from strategies import dense_cases
+
+        return dense_cases(flavors=flavors, **kw)
+
+    return strategy
+
+
+def _thd(flavors):
+    from strategies import thd_cases
+
+    return thd_cases(flavors=flavors)
+
+
+def _padding_poison(flavors):
+    from hypothesis import strategies as st
+
+    from strategies import dense_cases
+
+    pick = st.tuples(st.sampled_from(tuple(PADDED)), dense_cases(flavors=flavors, padding=True))
+    return pick.map(lambda t: t[1].replace(**{PADDED[t[0]]: None}))
+
+
+def _layout(layout: str):
+    def strategy(flavors):
+        from strategies import cases
+
+        return cases(flavors=flavors, layouts=(layout,))
+
+    return strategy
+
+
+_NUM, _TAILS, _COMP = "conformance/test_numerics.py", "conformance/test_tails.py", "conformance/test_compile.py"
+KINDS: Tuple[Kind, ...] = (
+    Kind("numerics_dense", "numerics", "numerics", _NUM + "::test_numerics_dense[{stratum}]", _dense()),
+    Kind("numerics_thd", "numerics", "numerics", _NUM + "::test_numerics_thd[{stratum}]", _thd),
+    Kind("tails_thd_init", "tails", "tails", _TAILS + "::test_tails_thd[{stratum}-init]", _thd, {"initialize_outputs": True}),
+    Kind("tails_thd_noinit", "tails", "tails", _TAILS + "::test_tails_thd[{stratum}-no-init]", _thd, {"initialize_outputs": False}),
+    Kind("tails_dense", "tails", "tails", _TAILS + "::test_tails_dense[{stratum}]", _dense(memory=("bshd_padded",), padding=False)),
+    Kind("padding_poison", "tails", "tails", _TAILS + "::test_padding_poison[{stratum}-{padded}]", _padding_poison),
+    Kind("compile_reuse_dense", "compile_reuse", "tails", _COMP + "::test_runtime_facts_mint_no_compile[dense]", _layout("dense")),
+    Kind("compile_reuse_thd", "compile_reuse", "tails", _COMP + "::test_runtime_facts_mint_no_compile[thd]", _layout("thd")),
+)
+KIND_NAMES = tuple(k.name for k in KINDS)
+
+
+def flavor_of(case: Case) -> str:
+    """The flavor the kernels' pick sends ``case`` to (envelopes smallest first)."""
+    from strategies.pools import FLAVOR_ENVELOPES
+
+    return next(f for f, (dq, dv) in FLAVOR_ENVELOPES.items() if case.d_qk <= dq and case.d_v <= dv)
+
+
+def node_id(kind: Kind, case: Case) -> str:
+    flavor = flavor_of(case)
+    stratum = f"{flavor}-{'fp16' if case.dtype == 'float16' else 'bf16'}"
+    padded = "q" if case.seq_q_lens is not None else "kv"
+    return kind.node.format(stratum=stratum, padded=padded)
+
+
+def flavors_for(mutant: Mutant) -> Tuple[str, ...]:
+    """Flavors served by the files the mutant rewrites (all for the control)."""
+    touched = {f for t in (mutant.targets or ("host",)) for f in FAMILY_FLAVORS[t]}
+    return tuple(f for f in FAMILY_FLAVORS["host"] if f in touched)
+
+
+def case_size(case: Case) -> int:
+    """Score elements: batch * h_q * s_q * s_kv (THD: h_q * T_q * T_kv capacities)."""
+    if case.is_thd:
+        return case.h_q * case.t_q * case.t_kv
+    return case.batch * case.h_q * case.s_q * case.s_kv
+
+
+def describe(case: Case) -> str:
+    dt = "fp16" if case.dtype == "float16" else "bf16"
+    shape = f"THD q={list(case.q_lens)} kv={list(case.kv_lens)}" if case.is_thd else f"B={case.batch} S={case.s_q}x{case.s_kv}"
+    extras = [case.mask_name(), f"H={case.h_q}/{case.h_kv}", f"D={case.d_qk}/{case.d_v}", dt]
+    extras += [x for x, on in (("bias", case.bias), ("sinks", case.sinks), ("seq_q_lens", case.seq_q_lens), ("seq_kv_lens", case.seq_kv_lens)) if on]
+    return " ".join([shape] + extras)
+
+
+def change_line(mutant: Mutant) -> str:
+    if not mutant.rewrites:
+        return "-"
+    rw = mutant.rewrites[0]
+    first = lambda s: s.strip().splitlines()[0].strip()  # noqa: E731
+    changes = len({(first(r.pattern), first(r.replacement)) for r in mutant.rewrites})
+    more = f" (+{changes - 1} more)" if changes > 1 else ""
+    return f"{'/'.join(mutant.targets)}: `{first(rw.pattern)}` -> `{first(rw.replacement)}`{more}"
+
+
+# ---------------------------------------------------------------- search
+def check_property(kind: Kind, case: Case, adapter):
+    """The property the pytest test of ``kind`` calls."""
+    from conformance.properties import PROPERTIES
+
+    return PROPERTIES[kind.property](case, adapter, **kind.params)
+
+
+def _settings(profile: str, kind: Kind):
+    from hypothesis import HealthCheck, Verbosity, settings
+
+    from strategies.profiles import KIND_SCALE
+
+    base = settings.get_profile(profile)
+    n = max(1, round(base.max_examples * KIND_SCALE[kind.examples]))  # strategies.profiles.examples(), unloaded
+    return settings(base, max_examples=n, database=None, deadline=None, report_multiple_bugs=False,
+                    suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet)  # fmt: skip
+
+
+@dataclass
+class _Search:
+    examples: int = 0  # checked before the first failure
+    shrinks: int = 0  # checked after it (Hypothesis shrinking)
+    excused: int = 0  # xfailed observations and node-id findings
+    cut: bool = False
+    first: Optional[tuple] = None  # (case, failure, seconds since the mutant started)
+    last: Optional[tuple] = None  # the shrunk one: Hypothesis replays it last
+
+
+def search(kind: Kind, adapter, flavors, *, profile: str, until: float, t0: float, check=check_property) -> _Search:
+    """One Hypothesis search of ``kind``; stops drawing at ``until`` unless a
+    failure was seen (then Hypothesis shrinks, within MAX_SHRINKING_SECONDS)."""
+    from hypothesis import given, strategies as st, target
+
+    from conformance import findings
+    from conformance.properties import NoGPU
+
+    state, strategy = _Search(), kind.strategy(flavors)
+
+    @_settings(profile, kind)
+    @given(data=st.data())
+    def probe(data):
+        case = data.draw(strategy, label="case")  # always: a draw-less example confuses Hypothesis
+        if state.first is None and time.perf_counter() > until:
+            state.cut = True
+            return
+        if state.first is None:
+            state.examples += 1
+        else:
+            state.shrinks += 1
+        try:
+            obs = check(kind, case, adapter)
+        except NoGPU:
+            raise
+        except Exception as failure:  # noqa: BLE001 - a crash of the mutated kernel is a verdict
+            if findings.match_node(node_id(kind, case)):  # the plugin marks that whole test xfail
+                state.excused += 1
+                return
+            hit = (case, failure, time.perf_counter() - t0)
+            state.first, state.last = state.first or hit, hit
+            raise
+        if getattr(obs, "outcome", None) == "xfailed":
+            state.excused += 1
+        for quantity, ratio in (getattr(obs, "ratios", None) or {}).items():
+            if isinstance(ratio, (int, float)) and math.isfinite(ratio):
+                target(float(ratio), label=f"error/bound {quantity}")
+
+    try:
+        probe()
+    except NoGPU:
+        raise
+    except Exception:  # noqa: BLE001 - recorded in state (Flaky and groups included)
+        if state.first is None:
+            raise
+    return state
+
+
+def run_mutant(mutant: Mutant, *, profile: str = "ci", budget_s: float = 240.0, shrink_s: float = 45.0,
+               kinds: Sequence[str] = KIND_NAMES, check=check_property, adapter_factory=None) -> dict:  # fmt: skip
+    """Run one mutant through the property kinds; returns its verdict record.
+    Each kind gets an equal share of what is left of ``budget_s``."""
+    from hypothesis.internal.conjecture import engine
+
+    from kernels.source import StaleMutant
+
+    t0 = time.perf_counter()
+    rec = {"name": mutant.name, "bug_class": mutant.bug_class, "targets": list(mutant.targets), "expected_killer": mutant.expected_killer,
+           "change": change_line(mutant), "why": mutant.why, "verdict": "survived", "killed_by": None, "property": None, "summary": None, "first_failure_s": None,
+           "case": None, "failure_case": None, "first_case": None, "case_size": None, "complete": True, "error": None, "kinds": []}  # fmt: skip
+    if adapter_factory is None:
+        from kernels.prepared import PreparedAdapter as adapter_factory
+    try:
+        adapter = adapter_factory(rewrites=mutant.rewrites)
+    except StaleMutant as e:
+        return rec | {"verdict": "stale", "error": str(e), "wall_s": round(time.perf_counter() - t0, 1)}
+    flavors, deadline = flavors_for(mutant), t0 + budget_s
+    chosen = [k for k in KINDS if k.name in kinds]
+    shrink_cap = getattr(engine, "MAX_SHRINKING_SECONDS", None)
+    engine.MAX_SHRINKING_SECONDS = shrink_s  # Hypothesis reads it when shrinking starts
+    try:
+        _search_kinds(rec, chosen, adapter, flavors, profile=profile, deadline=deadline, t0=t0, check=check)
+    finally:
+        engine.MAX_SHRINKING_SECONDS = shrink_cap
+    rec["wall_s"] = round(time.perf_counter() - t0, 1)
+    return rec
+
+
+def _search_kinds(rec: dict, chosen, adapter, flavors, *, profile, deadline, t0, check) -> None:
+    """Search each kind in order until one fails; each gets an equal share of
+    the time left. Fills ``rec`` with the verdict."""
+    from conformance.outcome import PropertyFailure
+
+    for i, kind in enumerate(chosen):
+        now = time.perf_counter()
+        until = now + max(0.0, deadline - now) / (len(chosen) - i)
+        s = search(kind, adapter, flavors, profile=profile, until=until, t0=t0, check=check)
+        rec["kinds"].append({"name": kind.name, "examples": s.examples, "shrinks": s.shrinks, "excused": s.excused, "cut": s.cut,
+                             "seconds": round(time.perf_counter() - now, 1), "failed": s.first is not None})  # fmt: skip
+        rec["complete"] &= not s.cut
+        if s.first is not None:
+            case, failure, _ = s.last
+            killed = isinstance(failure, PropertyFailure)
+            failing = getattr(failure, "case", None)
+            rec.update(
+                verdict="killed" if killed else "error", killed_by=kind.name, property=kind.property, params=kind.params,
+                summary=failure.summary if killed else f"{type(failure).__name__}: {str(failure)[:300]}",
+                first_failure_s=round(s.first[2], 1), case=case.to_dict(), case_size=case_size(case), case_text=describe(case),
+                first_case=s.first[0].to_dict(), failure_case=failing.to_dict() if killed and failing != case else None,
+            )  # fmt: skip
+            return
+
+
+# ------------------------------------------------------------- processes
+def _worker(mutant: Mutant, opts: dict, out) -> None:
+    """Process entry: one mutant, output to its log, the record to ``out``."""
+    log = Path(opts["log_dir"]) / f"{mutant.name}.log"
+    with open(log, "w") as f:
+        os.dup2(f.fileno(), 1)
+        os.dup2(f.fileno(), 2)
+    try:
+        from kernels.source import use_kernels_source
+
+        use_kernels_source(opts.get("kernels_source"))
+        import torch
+
+        torch.set_num_threads(opts.get("threads", 1))
+        if opts.get("findings"):
+            from conformance import findings
+
+            findings.activate(findings.load(opts["findings"]))
+        rec = run_mutant(mutant, profile=opts["profile"], budget_s=opts["budget_s"], shrink_s=opts["shrink_s"], kinds=opts["kinds"])
+    except BaseException as e:  # noqa: BLE001 - outside any property call: the harness, not the mutant
+        traceback.print_exc()
+        rec = {"name": mutant.name, "bug_class": mutant.bug_class, "targets": list(mutant.targets), "expected_killer": mutant.expected_killer,
+               "why": mutant.why, "verdict": "harness_error", "error": f"{type(e).__name__}: {e}", "kinds": []}  # fmt: skip
+    out.put(rec)
+
+
+def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print) -> List[dict]:
+    """Every mutant in its own spawned process, ``jobs`` at a time; a worker
+    past its budget + shrink + GRACE_S is killed (verdict error: a hang)."""
+    import multiprocessing as mp
+
+    from conformance.mutants import _worker  # by its module name even when run as __main__
+
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    pending, running, records = list(mutants), {}, {}
+    limit = opts["budget_s"] + opts["shrink_s"] + GRACE_S
+    while pending or running:
+        while pending and len(running) < jobs:
+            m = pending.pop(0)
+            p = ctx.Process(target=_worker, args=(m, opts, out), name=f"mutant-{m.name}", daemon=True)
+            p.start()
+            running[m.name] = (m, p, time.monotonic())
+        try:
+            rec = out.get(timeout=1.0)
+            records[rec["name"]] = rec
+            progress(_progress_line(rec, len(records), len(mutants)))
+        except queue_mod.Empty:
+            pass
+        for name, (m, p, started) in list(running.items()):
+            if name in records:
+                p.join(timeout=5)
+                del running[name]
+            elif not p.is_alive() or time.monotonic() - started > limit:
+                if p.is_alive():
+                    p.kill()
+                    why = f"worker killed after {limit:.0f} s (hung?)"
+                else:
+                    why = f"worker exited with code {p.exitcode} without a verdict"
+                p.join(timeout=5)
+                time.sleep(0.2)
+                try:  # a record may have landed just before it exited
+                    while True:
+                        rec = out.get_nowait()
+                        records[rec["name"]] = rec
+                except queue_mod.Empty:
+                    pass
+                if name not in records:
+                    # A signal (a crash in the kernel) or a hang is the mutant's; a Python exit is the harness'.
+                    verdict = "harness_error" if (p.exitcode or 0) > 0 else "error"
+                    records[name] = {"name": name, "bug_class": m.bug_class, "targets": list(m.targets), "verdict": verdict, "error": why,
+                                     "expected_killer": m.expected_killer, "why": m.why, "kinds": []}  # fmt: skip
+                    progress(_progress_line(records[name], len(records), len(mutants)))
+                del running[name]
+    return [records[m.name] for m in mutants]
+
+
+def _progress_line(rec: dict, done: int, total: int) -> str:
+    how = f" by {rec['killed_by']} after {rec['first_failure_s']} s" if rec.get("killed_by") else ""
+    why = f" ({rec['error']})" if rec.get("error") and rec["verdict"] != "killed" else ""
+    return f"[{done}/{total}] {rec['verdict']:<9} {rec['name']}{how}{why}"
+
+
+# ---------------------------------------------------------------- verdicts
+def tally(mutant_records: Sequence[dict]) -> dict:
+    """Counts and the kill rate: (killed + error) / (total - stale)."""
+    n = {v: sum(r["verdict"] == v for r in mutant_records) for v in ("killed", "error", "survived", "stale", "harness_error")}
+    counted = len(mutant_records) - n["stale"]
+    rate = (n["killed"] + n["error"]) / counted if counted else None
+    return {**n, "total": len(mutant_records), "counted": counted, "kill_rate": rate}
+
+
+def control_problem(control: Optional[dict]) -> Optional[str]:
+    """Why the run is invalid because of the control (None: it survived)."""
+    if control is None:
+        return None
+    if control["verdict"] == "survived":
+        return None
+    if control["verdict"] == "harness_error":
+        return f"the control's worker failed in the harness ({control.get('error')}), so mutant verdicts mean nothing"
+    what = f"failed {control.get('killed_by')}" if control.get("killed_by") else control["verdict"]
+    case = f" on {control.get('case_text')}" if control.get("case_text") else ""
+    detail = control.get("summary") or control.get("error") or ""
+    return f"the control (no rewrites) {what}{case}: {detail} -- the suite is not green on the installed kernels (fix it or add a known finding), so mutant verdicts mean nothing"
+
+
+def exit_code(t: dict, control: Optional[dict], goal: float) -> int:
+    ok = control_problem(control) is None and not t["harness_error"] and t["kill_rate"] is not None and t["kill_rate"] >= goal
+    return 0 if ok else 1
+
+
+def kill_rate_line(t: dict, goal: float) -> str:
+    if t["kill_rate"] is None:
+        return f"kill rate: n/a (no mutant to count; {t['stale']} stale)"
+    return (f"kill rate: {t['kill_rate']:.0%} ({t['killed']} killed + {t['error']} by crash of {t['counted']}; "
+            f"{t['survived']} survived, {t['stale']} stale) goal {goal:.0%}")  # fmt: skip
+
+
+COLUMNS = ("mutant", "bug class", "targets", "verdict", "killed by", "expected killer", "first failure (s)", "shrunk case size", "shrunk case")
+
+
+def render_markdown(doc: dict) -> str:
+    run, t = doc["run"], doc["tally"]
+    lines = ["# Mutants", "", f"profile `{run['profile']}`, budget {run['budget_s']} s per mutant (+{run['shrink_s']} s shrinking), "
+             f"{run['jobs']} jobs, {run['wall_s']} s wall; {run.get('gpu') or 'no GPU'} ({run.get('mode') or '-'})", "",
+             f"**{kill_rate_line(t, run['goal'])}**", ""]  # fmt: skip
+    problem = control_problem(doc.get("control"))
+    lines += [f"**INVALID RUN**: {problem}", ""] if problem else []
+    lines += ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for r in ([doc["control"]] if doc.get("control") else []) + doc["mutants"]:
+        cut = "" if r.get("complete", True) or r["verdict"] != "survived" else " (budget)"
+        case = r.get("first_case") if r["verdict"] == "error" else r.get("case")
+        text = describe(Case.from_dict(case)) if case else (r.get("error") or "-")
+        cells = (r["name"], r.get("bug_class", "-"), "/".join(r.get("targets") or []) or "-", r["verdict"] + cut, r.get("killed_by") or "-",
+                 r.get("expected_killer") or "-", r.get("first_failure_s") or "-", r.get("case_size") if r.get("case_size") is not None else "-", text)  # fmt: skip
+        lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_reports(doc: dict, report_dir) -> Tuple[Path, Path]:
+    d = Path(report_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    js, md = d / "mutants.json", d / "mutants.md"
+    js.write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    md.write_text(render_markdown(doc))
+    return js, md
+
+
+# -------------------------------------------------------------------- CLI
+class Usage(Exception):
+    """Exit 2 with this message."""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p.add_argument("--list", action="store_true", help="print the catalogue and check every rewrite applies exactly once (no GPU needed); exit 1 if one is stale")
+    p.add_argument("--only", metavar="NAME[,NAME]", default=None, help="run only these mutants")
+    p.add_argument("--properties", metavar="KIND[,KIND]", default=None, help=f"property kinds to search, in this order: {', '.join(KIND_NAMES)} (default: all)")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="mutants run at once, one process each (default: the number of CPUs)")
+    p.add_argument("--profile", default="ci", help="Hypothesis profile of strategies.profiles (default: ci)")
+    p.add_argument("--budget-s", type=float, default=240.0, help="search time per mutant, shared equally by the property kinds (default: 240)")
+    p.add_argument("--shrink-s", type=float, default=45.0, help="time Hypothesis may spend shrinking a failure (default: 45)")
+    p.add_argument("--goal", type=float, default=0.9, help="kill rate for exit status 0 (default: 0.9)")
+    p.add_argument("--report-dir", default=DEFAULT_REPORT_DIR, help=f"where mutants.json/.md and the worker logs go (default: ./{DEFAULT_REPORT_DIR})")
+    p.add_argument("--known-findings", metavar="FILE", default=None, help=f"known findings file (default: {FINDINGS_FILE} of the repository, if present)")
+    p.add_argument("--kernels-source", metavar="PATH", default=None, help="cudnn-frontend python/ tree to mutate instead of the installed wheel")
+    return p
+
+
+def _names(raw: Optional[str], known: Sequence[str], what: str) -> Optional[List[str]]:
+    if raw is None:
+        return None
+    names = [n.strip() for n in raw.split(",") if n.strip()]
+    bad = [n for n in names if n not in known]
+    if bad or not names:
+        raise Usage(f"{what} {bad[0] if bad else raw!r}: not one of {', '.join(known)}")
+    return names
+
+
+def _validate(args) -> dict:
+    from strategies.profiles import profile_name
+
+    if args.jobs < 1 or args.budget_s <= 0 or args.shrink_s < 0 or not 0 <= args.goal <= 1:
+        raise Usage("--jobs >= 1, --budget-s > 0, --shrink-s >= 0 and 0 <= --goal <= 1")
+    try:
+        profile = profile_name(args.profile)
+    except ValueError as e:
+        raise Usage(str(e)) from None
+    only = _names(args.only, [m.name for m in MUTANTS], "--only: mutant")
+    kinds = _names(args.properties, KIND_NAMES, "--properties: kind") or list(KIND_NAMES)
+    found = args.known_findings or next((str(p) for p in (Path.cwd() / FINDINGS_FILE, Path(__file__).resolve().parents[1] / FINDINGS_FILE) if p.is_file()), None)
+    if found:
+        from conformance import findings
+
+        try:
+            findings.load(found)
+        except findings.FindingsError as e:
+            raise Usage(str(e)) from None
+    return {"mutants": [m for m in MUTANTS if only is None or m.name in only], "kinds": kinds, "profile": profile, "findings": found}
+
+
+def list_catalogue(mutants: Sequence[Mutant], out=print) -> int:
+    from kernels.source import StaleMutant, check_rewrites
+
+    stale = 0
+    for m in mutants:
+        try:
+            check_rewrites(m.rewrites)
+            state = "ok"
+        except StaleMutant as e:
+            state, stale = f"STALE: {e}", stale + 1
+        out(f"{m.name:<30} {m.bug_class:<18} {'/'.join(m.targets):<9} killer {m.expected_killer:<16} {state}\n    {change_line(m)}")
+    out(f"{len(mutants)} mutants, {stale} stale")
+    return 1 if stale else 0
+
+
+def main(args) -> int:
+    try:
+        v = _validate(args)
+        if args.list:
+            return list_catalogue(v["mutants"])
+        if args.kernels_source:
+            from kernels.source import use_kernels_source
+
+            use_kernels_source(args.kernels_source)
+        import torch
+
+        if not torch.cuda.is_available():
+            raise Usage(NO_GPU)
+    except Usage as e:
+        print(f"sdpa-conformance mutants: error: {e}", file=sys.stderr)
+        return 2
+    from kernels.environment import detect
+
+    env, start = detect(), time.time()
+    log_dir = Path(args.report_dir) / "mutants-logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    opts = {"profile": v["profile"], "budget_s": args.budget_s, "shrink_s": args.shrink_s, "kinds": v["kinds"], "findings": v["findings"],
+            "kernels_source": args.kernels_source, "log_dir": str(log_dir), "threads": max(1, (os.cpu_count() or 1) // args.jobs)}  # fmt: skip
+    print(f"{len(v['mutants'])} mutants + control, {args.jobs} jobs, budget {args.budget_s:g} s each, profile {v['profile']}, kinds {', '.join(v['kinds'])}")
+    records = run_all([CONTROL] + v["mutants"], opts, args.jobs)
+    control, mutant_records = records[0], records[1:]
+    t = tally(mutant_records)
+    run = {"profile": v["profile"], "budget_s": args.budget_s, "shrink_s": args.shrink_s, "jobs": args.jobs, "goal": args.goal, "kinds": v["kinds"],
+           "known_findings": v["findings"], "wall_s": round(time.time() - start, 1), "gpu": env.gpu, "mode": env.mode, "versions": env.versions}  # fmt: skip
+    doc = {"run": run, "control": control, "mutants": mutant_records, "tally": t, "valid": control_problem(control) is None}
+    js, md = write_reports(doc, args.report_dir)
+    print(kill_rate_line(t, args.goal))
+    problem = control_problem(control)
+    if problem:
+        print(f"INVALID RUN: {problem}", file=sys.stderr)
+    if t["harness_error"]:
+        print(f"harness errors in {t['harness_error']} worker(s): see {log_dir}", file=sys.stderr)
+    print(f"{js}\n{md}")
+    return exit_code(t, control, args.goal)
+
+
+def parser() -> argparse.ArgumentParser:
+    return add_arguments(argparse.ArgumentParser(prog="sdpa-conformance mutants", description=__doc__.split("\n\n")[0]))
+
+
+if __name__ == "__main__":
+    sys.exit(main(parser().parse_args()))

@@ -1,0 +1,268 @@
+"""The mutant catalogue: plausible bugs planted in the kernels under test.
+
+Data only. Each ``Mutant`` is a few ``kernels.source.Rewrite`` s (exact text
+-> replacement, each matching exactly once in the installed file) applied at
+load time to ``prefill_f16.py`` (``f16``: gptoss/llama/dsv3),
+``prefill_d256_f16.py`` (``d256``: qwen) or ``prepared_host.py`` (``host``).
+A bug that would live in both templates is planted in both. ``probe`` is a
+small Case (fields) that reaches the mutated code: the CPU compile test
+compiles it, and it is the kind of case that should expose the bug.
+``expected_killer`` names a property kind of ``conformance.mutants.KINDS``.
+``conformance.mutants`` runs them; docs/mutants.md explains the results.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Tuple
+
+from kernels.source import Rewrite
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    bug_class: str  # a BUG_CLASSES key
+    rewrites: Tuple[Rewrite, ...]
+    expected_killer: str  # a conformance.mutants.KINDS name
+    why: str  # the real bug it imitates
+    probe: dict = field(default_factory=dict)  # Case fields reaching the mutated code
+    scope: str = ""  # why only one template family, when so
+
+    @property
+    def targets(self) -> Tuple[str, ...]:
+        return tuple(sorted({rw.target for rw in self.rewrites}))
+
+
+# The bug classes issue #6 asks for (seen in this kernel family and its peers).
+BUG_CLASSES = {
+    "bias": "bias indexing or scaling (batch-0 bias broadcast: see NOT_PLANTED)",
+    "off_envelope": "off-envelope head dims bound with the unpadded stride / width",
+    "compile_key": "a compile key that sees runtime facts (packed token totals)",
+    "cu_seqlens": "cu_seqlens_k ignored or taken from Q",
+    "causal_diagonal": "causal diagonal off by one",
+    "sliding_window": "sliding-window bound off by one",
+    "bottom_right": "bottom-right alignment from the padded maxima instead of the live lengths",
+    "kv_zero_fill": "out-of-range K/V rows not zero-filled (0 x NaN leaks)",
+    "lse_units": "LSE in log2 units where natural log is expected",
+    "sink_units": "sink logits in the wrong units",
+    "last_partial_tile": "last partial tile predicate wrong",
+    "gqa_mapping": "GQA head mapping wrong",
+    "output_tail": "output tail left unwritten or over-written",
+    "right_band": "causal right band ignored (beyond the list: a mask-family bug)",
+}
+
+# Bugs of the list that cannot be planted in this build, and why.
+NOT_PLANTED = {
+    "bias of batch 0 applied to every batch": "the installed kernel never reads a bias batch: build_spec declares the "
+    "bias [1, H, SQ, SKV] and the kernel indexes head * SQ * SKV from the base pointer, so every batch already sees "
+    "batch 0's bias (the contract rule bias_batch_mismatch covers it); the bias mutants plant scaling and head bugs",
+}
+
+MASK_INDENT = " " * 32  # the per-element mask terms sit this deep in both templates
+
+
+def _both(pattern: str, replacement: str, d256_pattern: str = None, d256_replacement: str = None) -> Tuple[Rewrite, ...]:
+    """The same change in both templates (the d256 text where it differs)."""
+    return (
+        Rewrite("f16", pattern, replacement),
+        Rewrite("d256", d256_pattern or pattern, d256_replacement or replacement),
+    )
+
+
+_V_LOAD = "valid_rows=kv_valid_rows,\n{i}valid_cols=None,  # V is always the full compile-time d_v wide (asserted)\n{i}row_base={row},"
+_V_LOAD_UNFILLED = "valid_rows=None,\n{i}valid_cols=None,  # V is always the full compile-time d_v wide (asserted)\n{i}row_base={row},"
+
+
+def _v_load(row: str, indent: int, unfilled: bool) -> str:
+    return (_V_LOAD_UNFILLED if unfilled else _V_LOAD).format(i=" " * indent, row=row)
+
+
+DENSE_BIAS = dict(s_q=65, s_kv=70, h_q=2, h_kv=1, bias="float16")
+THD = dict(layout="thd", q_lens=(5, 70), kv_lens=(9, 66), h_q=2, h_kv=1, kv_slack=8)
+
+MUTANTS: Tuple[Mutant, ...] = (
+    Mutant(
+        "bias_not_unscaled",
+        "bias",
+        _both(
+            "S_acc[s_base + j] = S_acc[s_base + j] + bias_frag[s_base + j]",
+            "S_acc[s_base + j] = S_acc[s_base + j] + bias_frag[s_base + j] / inv_softmax_scale",
+        ),
+        "numerics_dense",
+        "Bias added to the raw scores without the 1/scale compensation, so the kernel computes softmax(s*(QK + bias)) "
+        "instead of softmax(s*QK + bias): the classic pre-scale bias bug.",
+        DENSE_BIAS,
+    ),
+    Mutant(
+        "bias_head_from_kv_head",
+        "bias",
+        _both(
+            "bias_head_e = cutlass.Int64(head_idx)",
+            "bias_head_e = cutlass.Int64(kv_head_idx)",
+        ),
+        "numerics_dense",
+        "Per-head bias indexed with the KV head under GQA/MQA (the index the K/V loads use), so Q heads of a group "
+        "share one head's bias: a head-index bug like the batch-0 broadcast.",
+        dict(DENSE_BIAS, h_q=4, h_kv=2),
+    ),
+    Mutant(
+        "off_envelope_full_width",
+        "off_envelope",
+        (Rewrite("host", "        d == params.d_qk,", "        d <= params.d_qk,"),),
+        "numerics_dense",
+        "The dense host calls every head dim under the envelope 'even' (is_even_k), so Q/K rows of an off-envelope "
+        "d_qk are read envelope-wide through the unpadded row pitch: the columns past d come from the next head "
+        "instead of zeros (off-envelope dims bound as if padded to the envelope).",
+        dict(d_qk=32, d_v=32, s_q=5, s_kv=7, h_q=2, h_kv=2),
+        scope="host only: the dense pointer host decides is_even_k for both templates",
+    ),
+    Mutant(
+        "thd_key_per_launch",
+        "compile_key",
+        (
+            Rewrite("host", "@lru_cache(maxsize=128)", "@lru_cache(maxsize=0)"),
+            Rewrite("host", "packed_init=_INIT_DIGEST,", "packed_init=_INIT_DIGEST + str(compile_thd_host.cache_info().misses),"),
+        ),
+        "compile_reuse_thd",
+        "A THD compile key that changes with every launch of the same head/mask contract, as one carrying the packed "
+        "token totals T_q/T_kv does (the packed shapes entering the key): runtime-only changes recompile. "
+        "compile_thd_host never sees the totals, so the mutant keys on its call count and disables its lru.",
+        THD,
+        scope="host only: compile_thd_host serves both templates",
+    ),
+    Mutant(
+        "cu_seqlens_k_from_q",
+        "cu_seqlens",
+        _both(
+            "_cuk = Pointer(cutlass.make_array_view(cu_k).data_ptr(), dtype=cu_k.element_type)",
+            "_cuk = Pointer(cutlass.make_array_view(cu_q).data_ptr(), dtype=cu_q.element_type)",
+        ),
+        "numerics_thd",
+        "K/V sequence offsets and lengths read from cu_seqlens_q: right whenever the Q and KV packings agree, wrong "
+        "for cross-attention-like packings and different first offsets.",
+        THD,
+    ),
+    Mutant(
+        "causal_diagonal_excluded",
+        "causal_diagonal",
+        _both(MASK_INDENT + "t = col > q_lim", MASK_INDENT + "t = col >= q_lim"),
+        "numerics_dense",
+        "The causal mask drops the diagonal (k < q instead of k <= q): row 0 sees no key, every row loses itself.",
+        dict(s_q=70, s_kv=70, causal=True),
+    ),
+    Mutant(
+        "window_bound_off_by_one",
+        "sliding_window",
+        _both(MASK_INDENT + "t = col < q_mw", MASK_INDENT + "t = col <= q_mw"),
+        "numerics_dense",
+        "The sliding window keeps W keys to the left instead of W + 1 (k > q - W instead of k >= q - W).",
+        dict(s_q=70, s_kv=70, window_left=16),
+    ),
+    Mutant(
+        "bottom_right_from_physical",
+        "bottom_right",
+        _both(
+            "br_base = (eff_skv - eff_sq) if",
+            "br_base = (cutlass.Int32(skv_runtime) - cutlass.Int32(sq_runtime)) if",
+            "br_base = (cutlass.Int32(eff_skv) - cutlass.Int32(eff_sq)) if",
+            "br_base = (cutlass.Int32(skv_runtime) - cutlass.Int32(sq_runtime)) if",
+        ),
+        "numerics_dense",
+        "Bottom-right alignment from the physical / packed maxima (SKV - SQ, T_kv - T_q) instead of each batch's live "
+        "lengths: right without padding, wrong under seq_lens padding and for every THD packing.",
+        dict(s_q=70, s_kv=90, causal=True, bottom_right=True, seq_q_lens=(60,), seq_kv_lens=(90,)),
+    ),
+    Mutant(
+        "v_tail_rows_unfilled",
+        "kv_zero_fill",
+        (
+            Rewrite("f16", _v_load("kv_row_base_cur", 12, False), _v_load("kv_row_base_cur", 12, True)),
+            Rewrite("d256", _v_load("kv_prologue_row_abs", 8, False), _v_load("kv_prologue_row_abs", 8, True)),
+            Rewrite("d256", _v_load("kv_row_base_prev", 12, False), _v_load("kv_row_base_prev", 12, True)),
+        ),
+        "numerics_thd",
+        "V rows past the sequence's KV length are loaded from memory instead of zero-filled. The scores there are "
+        "masked (P = 0), so finite garbage is harmless, but 0 x NaN = NaN leaks whenever those rows hold NaN "
+        "(packed capacity slack, a freed buffer).",
+        THD,
+    ),
+    Mutant(
+        "lse_in_log2_units",
+        "lse_units",
+        _both("if cutlass.const_expr(PARAMS.stats_log2):", "if cutlass.const_expr(not PARAMS.stats_log2):"),
+        "numerics_dense",
+        "Stats written in log2 units (LSE * log2 e) where the contract (and the backward pass) expects natural log.",
+        dict(s_q=5, s_kv=7),
+    ),
+    Mutant(
+        "sink_units_not_converted",
+        "sink_units",
+        _both("if cutlass.const_expr(PARAMS.sink_natural):", "if cutlass.const_expr(not PARAMS.sink_natural):"),
+        "numerics_dense",
+        "Natural-log sink logits used as log2 units (the sink_natural * log2 e conversion dropped): every sink is "
+        "weighted exp2(s) instead of exp(s).",
+        dict(s_q=5, s_kv=7, sinks=True),
+    ),
+    Mutant(
+        "kv_tail_mask_off_by_one",
+        "last_partial_tile",
+        _both(MASK_INDENT + "t = col >= eff_skv", MASK_INDENT + "t = col > eff_skv"),
+        "numerics_dense",
+        "The last partial KV tile's column predicate lets key eff_skv through (> instead of >=): one zero-filled or "
+        "padded key joins every row's softmax.",
+        dict(s_q=5, s_kv=70),
+    ),
+    Mutant(
+        "gqa_heads_interleaved",
+        "gqa_mapping",
+        _both(
+            "kv_head_idx = head_idx if heads_per_kv == 1 else (head_idx // cutlass.Int32(heads_per_kv))",
+            "kv_head_idx = head_idx if heads_per_kv == 1 else (head_idx % cutlass.Int32(H_kv))",
+        ),
+        "numerics_dense",
+        "Q head h reads KV head h % H_kv (repeat) instead of h // group (repeat_interleave): right for MHA and MQA, "
+        "wrong for GQA with more than one KV head.",
+        dict(s_q=5, s_kv=7, h_q=4, h_kv=2),
+    ),
+    Mutant(
+        "thd_store_past_sequence",
+        "output_tail",
+        _both(
+            "sq_store_bound = eff_sq if cutlass.const_expr(THD_VARLEN) else sq_runtime",
+            "sq_store_bound = sq_runtime",
+        ),
+        "tails_thd_init",
+        "THD O/LSE stores bounded by the packed capacity instead of the sequence's length: each sequence's last Q "
+        "tile (and every over-provisioned tile) over-writes the next sequence's rows (a race numerics may see) and "
+        "the capacity tail (which the tails properties see).",
+        THD,
+    ),
+    Mutant(
+        "thd_outputs_not_initialized",
+        "output_tail",
+        (Rewrite("host", "if t_q > 0:", "if t_q < 0:"),),
+        "tails_thd_init",
+        "The THD host skips zero_outputs although initialize_outputs is set: the holes and tails the wrapper "
+        "promises as zeros keep the caller's bytes.",
+        THD,
+        scope="host only: thd_host initializes outputs for both templates",
+    ),
+    Mutant(
+        "right_band_ignored",
+        "right_band",
+        _both("causal_diag = br_base + cutlass.Int32(causal_band_right)", "causal_diag = br_base"),
+        "numerics_dense",
+        "The runtime causal right band (window_right) is dropped: a banded causal mask degrades to plain causal.",
+        dict(s_q=70, s_kv=70, causal=True, window_left=16, window_right=5),
+    ),
+)
+
+
+def by_name(names) -> Tuple[Mutant, ...]:
+    """The mutants named (in catalogue order); KeyError names an unknown one."""
+    known = {m.name: m for m in MUTANTS}
+    missing = [n for n in names if n not in known]
+    if missing:
+        raise KeyError(f"unknown mutant {missing[0]!r} (known: {', '.join(known)})")
+    return tuple(m for m in MUTANTS if m.name in set(names))

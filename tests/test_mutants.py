@@ -1,0 +1,220 @@
+"""The mutant catalogue and harness on CPU: the catalogue is well formed and
+applies to the installed sources, stale mutants are stale (never killed), the
+search loop's verdicts with stand-in properties, the arithmetic, the table,
+the CLI's exit codes, node ids of the tests, and (compile tier) every
+mutated template still compiles for sm_80."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conformance import findings
+from conformance import mutants as M
+from conformance.case import Case
+from conformance.outcome import Observation, PropertyFailure
+from kernels import mutants as catalogue
+from kernels.mutants import MUTANTS, Mutant
+from kernels.source import TARGETS, Rewrite, check_rewrites
+
+# Issue #6's bug classes: the catalogue must keep covering every one of them.
+REQUIRED_CLASSES = ("bias", "off_envelope", "compile_key", "cu_seqlens", "causal_diagonal", "sliding_window", "bottom_right",
+                    "kv_zero_fill", "lse_units", "sink_units", "last_partial_tile", "gqa_mapping", "output_tail")  # fmt: skip
+FAST = dict(profile="dev", budget_s=30.0, shrink_s=10.0)
+
+
+# -------------------------------------------------------------- catalogue
+def test_catalogue_is_well_formed():
+    names = [m.name for m in MUTANTS]
+    assert len(names) == len(set(names)) and len(names) >= 12 and M.CONTROL.name not in names
+    covered = {m.bug_class for m in MUTANTS}
+    assert set(REQUIRED_CLASSES) <= set(catalogue.BUG_CLASSES) and set(REQUIRED_CLASSES) <= covered
+    assert covered <= set(catalogue.BUG_CLASSES)
+    for m in MUTANTS:
+        assert m.rewrites and m.why.strip() and m.expected_killer in M.KIND_NAMES, m.name
+        assert set(m.targets) <= set(TARGETS) and all(rw.pattern != rw.replacement for rw in m.rewrites), m.name
+        # A template bug lives in both templates unless the mutant says why not.
+        one_family = len({"f16", "d256"} & set(m.targets)) == 1 or m.targets == ("host",)
+        assert not one_family or m.scope.strip(), f"{m.name}: targets {m.targets} but no scope note"
+        assert Case(**m.probe).structural_problem() is None, m.name
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
+def test_every_rewrite_applies_exactly_once(mutant):
+    check_rewrites(mutant.rewrites)
+
+
+def test_flavors_follow_the_rewritten_files():
+    mk = lambda *targets: Mutant("x", "bias", tuple(Rewrite(t, "a", "b") for t in targets), "numerics_dense", "w")  # noqa: E731
+    assert M.flavors_for(mk("d256")) == ("qwen",)
+    assert M.flavors_for(mk("f16")) == ("gptoss", "llama", "dsv3")
+    assert M.flavors_for(mk("f16", "d256")) == M.flavors_for(mk("host")) == M.flavors_for(M.CONTROL) == ("gptoss", "llama", "dsv3", "qwen")
+
+
+# ------------------------------------------------------------------ search
+def _fails_on(pred, exc=PropertyFailure):
+    def check(kind, case, adapter):
+        if pred(kind, case):
+            raise exc(kind.property, case, "planted") if exc is PropertyFailure else exc("kernel crashed")
+        return Observation(kind.property, case, ratios={"o": 0.5})
+
+    return check
+
+
+ALWAYS = _fails_on(lambda k, c: True)
+
+
+@pytest.mark.parametrize("pattern", ["this text is not in prefill_f16", "cutlass.Int32("], ids=["absent", "many"])
+def test_stale_mutant_is_stale_not_killed(pattern):
+    stale = Mutant("stale", "bias", (Rewrite("f16", pattern, "x"),), "numerics_dense", "w")
+    rec = M.run_mutant(stale, check=ALWAYS, **FAST)
+    assert rec["verdict"] == "stale" and "expected exactly once" in rec["error"] and rec["killed_by"] is None
+    t = M.tally([rec, {"verdict": "killed"}])
+    assert (t["stale"], t["counted"], t["kill_rate"]) == (1, 1, 1.0)
+
+
+def test_failure_kills_and_is_shrunk():
+    check = _fails_on(lambda k, c: k.name == "numerics_thd" and c.h_q > 1 and len(c.q_lens) > 1)
+    rec = M.run_mutant(MUTANTS[0], check=check, **FAST)
+    assert rec["verdict"] == "killed" and rec["killed_by"] == "numerics_thd" and rec["property"] == "numerics"
+    shrunk = Case.from_dict(rec["case"])
+    assert shrunk.h_q == 2 and len(shrunk.q_lens) == 2 and rec["case_size"] == M.case_size(shrunk) <= 2 * 2 * 2
+    assert [k["name"] for k in rec["kinds"]] == ["numerics_dense", "numerics_thd"] and rec["first_failure_s"] is not None
+    assert M.flavor_of(shrunk) in M.flavors_for(MUTANTS[0])
+
+
+def test_crash_is_an_error_verdict():
+    rec = M.run_mutant(MUTANTS[0], check=_fails_on(lambda k, c: True, RuntimeError), kinds=("numerics_dense",), **FAST)
+    assert rec["verdict"] == "error" and "RuntimeError: kernel crashed" in rec["summary"] and rec["first_case"]
+
+
+def test_known_findings_do_not_kill():
+    xfailed = lambda k, c, a: Observation(k.property, c, outcome="xfailed", finding="f")  # noqa: E731
+    rec = M.run_mutant(MUTANTS[0], check=xfailed, kinds=("numerics_dense",), **FAST)
+    assert rec["verdict"] == "survived" and rec["kinds"][0]["excused"] == rec["kinds"][0]["examples"] > 0
+    node = findings.Finding("poison", "known", nodeid="conformance/test_tails.py::test_padding_poison?*")
+    previous = findings.activate([node])
+    try:
+        rec = M.run_mutant(MUTANTS[0], check=ALWAYS, kinds=("padding_poison",), **FAST)
+        assert rec["verdict"] == "survived"
+        assert M.run_mutant(MUTANTS[0], check=ALWAYS, kinds=("tails_dense",), **FAST)["verdict"] == "killed"
+    finally:
+        findings.activate(previous)
+
+
+def test_budget_stops_the_search():
+    slow = lambda k, c, a: time.sleep(0.05) or Observation(k.property, c)  # noqa: E731
+    rec = M.run_mutant(MUTANTS[0], check=slow, profile="dev", budget_s=0.3, shrink_s=1)
+    assert rec["verdict"] == "survived" and not rec["complete"] and len(rec["kinds"]) == len(M.KINDS)
+    assert any(k["cut"] for k in rec["kinds"]) and rec["wall_s"] < 10
+
+
+def test_worker_processes_report_verdicts(tmp_path):
+    stale = Mutant("stale", "bias", (Rewrite("f16", "not in the file", "x"),), "numerics_dense", "w")
+    opts = dict(profile="dev", budget_s=5, shrink_s=1, kinds=["numerics_dense"], findings=None, log_dir=str(tmp_path), threads=1)
+    lines = []
+    (rec,) = M.run_all([stale], opts, jobs=1, progress=lines.append)
+    assert rec["verdict"] == "stale" and lines == ["[1/1] stale     stale (" + rec["error"] + ")"]
+    assert (tmp_path / "stale.log").exists()
+
+
+# ------------------------------------------------------- arithmetic, table
+def _rec(name, verdict, **kw):
+    return {"name": name, "bug_class": "bias", "targets": ["f16"], "verdict": verdict, "expected_killer": "numerics_dense", **kw}
+
+
+CASE = Case(batch=2, h_q=2, s_q=3, s_kv=5)
+RECORDS = [
+    _rec("a", "killed", killed_by="numerics_dense", first_failure_s=3.5, case=CASE.to_dict(), case_size=M.case_size(CASE)),
+    _rec("b", "error", first_case=CASE.to_dict(), error="worker exited with code -11"),
+    _rec("c", "survived", complete=False),
+    _rec("d", "stale", error="matched 0 times"),
+]
+
+
+def test_tally_and_exit_code():
+    t = M.tally(RECORDS)
+    assert (t["killed"], t["error"], t["survived"], t["stale"], t["counted"]) == (1, 1, 1, 1, 3)
+    assert t["kill_rate"] == pytest.approx(2 / 3) and M.case_size(CASE) == 60
+    control = _rec("control", "survived")
+    assert M.exit_code(t, control, goal=0.6) == 0 and M.exit_code(t, control, goal=0.9) == 1
+    assert M.exit_code(t, _rec("control", "killed", killed_by="padding_poison"), goal=0.1) == 1
+    assert M.exit_code(M.tally([RECORDS[3]]), control, goal=0.0) == 1  # nothing counted
+    assert "67% (1 killed + 1 by crash of 3; 1 survived, 1 stale)" in M.kill_rate_line(t, 0.9)
+
+
+def test_markdown_table():
+    run = dict(profile="ci", budget_s=120, shrink_s=60, jobs=16, goal=0.9, wall_s=400, gpu="NVIDIA H200", mode="sm80 code on sm_90")
+    doc = {"run": run, "control": _rec("control", "survived"), "mutants": RECORDS, "tally": M.tally(RECORDS)}
+    md = M.render_markdown(doc)
+    assert "| " + " | ".join(M.COLUMNS) + " |" in md and "INVALID" not in md
+    assert "| a | bias | f16 | killed | numerics_dense | numerics_dense | 3.5 | 60 | B=2 S=3x5 none H=2/1 D=64/64 fp16 |" in md
+    assert "| c | bias | f16 | survived (budget) |" in md and "| d | bias | f16 | stale |" in md
+    doc["control"] = _rec("control", "killed", killed_by="padding_poison", summary="NaN", case_text="B=1")
+    assert "**INVALID RUN**: the control (no rewrites) failed padding_poison on B=1: NaN" in M.render_markdown(doc)
+
+
+# --------------------------------------------------------------------- CLI
+def _main(argv, capsys):
+    code = M.main(M.parser().parse_args(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_list_checks_the_catalogue(capsys, monkeypatch):
+    code, out, _ = _main(["--list"], capsys)
+    assert code == 0 and f"{len(MUTANTS)} mutants, 0 stale" in out and all(m.name in out for m in MUTANTS)
+    monkeypatch.setattr(M, "MUTANTS", MUTANTS + (Mutant("gone", "bias", (Rewrite("d256", "no such text", "x"),), "numerics_dense", "w"),))
+    code, out, _ = _main(["--list", "--only", "gone,lse_in_log2_units"], capsys)
+    assert code == 1 and "STALE" in out and "2 mutants, 1 stale" in out
+
+
+@pytest.mark.parametrize("argv", [["--only", "nope"], ["--properties", "numerics"], ["--goal", "1.5"], ["--jobs", "0"], ["--profile", "nope", "--list"]])
+def test_bad_arguments_exit_2(argv, capsys):
+    code, _, err = _main(argv, capsys)
+    assert code == 2 and "sdpa-conformance mutants: error:" in err
+
+
+def test_without_a_gpu_exit_2(capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    code, _, err = _main(["--only", "lse_in_log2_units"], capsys)
+    assert code == 2 and M.NO_GPU in err
+
+
+def test_node_ids_name_the_collected_tests(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:xdist", "--report-dir", str(tmp_path), "conformance/test_numerics.py",
+                        "conformance/test_tails.py", "conformance/test_compile.py"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    collected = {line.strip() for line in r.stdout.splitlines() if "::" in line}
+    from conformance.test_tails import PADDED
+    from strategies.pools import FLAVOR_ENVELOPES
+
+    assert PADDED == M.PADDED
+    for kind in M.KINDS:
+        for flavor, (dq, dv) in FLAVOR_ENVELOPES.items():
+            for dtype in ("float16", "bfloat16"):
+                for extra in (dict(seq_q_lens=(1,)), dict(seq_kv_lens=(1,)), dict(layout="thd", q_lens=(1,), kv_lens=(1,))):
+                    case = Case(d_qk=dq, d_v=dv, dtype=dtype, **extra)
+                    assert M.flavor_of(case) == flavor and M.node_id(kind, case) in collected, M.node_id(kind, case)
+
+
+# ------------------------------------------------------------ compile tier
+@pytest.mark.compile
+@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
+def test_mutated_templates_compile_for_sm80(mutant, tmp_path, monkeypatch):
+    """The probe of every touched template family compiles: a mutant that does
+    not compile would only measure the compiler."""
+    from kernels.prepared import PreparedAdapter
+
+    monkeypatch.setenv("CUDNN_FRONTEND_COMPILED_CACHE", str(tmp_path / "compiled"))
+    adapter = PreparedAdapter(rewrites=mutant.rewrites)
+    probe = Case(**mutant.probe)
+    dims = [(64, 64)] * ("f16" in mutant.targets) + [(256, 256)] * ("d256" in mutant.targets) or [(probe.d_qk, probe.d_v)]
+    for dq, dv in dims:
+        delta = adapter.compile_only(probe.replace(d_qk=dq, d_v=dv))
+        assert delta.misses >= 1 and delta.modules <= 1
