@@ -58,15 +58,21 @@ def measure():
 
 def forget_memos() -> None:
     """Drop the in-process memos in front of the compiler (compiled_cache's
-    memo, the packed-copy plans), so that whatever compile the next call asks
-    for shows in the counters (a disk hit, or a compile) however warm the
-    process is. A check that a call asks for no compile at all needs this:
-    a warm memo would answer silently and the check would depend on test order."""
+    memo, the staged/packed copy plans, the public wrapper's per-geometry
+    plan cache), so that whatever compile the next call asks for shows in the
+    counters (a disk hit, or a compile) however warm the process is. A check
+    that a call asks for no compile at all needs this: a warm memo would
+    answer silently and the check would depend on test order."""
     from cudnn.frost import compiled_cache
     from cudnn.sdpa import packed_copy_sm80
+    from cudnn.sdpa.fwd import api_dsl, prepared_staged_sm80
+    from cudnn.sdpa.fwd.kernels.sm80 import staged_copy
 
     compiled_cache.clear_memo()
     packed_copy_sm80._plan.cache_clear()
+    staged_copy.compile_gather.cache_clear()
+    prepared_staged_sm80._compile_core.cache_clear()
+    api_dsl._sm80_wrapper_cache.clear()
 
 
 # Counters a call that asks for no compile leaves at zero (after forget_memos).
