@@ -1,0 +1,461 @@
+"""The pytest plugin of sdpa-conformance (pytest11 entry point ``sdpa_conformance``).
+
+Options, the environment header, the ``adapter`` and ``gpu`` fixtures, known
+findings at collection, and the recording of every run:
+
+- every process (xdist controller and workers) appends to its own shard
+  (conformance.recorder); properties record their examples there;
+- the process that runs a failing test writes the case file of the failing
+  case and appends its one-line repro command to the failure report;
+- the controller alone records test outcomes (it sees every report exactly
+  once) and, at the end, merges the shards and renders the reports.
+
+Nothing here imports torch or cudnn at import time: ``--kernels-source``
+must be applied before cudnn is first imported, and CPU-only runs stay fast.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import pytest
+
+from conformance import __version__, findings, recorder
+from conformance.outcome import PropertyFailure
+from reports import casefile, shards
+
+ADAPTERS = ("prepared", "wrapper")
+DEFAULT_REPORT_DIR = "sdpa-report"
+FINDINGS_FILE = "known_findings.toml"
+NO_GPU = "no CUDA GPU found: kernel launches need one (compile-only tier still runs)"
+XFAIL_PREFIX = "known finding "
+PATH_OPTIONS = ("--report-dir", "--kernels-source", "--known-findings")
+
+
+class UnmatchedFindingWarning(pytest.PytestWarning):
+    """A known finding matched nothing in the run (``-W error::...`` makes CI strict)."""
+
+
+@dataclass
+class Run:
+    adapter: str
+    sm80_compat: bool
+    report_dir: Path
+    run_id: str  # shards/<run_id>/: this run's shards only
+    kernels_source: Optional[str]
+    findings_file: Optional[Path]
+    worker: Optional[str]  # xdist worker id; None in the controller
+    recording: bool
+    start: float = field(default_factory=time.time)
+    env: Optional[dict] = None
+    version_warnings: list = field(default_factory=list)  # mismatches allowed by $SDPA_ALLOW_VERSION_MISMATCH
+    pending: dict = field(default_factory=dict)  # nodeid -> outcome so far (controller)
+    restore: tuple = ()
+    summary: Optional[dict] = None
+    paths: Optional[dict] = None
+
+
+RUN = pytest.StashKey[Run]()
+
+
+# ---------------------------------------------------------------- options
+def pytest_addoption(parser):
+    g = parser.getgroup("sdpa-conformance", "SM80 SDPA conformance suite")
+    g.addoption("--adapter", choices=ADAPTERS, default=None,
+                help="kernel entry point to drive: prepared (the compile entry points) or wrapper (sdpa_fwd_wrapper_sm80). Default: $SDPA_ADAPTER, else prepared.")
+    g.addoption("--sm80-compat", action="store_true", default=False,
+                help="run the sm80 kernels on a newer GPU (sm80 code on sm_90). Also $SDPA_SM80_COMPAT=1.")
+    g.addoption("--report-dir", default=None, metavar="DIR",
+                help=f"where shards, case files and report.json/.md/.html go (default ./{DEFAULT_REPORT_DIR}).")
+    g.addoption("--kernels-source", default=None, metavar="PATH",
+                help="test the kernels of this cudnn-frontend source tree instead of site-packages (applied before cudnn is imported).")
+    g.addoption("--known-findings", default=None, metavar="FILE",
+                help=f"known findings file (.toml or .json). Default: {FINDINGS_FILE} at the rootdir, if present.")
+
+
+def _check_rootdir(config) -> None:
+    """pytest picks its rootdir (and so pyproject.toml, testpaths, markers,
+    known_findings.toml) before plugins declare their options, so in
+    ``--report-dir /elsewhere`` the value counts as a test path there.
+    Refuse such a run when the configuration it found is not the one above
+    the invocation dir, rather than run without the suite's settings."""
+    args, here = list(config.invocation_params.args), Path(config.invocation_params.dir).resolve()
+    ini = config.inipath
+    if ini is not None and (ini.parent.resolve() == here or ini.parent.resolve() in here.parents):
+        return
+    for i, arg in enumerate(args[:-1]):
+        value = (here / args[i + 1]).resolve()
+        if arg in PATH_OPTIONS and value.exists() and here not in [value, *value.parents]:
+            raise pytest.UsageError(f"pytest took {args[i + 1]} for a test path when finding its rootdir (now {config.rootpath}): write {arg}={args[i + 1]}")
+
+
+def _resolve(config) -> Run:
+    adapter = config.getoption("adapter") or os.environ.get("SDPA_ADAPTER") or "prepared"
+    if adapter not in ADAPTERS:
+        raise pytest.UsageError(f"SDPA_ADAPTER={adapter!r}: expected one of {', '.join(ADAPTERS)}")
+    compat_env = os.environ.get("SDPA_SM80_COMPAT", "")
+    if compat_env not in ("", "0", "1"):
+        raise pytest.UsageError(f"SDPA_SM80_COMPAT={compat_env!r}: expected 1 or 0")
+    compat = bool(config.getoption("sm80_compat")) or compat_env == "1"
+    # The kernels side (mode detection, adapters) and xdist workers read the
+    # environment, so the options are mirrored there.
+    if config.getoption("adapter"):
+        os.environ["SDPA_ADAPTER"] = adapter
+    if compat:
+        os.environ["SDPA_SM80_COMPAT"] = "1"
+
+    here = Path(config.invocation_params.dir)
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None and "sdpa_report_dir" in workerinput:
+        # The controller's dir and run, whatever the worker's cwd.
+        report_dir, run_id = Path(workerinput["sdpa_report_dir"]), workerinput["sdpa_run_id"]
+    else:
+        report_dir, run_id = (here / (config.getoption("report_dir") or DEFAULT_REPORT_DIR)).resolve(), shards.new_run_id()
+
+    opt = config.getoption("known_findings")
+    if opt:
+        findings_file = (here / opt).resolve()
+        if not findings_file.is_file():
+            raise pytest.UsageError(f"--known-findings {opt}: no such file")
+    else:
+        default = Path(config.rootpath) / FINDINGS_FILE
+        findings_file = default if default.is_file() else None
+
+    source = config.getoption("kernels_source")
+    if source:
+        source = str((here / source).resolve())
+    recording = not (config.option.collectonly or getattr(config.option, "help", False))
+    worker = workerinput.get("workerid", "gw") if workerinput is not None else None
+    return Run(adapter, compat, report_dir, run_id, source, findings_file, worker, recording)
+
+
+def _configure_kernels(run: Run) -> None:
+    """Point ``import cudnn`` at the kernels source, then check the versions
+    of what will be imported (neither module imports cudnn)."""
+    from kernels import environment, source
+
+    try:
+        source.use_kernels_source(run.kernels_source)  # None: $SDPA_KERNELS_SOURCE, else the wheel
+    except source.KernelSourceError as e:
+        raise pytest.UsageError(f"--kernels-source: {e}") from None
+    try:
+        # Raises on a mismatch; returns the mismatches $SDPA_ALLOW_VERSION_MISMATCH allows.
+        run.version_warnings = list(environment.check_versions())
+    except environment.VersionMismatch as e:
+        raise pytest.UsageError(f"sdpa-conformance: {e}") from None
+
+
+@pytest.hookimpl(tryfirst=True)  # first: the kernels source must be chosen before any plugin imports cudnn
+def pytest_configure(config):
+    config.addinivalue_line("markers", "property(name): the conformance property a test checks (report attribution)")
+    if getattr(config.option, "help", False):
+        return
+    _check_rootdir(config)
+    run = _resolve(config)
+    _configure_kernels(run)
+    from strategies import profiles
+
+    try:
+        profiles.load_profile(config.getoption("hypothesis_profile", default=None))
+    except ValueError as e:  # an unknown profile name
+        raise pytest.UsageError(str(e)) from None
+    loaded = []
+    if run.findings_file is not None:
+        try:
+            loaded = findings.load(run.findings_file)
+        except findings.FindingsError as e:
+            raise pytest.UsageError(str(e)) from None
+    previous_findings = findings.activate(loaded)
+    previous_recorder = None
+    if run.recording:
+        if run.worker is None:
+            shards.prune(run.report_dir, keep=run.run_id)
+        previous_recorder = recorder.open_shard(str(shards.shard_path(run.report_dir, run.run_id, run.worker or "main")))
+    run.restore = (previous_findings, previous_recorder)
+    config.stash[RUN] = run
+    # The run-time hooks live on an object per config: a pytester run nested
+    # in a pytest run gets its own.
+    config.pluginmanager.register(Recording(config, run), "sdpa_conformance_run")
+
+
+# ------------------------------------------------------------ environment
+def adapter_label(run: Run) -> str:
+    return f"{run.adapter} (sm80-compat)" if run.sm80_compat else run.adapter
+
+
+def environment(run: Run) -> dict:
+    """The run's facts for the header, case files and reports (cached)."""
+    if run.env is None:
+        from kernels import environment as kenv, source
+
+        e = kenv.detect()
+        run.env = {
+            "gpu": e.gpu, "capability": e.live_arch, "driver": e.driver, "versions": dict(e.versions), "mode": e.mode,
+            "adapter": run.adapter, "sm80_compat": run.sm80_compat, "kernels_source": source.describe(),
+            "report_dir": str(run.report_dir), "known_findings": str(run.findings_file) if run.findings_file else None,
+            "header": kenv.header(adapter_label(run), e),
+        }
+        if run.version_warnings:
+            run.env["version_warnings"] = run.version_warnings
+    return run.env
+
+
+def pytest_report_header(config):
+    run = config.stash.get(RUN, None)
+    if run is None:
+        return None
+    n = len(findings.active())
+    known = f"{casefile.display_path(run.findings_file)} ({n} entries)" if run.findings_file else "none"
+    return [environment(run)["header"], f"sdpa-conformance {__version__}: report dir {casefile.display_path(run.report_dir)} | known findings {known}"] + [
+        f"WARNING: unpinned kernel package: {w}" for w in run.version_warnings
+    ]
+
+
+# --------------------------------------------------------------- fixtures
+@pytest.fixture(scope="session")
+def gpu():
+    """The CUDA device; skips the test where there is none."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip(NO_GPU)
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+@pytest.fixture(scope="session")
+def adapter(pytestconfig):
+    """The kernel adapter chosen by --adapter / $SDPA_ADAPTER."""
+    import kernels
+
+    # sm80-compat reaches the wrapper adapter through $SDPA_SM80_COMPAT (set at configure).
+    return kernels.get_adapter(pytestconfig.stash[RUN].adapter)
+
+
+# ------------------------------------------------------ run-time recording
+def _guess_property(item, names) -> Optional[str]:
+    """A test's property: its ``property`` marker, else the longest property
+    name its function is named after (test_numerics_dense -> numerics)."""
+    mark = item.get_closest_marker("property")
+    if mark is not None and mark.args:
+        return mark.args[0]
+    fn = getattr(item, "originalname", None) or item.name
+    fn = fn[5:] if fn.startswith("test_") else fn
+    hits = [n for n in names if fn == n or fn.startswith(n + "_")]
+    return max(hits, key=len) if hits else None
+
+
+def _leaves(exc) -> list:
+    """The exceptions inside (nested) exception groups, e.g. Hypothesis' multiple bugs."""
+    inner = getattr(exc, "exceptions", None)
+    if isinstance(inner, tuple):
+        return [leaf for e in inner for leaf in _leaves(e)]
+    return [exc]
+
+
+def _hypothesis(item, text: str) -> dict:
+    fn = getattr(item, "obj", None)
+    seed = getattr(fn, "_hypothesis_internal_use_seed", None) or getattr(fn, "_hypothesis_internal_use_generated_seed", None)
+    if seed is None:
+        seed = item.config.getoption("hypothesis_seed", default=None)
+    settings = getattr(fn, "_hypothesis_internal_use_settings", None)
+    info = casefile.hypothesis_info(text, seed, getattr(settings, "derandomize", None))
+    if info["seed"] is not None:
+        info["rerun"] = f"pytest '{item.nodeid}' --hypothesis-seed={info['seed']}"
+    return info
+
+
+def _failing_cases(exc) -> list:
+    """(property, Case, params, summary, detail) for each property check that
+    failed: the PropertyFailures raised, else the case begun last (the
+    shrunk one: Hypothesis replays it last) with the exception as summary."""
+    out = []
+    last = recorder.last_begun()
+    for e in _leaves(exc):
+        if isinstance(e, PropertyFailure):
+            params = last.params if last is not None and (last.property, last.case) == (e.property, e.case) else {}
+            out.append((e.property, e.case, params, e.summary, e.detail))
+    if not out and last is not None:
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        out.append((last.property, last.case, last.params, f"{type(exc).__name__}: {first}", {"exception": type(exc).__name__, "message": str(exc)[:4000]}))
+    return out
+
+
+def _adapter_used(item, run: Run) -> dict:
+    """The adapter the test actually drove: a fixture value that is one
+    (tests may ask for a specific entry point), else the run's --adapter."""
+    for value in getattr(item, "funcargs", {}).values():
+        if getattr(value, "name", None) in ADAPTERS and callable(getattr(value, "run", None)):
+            return {"adapter": value.name, "sm80_compat": bool(getattr(value, "sm80_compat", False))}
+    return {"adapter": run.adapter, "sm80_compat": run.sm80_compat}
+
+
+def _finding_id(reason: str) -> Optional[str]:
+    m = re.match(re.escape(XFAIL_PREFIX) + r"(\S+?):", reason or "")
+    return m.group(1) if m else None
+
+
+def _outcome(report, so_far: Optional[str]) -> Optional[str]:
+    wasxfail = hasattr(report, "wasxfail")
+    if report.when in ("call", "???"):  # "???": xdist's report for a test whose worker crashed
+        if wasxfail:
+            return "xfailed" if report.skipped else "xpassed"
+        return report.outcome
+    if report.when == "setup":
+        if report.failed:
+            return "error"
+        if report.skipped:
+            return "xfailed" if wasxfail else "skipped"
+        return so_far
+    return "error" if report.failed else so_far  # teardown
+
+
+def _entry_location(path: Optional[Path], finding_id: str) -> tuple:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, AttributeError):
+        return str(path or FINDINGS_FILE), 0
+    pattern = re.compile(r"""["']?id["']?\s*[=:]\s*["']""" + re.escape(finding_id) + """["']""")
+    return str(path), next((n for n, line in enumerate(lines, 1) if pattern.search(line)), 0)
+
+
+class Recording:
+    """The run-time hooks of one run, bound to its config."""
+
+    def __init__(self, config, run: Run):
+        self.config, self.run = config, run
+        self.controller = run.worker is None
+        self.errors = []  # unmatched known findings, when that warning is an error
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node):
+        """xdist controller: workers write into the controller's report dir."""
+        node.workerinput["sdpa_report_dir"] = str(self.run.report_dir)
+        node.workerinput["sdpa_run_id"] = self.run.run_id
+
+    def pytest_unconfigure(self, config):
+        previous_findings, previous_recorder = self.run.restore
+        findings.activate(previous_findings)
+        if self.run.recording:
+            recorder.close_shard(previous_recorder)
+
+    @pytest.hookimpl(tryfirst=True)  # before -k/-m deselection: a deselected test still keeps its entry live
+    def pytest_collection_modifyitems(self, items):
+        props = sys.modules.get("conformance.properties")  # imported by the test modules, if any
+        names = list(getattr(props, "PROPERTIES", {}))
+        mapping = {}
+        for item in items:
+            for f in findings.match_node(item.nodeid):
+                item.add_marker(pytest.mark.xfail(reason=f"{XFAIL_PREFIX}{f.id}: {f.reason}", strict=False))
+            mapping[item.nodeid] = _guess_property(item, names)
+        recorder.write({"kind": "collected", "tests": mapping})
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item):
+        recorder.set_test(item.nodeid)
+        try:
+            return (yield)
+        finally:
+            recorder.set_test(None)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_call(self, item):
+        recorder.set_test(item.nodeid, **_adapter_used(item, self.run))  # fixtures are set up by now
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)  # outermost: sees the report after xfail handling
+    def pytest_runtest_makereport(self, item, call):
+        report = yield
+        xfailed = report.skipped and hasattr(report, "wasxfail")
+        if not self.run.recording or call.excinfo is None or report.when != "call" or not (report.failed or xfailed):
+            return report
+        exc = call.excinfo.value
+        text = "\n".join([*getattr(exc, "__notes__", []), getattr(item, "hypothesis_report_information", ""), str(report.longrepr)])
+        finding = _finding_id(report.wasxfail) if xfailed else None
+        cases = _failing_cases(exc)
+        env = dict(environment(self.run), **_adapter_used(item, self.run))
+        hyp, commands = _hypothesis(item, text), []
+        for prop, case, params, summary, detail in cases:
+            path = casefile.write(self.run.report_dir, property=prop, case=case.to_dict(), params=params, summary=summary, detail=detail, nodeid=item.nodeid,
+                                  environment=env, hypothesis=hyp, finding=finding, digest=casefile.inputs_digest(case),
+                                  needs_gpu="gpu" in getattr(item, "fixturenames", ()))
+            cmd = casefile.repro_command(path)
+            recorder.write({"kind": "failure", "nodeid": item.nodeid, "property": prop, "case": case.to_dict(), "params": params, "summary": summary,
+                            "case_file": str(path), "repro": cmd, "finding": finding, "hypothesis": hyp})
+            commands.append(cmd if len(cases) == 1 else f"{cmd}    # {prop}: {summary[:120]}")
+        if commands and report.failed:
+            title, body = "sdpa-conformance: reproduce with", "\n".join(commands)
+            if hasattr(report.longrepr, "addsection"):
+                report.longrepr.addsection(title, body)
+            else:
+                report.sections.append((title, body))
+        return report
+
+    def pytest_runtest_logreport(self, report):
+        """Controller only: one test record per test from the reports it sees
+        (its own, or the ones xdist forwards from workers)."""
+        if not (self.controller and self.run.recording):
+            return
+        st = self.run.pending.setdefault(report.nodeid, {"outcome": None, "duration": 0.0, "message": "", "findings": []})
+        st["outcome"] = _outcome(report, st["outcome"])
+        st["duration"] += getattr(report, "duration", 0.0) or 0.0
+        fid = _finding_id(getattr(report, "wasxfail", ""))
+        if fid:
+            st["findings"] = [fid]
+        if report.failed and not st["message"]:
+            crash = getattr(report.longrepr, "reprcrash", None)
+            st["message"] = (crash.message if crash is not None else str(report.longrepr))[:500]
+        if report.when in ("teardown", "???"):
+            self._flush_test(report.nodeid)
+
+    def _flush_test(self, nodeid: str) -> None:
+        st = self.run.pending.pop(nodeid)
+        recorder.write({"kind": "test", "nodeid": nodeid, **st, "outcome": st["outcome"] or "passed"})
+
+    def pytest_sessionfinish(self, session, exitstatus):
+        run = self.run
+        if not (self.controller and run.recording):
+            return
+        for nodeid in list(run.pending):  # interrupted (-x, Ctrl-C) before teardown
+            self._flush_test(nodeid)
+        end = time.time()
+        env = environment(run)
+        recorder.write({"kind": "session", "environment": env, "start": run.start, "end": end, "wall_seconds": end - run.start,
+                        "exitstatus": int(exitstatus), "findings": [f.to_dict() for f in findings.active()],
+                        "findings_file": str(run.findings_file) if run.findings_file else None, "args": list(self.config.invocation_params.args)})
+        import reports
+
+        try:
+            run.summary, run.paths = reports.build(run.report_dir, run.run_id)
+        except Exception as e:  # noqa: BLE001 - a broken report must not hide the test results
+            warnings.warn(pytest.PytestWarning(f"sdpa-conformance: rendering the report failed: {type(e).__name__}: {e}"))
+            return
+        for entry in run.summary["findings"]["unmatched"]:
+            # Pointed at the entry's line, so the warnings summary says where to edit.
+            filename, lineno = _entry_location(run.findings_file, entry["id"])
+            try:
+                warnings.warn_explicit(UnmatchedFindingWarning(entry["message"]), None, filename, lineno)
+            except UnmatchedFindingWarning as e:  # -W error::...: a stale entry fails the run, without a traceback
+                self.errors.append(f"{filename}:{lineno}: {e}")
+        if self.errors and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(self, terminalreporter):
+        s = self.run.summary
+        if s is None:
+            return
+        tr, rate = terminalreporter, s["run"]["examples_per_minute"]
+        tr.write_sep("-", "sdpa-conformance")
+        failing = sum(1 for f in s["failures"] if not f.get("finding"))
+        tr.write_line(f"{s['run']['examples']} examples" + (f" ({rate:.0f}/min)" if rate else "")
+                      + f", {failing} failing case(s); report: {casefile.display_path(self.run.paths['html'])}")
+        for f in s["failures"]:
+            tag = f"known finding {f['finding']}" if f.get("finding") else f["property"]
+            tr.write_line(f"  {f['repro']}    # {tag}: {(f.get('summary') or '')[:100]}")
+        for e in self.errors:
+            tr.write_line(f"ERROR {e}", red=True)

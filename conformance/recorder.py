@@ -1,0 +1,129 @@
+"""The recorder: every example a property checks, appended to this process's shard.
+
+Properties call, for every example:
+
+    recorder.begin(property, case, **params)   # before touching the kernel
+    recorder.observe(observation)              # with the verdict: passed,
+                                               # xfailed, or failed (before raising)
+
+``params`` are the property's keyword arguments (JSON values), so a case file
+replays the exact call. The last begun case matters: Hypothesis replays the
+shrunk failing example last, so for a failing test it is the minimal case,
+and for a worker that dies mid-example the shard's last ``begin`` line names
+the case that killed it.
+
+No pytest here: the plugin opens a shard per process (one JSON object per
+line, flushed per line so a crash loses nothing already checked); the repro
+command and a mutant harness use the same calls with no shard open, and then
+only the last begun case is kept, in memory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import IO, Optional
+
+from conformance.case import Case
+from conformance.outcome import Observation
+
+
+@dataclass(frozen=True)
+class Begun:
+    property: str
+    case: Case
+    params: dict
+    test: Optional[str]
+
+
+@dataclass
+class _State:
+    shard: Optional[IO[str]] = None
+    path: Optional[str] = None
+    test: Optional[str] = None
+    context: dict = field(default_factory=dict)  # how the current test runs the property (adapter, ...)
+    last: Optional[Begun] = None
+    noted_findings: set = field(default_factory=set)
+
+
+_state = _State()
+
+
+# ------------------------------------------------------------- for properties
+def begin(property: str, case: Case, **params) -> None:
+    """A property starts checking ``case`` (one Hypothesis example)."""
+    _state.last = Begun(property, case, dict(params), _state.test)
+    write({"kind": "begin", "test": _state.test, "property": property, "case": case.to_dict(), "params": params, "context": _state.context, "t": time.time()})
+
+
+def observe(observation: Observation) -> None:
+    """The verdict of the example begun last (passed / xfailed / failed)."""
+    last = _state.last
+    params = last.params if last is not None and last.property == observation.property else {}
+    write({"kind": "obs", "test": _state.test, **observation.to_dict(), "params": params, "context": _state.context})
+
+
+def last_begun() -> Optional[Begun]:
+    """The case begun last in the current test (None if none was)."""
+    return _state.last
+
+
+# ----------------------------------------------------------- for the harness
+def open_shard(path: str) -> _State:
+    """Append this process's records to ``path`` from now on. Returns the
+    previous state for close_shard (a pytester run inside a pytest run nests)."""
+    global _state
+    previous = _state
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    _state = _State(shard=open(path, "a", encoding="utf-8"), path=path)
+    return previous
+
+
+def close_shard(previous: Optional[_State] = None) -> None:
+    global _state
+    if _state.shard is not None:
+        _state.shard.close()
+    _state = previous if previous is not None else _State()
+
+
+def shard_path() -> Optional[str]:
+    return _state.path
+
+
+def set_test(nodeid: Optional[str], **context) -> None:
+    """The test now running (None between tests) and how it drives the
+    kernels (e.g. adapter="wrapper"), recorded with its examples so a case
+    file can be replayed the same way; forgets the last begun case."""
+    _state.test = nodeid
+    _state.context = context
+    _state.last = None
+
+
+def note_finding(finding_id: str, how: str) -> None:
+    """A known finding matched something (once per process and id is enough:
+    the report only needs to know which entries matched at all)."""
+    if (finding_id, how) not in _state.noted_findings:
+        _state.noted_findings.add((finding_id, how))
+        write({"kind": "finding", "id": finding_id, "how": how})
+
+
+def write(record: dict) -> None:
+    """Append one record to the shard (dropped when none is open)."""
+    if _state.shard is None:
+        return
+    _state.shard.write(json.dumps(record, default=jsonable) + "\n")
+    _state.shard.flush()
+
+
+def jsonable(value):
+    """json.dumps fallback for what properties put in notes/detail (tensors,
+    tuples of numpy scalars, dtypes): a plain value, else its str."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    if isinstance(value, (set, frozenset)):
+        return sorted(value, key=str)
+    return str(value)

@@ -1,0 +1,212 @@
+"""report.json, report.md and report.html from a merged run summary.
+
+Both documents are rendered from one list of blocks, so they cannot drift:
+("h", level, text) | ("p", text) | ("list", items) | ("table", headers, rows[, "gaps"])
+| ("img", name, png_bytes, alt) | ("code", text). "gaps" shades zero cells (coverage).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from pathlib import Path
+
+from conformance.case import Case, CaseFileError
+
+from .casefile import describe, strict
+from .plots import ratio_histogram
+
+ENV_ORDER = ("mode", "adapter", "gpu", "capability", "driver", "torch", "nvidia-cudnn-frontend", "nvidia-cutlass-dsl", "kernels_source", "report_dir", "known_findings")
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.3g}"
+    if isinstance(v, dict):
+        return ", ".join(f"{k} {_fmt(x)}" for k, x in v.items())
+    return str(v)
+
+
+def _case_text(d: dict) -> str:
+    try:
+        return describe(Case.from_dict(d))
+    except (CaseFileError, TypeError):
+        return json.dumps(d, sort_keys=True)
+
+
+def _environment(s: dict) -> list:
+    env = s["environment"]
+    rows = [[k, _fmt(env[k])] for k in ENV_ORDER if k in env]
+    rows += [[k, _fmt(v)] for k, v in env.items() if k not in ENV_ORDER + ("header",) and not isinstance(v, (dict, list))]
+    rows += [[k, _fmt(v)] for k, v in (env.get("versions") or {}).items() if k not in env]
+    rows += [["version warning", w] for w in env.get("version_warnings", [])]
+    return [("h", 2, "Environment"), ("table", ["", ""], rows)]
+
+
+def _run(s: dict) -> list:
+    run, t = s["run"], s["tests"]
+    out = [] if run["complete"] else [("p", "The run did not finish (no session record): counts cover what the shards hold.")]
+    out += [("h", 2, "Run"),
+            ("table", ["examples", "wall s", "examples / min", "tests", "passed", "failed", "xfailed", "xpassed", "skipped", "error", "shards"],
+             [[run["examples"], _fmt(run["wall_seconds"]), _fmt(run["examples_per_minute"]), t["total"], t["passed"], t["failed"], t["xfailed"],
+               t["xpassed"], t["skipped"], t["error"], len(run["shards"])]])]
+    if s["warnings"]:
+        out += [("h", 2, "Warnings"), ("list", s["warnings"])]
+    return out
+
+
+def _failures(s: dict) -> list:
+    real = [f for f in s["failures"] if not f.get("finding")]
+    out = [("h", 2, f"Failures ({len(real)})")]
+    for f in real:
+        hyp = f.get("hypothesis") or {}
+        notes = [x for x in (f"hypothesis seed {hyp['seed']}" if hyp.get("seed") is not None else None, hyp.get("reproduce_failure")) if x]
+        out += [("h", 3, f"{f['property']}: {f.get('nodeid') or '-'}"), ("p", f.get("summary", "")), ("p", "case: " + _case_text(f["case"])),
+                ("code", f.get("repro", "") + "".join(f"\n# {n}" for n in notes))]
+    return out if real else out + [("p", "None.")]
+
+
+def _selector(e: dict) -> str:
+    if e.get("nodeid"):
+        return e["nodeid"]
+    parts = [f"rule {e['rule']}"] if e.get("rule") else []
+    parts += [f"property {e['property']}"] if e.get("property") else []
+    parts += [f"{k}={v!r}" for k, v in (e.get("when") or {}).items()]
+    return ", ".join(parts) or e.get("kind", "")
+
+
+def _findings(s: dict) -> list:
+    fnd = s["findings"]
+    out = [("h", 2, "Known findings" + (f" ({fnd['file']})" if fnd.get("file") else ""))]
+    if not fnd["entries"]:
+        return out + [("p", "No known findings loaded or matched.")]
+    rows = [[e["id"], _selector(e), e["status"], f"{e['xfailed_tests']}" + (f" ({e['xpassed_tests']} xpassed)" if e["xpassed_tests"] else ""),
+             e["xfailed_examples"], e["reason"], e.get("repro") or "-"] for e in fnd["entries"]]
+    return out + [("table", ["id", "selects", "status", "xfailed tests", "xfailed examples", "reason", "repro"], rows)]
+
+
+def _properties(s: dict) -> list:
+    rows = []
+    for name, p in s["properties"].items():
+        tt = p["tests"]
+        ratios = "; ".join(f"{q} max {_fmt(r.get('max'))} p99 {_fmt(r.get('p99'))}" for q, r in p["ratios"].items()) or "-"
+        rows.append([name, p["examples"], p["passed"], p["failed"], p["xfailed"], p["errors"], f"{tt['passed']}/{tt['failed']}/{tt['xfailed']}/{tt['skipped']}", ratios])
+    if not rows:
+        return [("h", 2, "Properties"), ("p", "No test ran.")]
+    return [("h", 2, "Properties"),
+            ("table", ["property", "examples", "passed", "failed", "xfailed", "errors", "tests pass/fail/xfail/skip", "error/bound"], rows),
+            ("p", "Failed examples include the ones Hypothesis tried while shrinking; errors are examples that raised without a verdict.")]
+
+
+def _ratio_plots(s: dict) -> list:
+    out = [("h", 2, "Error / bound distribution")]
+    for name, ratios in s.get("_ratios", {}).items():
+        if any(ratios.values()):
+            out.append(("img", f"ratios-{name}.png", ratio_histogram(name, ratios), f"{name} error/bound histogram"))
+    return out if len(out) > 1 else out + [("p", "No error ratios recorded (no numeric property ran).")]
+
+
+def _coverage(s: dict) -> list:
+    cov = s["coverage"]
+    m = cov["matrix"]
+    out = [("h", 2, f"Coverage ({cov['examples']} examples, {cov['gaps']} empty cells)"),
+           ("p", "Valid examples per layout/mask (rows) and flavor/dtype (columns); shaded cells were not exercised."),
+           ("table", ["layout/mask"] + m["columns"], [[r] + c for r, c in zip(m["rows"], m["counts"])], "gaps")]
+    for fact, counts in cov["facts"].items():
+        out += [("h", 3, fact), ("table", ["value", "examples"], [[v, n] for v, n in counts.items()], "gaps")]
+    rules = cov["contract_rules"]
+    return out + [("h", 3, "contract rules (violating examples)"),
+                  ("table", ["rule", "examples"], [[r, n] for r, n in rules.items()]) if rules else ("p", "None exercised.")]
+
+
+def _compile(s: dict) -> list:
+    def row(name, c):
+        return [name, c["compiles"], c["hits"], c["memo_hits"], c["thd_lru_misses"], c["modules"], _fmt(c["seconds"])]
+
+    rows = [row(n, p["compile"]) for n, p in s["properties"].items() if p["examples"]] + [row("total", s["compile"])]
+    return [("h", 2, "Compile statistics"), ("table", ["property", "compiles", "hits", "memo hits", "THD LRU misses", "modules", "seconds"], rows)]
+
+
+def _slowest(s: dict) -> list:
+    if not s["slowest"]:
+        return [("h", 2, "Slowest examples"), ("p", "No examples.")]
+    rows = [[_fmt(r["seconds"]), _fmt(r["compile_seconds"]), r["property"], r["outcome"], _case_text(r["case"]), r.get("test") or "-"] for r in s["slowest"]]
+    return [("h", 2, "Slowest examples"), ("table", ["seconds", "compile s", "property", "outcome", "case", "test"], rows)]
+
+
+SECTIONS = (_environment, _run, _failures, _findings, _properties, _ratio_plots, _coverage, _compile, _slowest)
+
+
+def blocks(s: dict) -> list:
+    return [("h", 1, "sdpa-conformance report")] + [b for section in SECTIONS for b in section(s)]
+
+
+# -------------------------------------------------------------------- writers
+def _md_cell(v) -> str:
+    return str(v).replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(bl: list, plots_dir: Path) -> str:
+    lines = []
+    for b in bl:
+        if b[0] == "h":
+            lines += ["#" * b[1] + " " + b[2], ""]
+        elif b[0] == "p":
+            lines += [b[1], ""]
+        elif b[0] == "list":
+            lines += [f"- {x}" for x in b[1]] + [""]
+        elif b[0] == "code":
+            lines += ["```", b[1], "```", ""]
+        elif b[0] == "table":
+            lines.append("| " + " | ".join(_md_cell(h) for h in b[1]) + " |")
+            lines.append("|" + "---|" * len(b[1]))
+            lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in b[2]] + [""]
+        elif b[0] == "img":
+            plots_dir.mkdir(parents=True, exist_ok=True)
+            (plots_dir / b[1]).write_bytes(b[2])
+            lines += [f"![{b[3]}]({plots_dir.name}/{b[1]})", ""]
+    return "\n".join(lines)
+
+
+CSS = ("body{font-family:sans-serif;margin:2em;max-width:110em}table{border-collapse:collapse;margin:.5em 0}"
+       "td,th{border:1px solid #ccc;padding:2px 6px;font-size:90%;text-align:left}pre{background:#f4f4f4;padding:.5em}"
+       "td.gap{background:#fde2e2}")
+
+
+def to_html(bl: list) -> str:
+    e = html.escape
+    body = []
+    for b in bl:
+        if b[0] == "h":
+            body.append(f"<h{b[1]}>{e(b[2])}</h{b[1]}>")
+        elif b[0] == "p":
+            body.append(f"<p>{e(b[1])}</p>")
+        elif b[0] == "list":
+            body.append("<ul>" + "".join(f"<li>{e(str(x))}</li>" for x in b[1]) + "</ul>")
+        elif b[0] == "code":
+            body.append(f"<pre>{e(b[1])}</pre>")
+        elif b[0] == "table":
+            head = "".join(f"<th>{e(str(h))}</th>" for h in b[1])
+            gaps = len(b) > 3 and b[3] == "gaps"  # coverage: a zero cell is a gap, shaded
+            rows = "".join("<tr>" + "".join(f"<td{' class=gap' if gaps and c == 0 else ''}>{e(str(c))}</td>" for c in row) + "</tr>" for row in b[2])
+            body.append(f"<table><tr>{head}</tr>{rows}</table>")
+        elif b[0] == "img":
+            data = base64.b64encode(b[2]).decode("ascii")
+            body.append(f'<img alt="{e(b[3])}" src="data:image/png;base64,{data}">')
+    return f"<!doctype html><html><head><meta charset='utf-8'><title>sdpa-conformance report</title><style>{CSS}</style></head><body>{''.join(body)}</body></html>\n"
+
+
+def write_all(summary: dict, report_dir) -> dict:
+    """Write the three reports (and the md's plot files); returns their paths."""
+    d = Path(report_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    bl = blocks(summary)
+    paths = {"json": d / "report.json", "md": d / "report.md", "html": d / "report.html"}
+    public = {k: v for k, v in summary.items() if not k.startswith("_")}
+    paths["json"].write_text(json.dumps(strict(public), indent=1, default=str) + "\n", encoding="utf-8")
+    paths["md"].write_text(to_markdown(bl, d / "plots"), encoding="utf-8")
+    paths["html"].write_text(to_html(bl), encoding="utf-8")
+    return paths

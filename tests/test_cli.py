@@ -1,0 +1,135 @@
+"""The sdpa-conformance command on CPU: version, help, usage errors, malformed
+case files, repro without a GPU, and repro's verdicts with a stand-in property."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conformance import cli
+from conformance.case import Case
+from conformance.outcome import Observation, PropertyFailure
+from reports import casefile
+
+CASE = Case(s_q=5, s_kv=7, h_q=2, h_kv=1, seed=11)
+
+
+def _exit(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    out = capsys.readouterr()
+    return e.value.code, out.out, out.err
+
+
+def test_version_names_the_kernel_packages(capsys):
+    code, out, _ = _exit(["--version"], capsys)
+    assert code == 0
+    assert out.splitlines()[0].startswith("sdpa-conformance 0.1.0")
+    for name in ("nvidia-cudnn-frontend", "nvidia-cutlass-dsl", "torch"):
+        assert f"  {name} " in out
+
+
+def test_help_lists_the_subcommands(capsys):
+    code, out, _ = _exit(["--help"], capsys)
+    assert code == 0 and "repro" in out and "report" in out and "exit status" in out
+
+
+@pytest.mark.parametrize("argv", [["--bogus"], ["mutants"], ["repro"], ["repro", "x.json", "--adapter", "nope"], []])
+def test_usage_errors_exit_2(argv, capsys):
+    code, _, err = _exit(argv, capsys)
+    assert code == 2 and "usage: sdpa-conformance" in err
+
+
+def test_module_entry_point_runs():
+    r = subprocess.run([sys.executable, "-m", "conformance.cli", "--version"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.startswith("sdpa-conformance ")
+
+
+def _case_file(tmp_path, doc=None, text=None):
+    path = tmp_path / "case.json"
+    if text is None:
+        base = {"schema": 1, "case": CASE.to_dict(), "property": "numerics", "mode": "sm80 code on sm_90", "gpu": "NVIDIA H200"}
+        text = json.dumps(base | (doc or {}))
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "change, text, field",
+    [
+        (None, "{not json", "not valid JSON"),
+        ({"schema": 7}, None, "'schema'"),
+        ({"case": CASE.to_dict() | {"heads": 3}}, None, "'heads'"),
+        ({"case": CASE.to_dict() | {"batch": "2"}}, None, "'batch'"),
+        ({"case": CASE.to_dict() | {"causal": 1}}, None, "'causal'"),
+        ({"property": 3}, None, "'property'"),
+        ({"params": [1]}, None, "'params'"),
+    ],
+    ids=["bad-json", "wrong-schema", "unknown-field", "wrong-type-int", "wrong-type-bool", "property", "params"],
+)
+def test_malformed_case_files_exit_2_naming_the_field(tmp_path, capsys, change, text, field):
+    assert cli.main(["repro", _case_file(tmp_path, change, text)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sdpa-conformance repro: error: ") and field in err
+
+
+def test_missing_case_file_exits_2(tmp_path, capsys):
+    assert cli.main(["repro", str(tmp_path / "nope.json")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_repro_without_a_gpu_exits_2_clearly(tmp_path, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("checks the no-GPU path")
+    assert cli.main(["repro", _case_file(tmp_path, {"needs_gpu": True})]) == 2
+    out = capsys.readouterr()
+    assert "no CUDA GPU found" in out.err and "NVIDIA H200" in out.err
+    assert "case:      dense B=1 S=5x7" in out.out  # it still says what the case is
+
+
+# ------------------------------------------------- verdicts, stand-in property
+class _Adapter:
+    name = "prepared"
+
+
+def _toy(fails):
+    def check(case, adapter=None, *, scale=1.0):
+        assert isinstance(adapter, _Adapter) and scale == 2.0  # params from the file reach the property
+        if fails:
+            raise PropertyFailure("toy", case, "LSE max|kernel - ref32| = 0.5 exceeds bound 0.01", {
+                "quantity": "lse", "error": 0.5, "bound": 0.01,
+                "worst": [{"quantity": "lse", "batch": 0, "head": 1, "token": 4, "region": "last partial Q tile", "got": 1.5, "want": 1.0}]})
+        return Observation("toy", case, ratios={"o": 0.25})
+
+    return check
+
+
+@pytest.mark.parametrize("fails, code", [(True, 1), (False, 0)])
+def test_repro_replays_the_recorded_property(tmp_path, capsys, monkeypatch, fails, code):
+    import kernels
+    from conformance import properties
+
+    monkeypatch.setitem(properties.PROPERTIES, "toy", _toy(fails))
+    monkeypatch.setattr(kernels, "get_adapter", lambda name=None, **kw: _Adapter())
+    path = casefile.write(tmp_path, property="toy", case=CASE.to_dict(), params={"scale": 2.0}, summary="was bad", nodeid="t.py::test_toy",
+                          environment={"mode": "compile-only (no GPU)", "adapter": "prepared"}, hypothesis={"seed": 42, "reproduce_failure": None},
+                          digest=casefile.inputs_digest(CASE), needs_gpu=False)
+    assert cli.main(["repro", str(path)]) == code
+    out = capsys.readouterr().out
+    assert "t.py::test_toy" in out and "seed 42" in out and "regenerated bit for bit" in out
+    if fails:
+        assert "FAIL toy: LSE" in out and "batch 0 head 1 token 4" in out and "last partial Q tile" in out and "still fails" in out
+    else:
+        assert "PASS toy: o error/bound 0.25" in out and "passes now" in out
+
+
+def test_report_subcommand(tmp_path, capsys):
+    assert cli.main(["report", str(tmp_path / "missing")]) == 2
+    assert "not a directory" in capsys.readouterr().err
+    assert cli.main(["report", str(tmp_path)]) == 0
+    assert "report.html" in capsys.readouterr().out and (tmp_path / "report.json").is_file()

@@ -1,0 +1,194 @@
+"""Merging the per-process shards and rendering the reports (CPU, no pytest run).
+
+Two simulated xdist workers and a controller write shards through the same
+recorder calls the properties and the plugin use; the merge must count every
+example, failure and test exactly once.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+import reports
+from conformance import recorder
+from conformance.case import Case, load_case_file
+from conformance.outcome import Observation
+from reports import casefile, coverage, shards, summary
+
+RUN = "20261202-120000-1"
+CASES = {
+    "dense": Case(s_q=130, s_kv=77, batch=2, h_q=4, h_kv=2, causal=True, seed=1),
+    "thd": Case(layout="thd", dtype="bfloat16", d_qk=192, d_v=128, q_lens=(3, 0), kv_lens=(5, 2), q_base=2, seed=2),
+    "bias": Case(s_q=8, s_kv=8, bias="float32", sinks=True, d_qk=40, d_v=40, seed=3),
+}
+
+
+def _worker(report_dir, name, tests, run=RUN):
+    """tests: {nodeid: [(property, case, outcome or None, ratio)]} (None: the
+    check raised without a verdict)."""
+    previous = recorder.open_shard(str(report_dir / shards.SHARDS / run / f"{name}-1.jsonl"))
+    try:
+        recorder.write({"kind": "collected", "tests": {nodeid: None for nodeid in tests}})
+        for nodeid, examples in tests.items():
+            recorder.set_test(nodeid)
+            for prop, case, outcome, ratio in examples:
+                recorder.begin(prop, case, launch=True)
+                if outcome is not None:
+                    recorder.observe(Observation(prop, case, ratios={"o": ratio, "lse": ratio / 2}, outcome=outcome,
+                                                 finding="f-example" if outcome == "xfailed" else None,
+                                                 compile={"misses": 1, "hits": 2, "memo_hits": 0, "seconds": 0.5}, seconds=0.1))
+                if outcome == "xfailed":
+                    recorder.note_finding("f-example", "example")
+            last = recorder.last_begun()
+            if any(o == "failed" for _, _, o, _ in examples):
+                path = casefile.write(report_dir, property=last.property, case=last.case.to_dict(), params=last.params,
+                                      summary="O differs", detail={"worst": []}, nodeid=nodeid)
+                recorder.write({"kind": "failure", "nodeid": nodeid, "property": last.property, "case": last.case.to_dict(),
+                                "params": last.params, "summary": "O differs", "case_file": str(path), "repro": casefile.repro_command(path)})
+        recorder.set_test(None)
+    finally:
+        recorder.close_shard(previous)
+
+
+FINDINGS = [
+    {"id": "f-example", "reason": "r", "property": "tails", "when": {"layout": "thd"}},
+    {"id": "f-stale", "reason": "r", "nodeid": "t.py::test_renamed"},
+    {"id": "f-other-module", "reason": "r", "nodeid": "conformance/test_tails.py::*"},
+    {"id": "f-not-run", "reason": "r", "property": "numerics", "when": {"dtype": "bfloat16", "sinks": True}},
+]
+
+
+def _controller(report_dir, tests, examples_ran=True, run=RUN):
+    previous = recorder.open_shard(str(report_dir / shards.SHARDS / run / "main-1.jsonl"))
+    try:
+        for nodeid, outcome, message in tests:
+            recorder.write({"kind": "test", "nodeid": nodeid, "outcome": outcome, "duration": 1.0, "message": message, "findings": []})
+        recorder.write({"kind": "session", "environment": {"mode": "compile-only (no GPU)", "adapter": "prepared", "gpu": None, "versions": {}},
+                        "start": 0.0, "end": 30.0, "wall_seconds": 30.0, "exitstatus": 1, "findings": FINDINGS if examples_ran else [], "findings_file": "kf.toml"})
+    finally:
+        recorder.close_shard(previous)
+
+
+@pytest.fixture
+def two_workers(tmp_path):
+    d, c = CASES["dense"], CASES["thd"]
+    _worker(tmp_path, "gw0", {
+        "t.py::test_a": [("numerics", d.replace(seed=i), "passed", 0.1 * (i + 1)) for i in range(5)],
+        "t.py::test_b": [("numerics", d, "passed", 0.5), ("numerics", d.replace(seed=9), "failed", 3.0), ("numerics", d.replace(seed=9), "failed", 2.0)],
+    })
+    _worker(tmp_path, "gw1", {
+        "t.py::test_c": [("tails", c, "passed", 0.0), ("tails", c, "passed", 0.2), ("tails", CASES["bias"], "passed", 0.3), ("tails", c, "xfailed", 5.0)],
+        # The worker died during this example: no verdict, no failure record.
+        "t.py::test_d": [("tails", c.replace(seed=77), None, 0.0)],
+    })
+    _controller(tmp_path, [("t.py::test_a", "passed", ""), ("t.py::test_b", "failed", "PropertyFailure"),
+                           ("t.py::test_c", "passed", ""), ("t.py::test_d", "failed", "worker 'gw1' crashed while running 't.py::test_d'"),
+                           ("t.py::test_e", "skipped", "")])
+    return tmp_path
+
+
+def test_merge_counts_every_example_failure_and_test_once(two_workers):
+    s, paths = reports.build(two_workers)
+    num, tails = s["properties"]["numerics"], s["properties"]["tails"]
+    assert (num["examples"], num["passed"], num["failed"], num["xfailed"], num["errors"]) == (8, 6, 2, 0, 0)
+    assert (tails["examples"], tails["passed"], tails["failed"], tails["xfailed"], tails["errors"]) == (5, 3, 0, 1, 1)
+    assert num["tests"]["passed"] == 1 and num["tests"]["failed"] == 1
+    assert tails["tests"]["passed"] == 1 and tails["tests"]["failed"] == 1
+    assert s["tests"] == {"passed": 2, "failed": 2, "xfailed": 0, "xpassed": 0, "skipped": 1, "error": 0, "total": 5}
+    assert s["run"]["examples"] == 13 and s["run"]["examples_per_minute"] == pytest.approx(26.0)
+    assert num["ratios"]["o"]["count"] == 8 and num["ratios"]["o"]["over_bound"] == 2 and num["ratios"]["o"]["max"] == 3.0
+    assert s["compile"]["compiles"] == 12 and s["compile"]["hits"] == 24 and s["compile"]["seconds"] == pytest.approx(6.0)
+    assert s["coverage"]["examples"] == 13
+
+    # One failure recorded by its worker, one recovered from the crashed worker's last begun case.
+    failures = {f["nodeid"]: f for f in s["failures"]}
+    assert sorted(failures) == ["t.py::test_b", "t.py::test_d"]
+    crashed, doc = load_case_file(failures["t.py::test_d"]["case_file"])
+    assert crashed == CASES["thd"].replace(seed=77) and doc["params"] == {"launch": True} and "crashed" in doc["summary"]
+    assert failures["t.py::test_b"]["repro"].startswith("sdpa-conformance repro ")
+
+    f = {e["id"]: e for e in s["findings"]["entries"]}
+    assert f["f-example"]["status"] == "matched" and f["f-example"]["xfailed_examples"] == 1 and "repro" in f["f-example"]
+    assert f["f-stale"]["status"] == "unmatched" and f["f-not-run"]["status"] == "not exercised"
+    assert f["f-other-module"]["status"] == "not exercised"  # a subset run that did not collect its module
+    assert [u["id"] for u in s["findings"]["unmatched"]] == ["f-stale"]
+    assert any("f-stale" in w for w in s["warnings"])
+
+    # Re-rendering from the same shards (sdpa-conformance report DIR) gives the same counts.
+    again, _ = reports.build(two_workers)
+    assert again["properties"] == json.loads(json.dumps(s["properties"])) and len(again["failures"]) == 2
+
+
+def test_rendering_writes_three_files_with_an_embedded_png(two_workers):
+    _, paths = reports.build(two_workers)
+    doc = json.loads(paths["json"].read_text(), parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
+    assert doc["properties"]["numerics"]["examples"] == 8 and "_ratios" not in doc
+    html = paths["html"].read_text()
+    png = html.split("data:image/png;base64,", 1)[1].split('"', 1)[0]
+    assert base64.b64decode(png)[:8] == b"\x89PNG\r\n\x1a\n"
+    md = paths["md"].read_text()
+    for text in ("compile-only (no GPU)", "sdpa-conformance repro", "f-stale", "examples / min", "Coverage", "Slowest examples"):
+        assert text in md and text in html
+    assert (two_workers / "plots" / "ratios-numerics.png").is_file()
+
+
+def test_cpu_only_run_with_no_examples_renders(tmp_path):
+    _controller(tmp_path, [("conformance/test_numerics.py::test_numerics_dense[llama-fp16]", "skipped", "")], examples_ran=False)
+    s, paths = reports.build(tmp_path)
+    assert s["run"]["examples"] == 0 and s["tests"]["skipped"] == 1 and s["failures"] == [] and list(s["properties"]) == [summary.NO_PROPERTY]
+    assert all(p.is_file() for p in paths.values())
+    assert "data:image/png" not in paths["html"].read_text()
+
+
+def test_empty_report_dir_renders_an_incomplete_report(tmp_path):
+    s, paths = reports.build(tmp_path)
+    assert s["run"]["complete"] is False and s["run"]["examples"] == 0
+    assert "did not finish" in paths["md"].read_text()
+
+
+def test_a_torn_last_line_is_skipped_with_a_warning(tmp_path):
+    _worker(tmp_path, "gw0", {"t.py::test_a": [("numerics", CASES["dense"], "passed", 0.5)]})
+    with open(tmp_path / shards.SHARDS / RUN / "gw0-1.jsonl", "a") as f:
+        f.write('{"kind": "begin", "prop')
+    records, warnings = shards.read(tmp_path)
+    assert len(records) == 3 and len(warnings) == 1 and f"{RUN}/gw0-1.jsonl line 4" in warnings[0]
+    assert summary.merge(records, warnings)["properties"]["numerics"]["examples"] == 1
+
+
+def test_runs_sharing_a_report_dir_are_kept_apart(tmp_path):
+    finished, running = "20261201-080000-7", "20261202-115959-8"
+    _worker(tmp_path, "gw0", {"t.py::test_old": [("numerics", CASES["dense"], "passed", 0.5)] * 3}, run=finished)
+    _controller(tmp_path, [("t.py::test_old", "passed", "")], run=finished)
+    _worker(tmp_path, "gw0", {"t.py::test_live": [("numerics", CASES["dense"], "passed", 0.5)]}, run=running)
+    shards.prune(tmp_path, keep=RUN)  # what a new controller does first
+    assert not (tmp_path / shards.SHARDS / finished).exists() and (tmp_path / shards.SHARDS / running).exists()
+    _worker(tmp_path, "gw0", {"t.py::test_new": [("tails", CASES["thd"], "passed", 0.5)] * 2})
+    _controller(tmp_path, [("t.py::test_new", "passed", "")])
+    s, _ = reports.build(tmp_path, RUN)
+    assert list(s["properties"]) == ["tails"] and s["run"]["examples"] == 2 and s["run"]["id"] == RUN
+    assert reports.build(tmp_path)[0]["run"]["id"] == RUN  # default: the latest run
+
+
+def test_coverage_axes_show_gaps():
+    cov = coverage.coverage([CASES["dense"], CASES["thd"], CASES["bias"], Case(violation="d_qk_too_large", d_qk=512)])
+    m = cov["matrix"]
+    cell = lambda r, c: m["counts"][m["rows"].index(r)][m["columns"].index(c)]  # noqa: E731
+    assert cell("dense/causal", "gptoss/float16") == 1 and cell("thd/none", "dsv3/bfloat16") == 1 and cell("dense/none", "gptoss/float16") == 1
+    assert cell("dense/swa", "qwen/bfloat16") == 0  # an unexercised cell is listed, as a gap
+    assert cov["facts"]["bias"]["float32"] == 1 and cov["facts"]["bias"]["float16"] == 0
+    assert cov["facts"]["heads"]["GQA"] == 1 and cov["facts"]["padding"]["thd: first offset > 0"] == 1
+    assert cov["facts"]["head dims"]["padded into envelope"] == 1 and cov["contract_rules"] == {"d_qk_too_large": 1}
+
+
+def test_envelope_table_picks_the_kernels_flavor():
+    specialize = pytest.importorskip("kernels.specialize")
+    for d_qk in range(8, 257, 8):
+        for d_v in range(8, 257, 8):
+            try:
+                want = specialize.pick_flavor(d_qk, d_v)
+            except ValueError:
+                want = "none"
+            assert coverage.flavor(d_qk, d_v) == want, (d_qk, d_v)
