@@ -3,5 +3,5 @@
 __version__ = "0.1.0"
 
 # The kernel packages this suite was written against; a run on other versions
-# is refused with a clear message (conformance.environment.check_versions).
+# is refused with a clear message (kernels.environment.check_versions).
 PINNED = {"nvidia-cudnn-frontend": "1.32.0", "nvidia-cutlass-dsl": "4.8.1"}

@@ -68,6 +68,13 @@ def parser() -> argparse.ArgumentParser:
     g = sub.add_parser("report", help="merge a report dir's shards and render report.json/.md/.html",
                        description="Re-render the reports of a run from the shards in its report dir.")
     g.add_argument("dir", metavar="DIR", help="a report dir (default name: sdpa-report)")
+    from conformance import mutants
+
+    m = sub.add_parser("mutants", help="plant the bug catalogue in the kernels and measure the suite's kill rate (GPU)",
+                       description="Plant each mutant of kernels/mutants.py (a source rewrite of the installed SM80 "
+                       "templates or host) and search the suite's properties for a failure; report killed/survived "
+                       "per mutant and the kill rate. The unmutated control must survive.")
+    mutants.add_arguments(m)
     return p
 
 
@@ -227,10 +234,16 @@ def report(args) -> int:
     return 0
 
 
+def _mutants(args) -> int:
+    from conformance import mutants
+
+    return mutants.main(args)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = parser().parse_args(argv)
     try:
-        return {"repro": repro, "report": report}[args.command](args)
+        return {"repro": repro, "report": report, "mutants": _mutants}[args.command](args)
     except Usage as e:
         print(f"sdpa-conformance {args.command}: error: {e}", file=sys.stderr)
         return 2

@@ -37,7 +37,7 @@ def test_help_lists_the_subcommands(capsys):
     assert code == 0 and "repro" in out and "report" in out and "exit status" in out
 
 
-@pytest.mark.parametrize("argv", [["--bogus"], ["mutants"], ["repro"], ["repro", "x.json", "--adapter", "nope"], []])
+@pytest.mark.parametrize("argv", [["--bogus"], ["mutants", "--jobs", "x"], ["repro"], ["repro", "x.json", "--adapter", "nope"], []])
 def test_usage_errors_exit_2(argv, capsys):
     code, _, err = _exit(argv, capsys)
     assert code == 2 and "usage: sdpa-conformance" in err
