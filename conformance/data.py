@@ -71,13 +71,17 @@ class CaseTensors:
         return CaseTensors(case=self.case, **moved)
 
 
+def flat_storage(t: torch.Tensor) -> torch.Tensor:
+    """A 1-D view of ``t``'s whole storage (pad columns included)."""
+    return t.as_strided((t.untyped_storage().nbytes() // t.element_size(),), (1,), 0)
+
+
 def _to_preserving_strides(t: torch.Tensor, device) -> torch.Tensor:
     """Copy a (possibly strided) view to ``device`` keeping its storage layout,
     pad columns included, so poisoned pad elements travel too."""
     if t.device == torch.device(device):
         return t
-    base = t.as_strided((t.untyped_storage().nbytes() // t.element_size(),), (1,), 0)
-    moved = base.to(device)
+    moved = flat_storage(t).to(device)
     return moved.as_strided(t.shape, t.stride(), t.storage_offset())
 
 
@@ -99,8 +103,7 @@ def dense_view(case: Case, b: int, h: int, s: int, d: int, dtype) -> torch.Tenso
 
 def _fill_dense(view: torch.Tensor, values: torch.Tensor, live_rows: Optional[torch.Tensor], poison: bool, pad_fill: float) -> torch.Tensor:
     # Whole storage first (pad columns included), then the logical values.
-    flat = view.as_strided((view.untyped_storage().nbytes() // view.element_size(),), (1,), 0)
-    flat.fill_(POISON if poison else 0.0)
+    flat_storage(view).fill_(POISON if poison else 0.0)
     view.copy_(values.to(view.dtype))
     if poison and live_rows is not None:
         # live_rows: (B, S) bool -> NaN the dead rows of every head.
@@ -183,6 +186,6 @@ def make_outputs(case: Case, device="cpu", *, fill: float = POISON, d_v: Optiona
         return o, lse
     o = _dense_storage(case.batch, case.h_q, case.s_q, d_v, dt, case.memory)
     o = _to_preserving_strides(o, device)
-    o.as_strided((o.untyped_storage().nbytes() // o.element_size(),), (1,), 0).fill_(fill)
+    flat_storage(o).fill_(fill)
     lse = torch.full((case.batch, case.h_q, case.s_q), fill, dtype=torch.float32, device=device)
     return o, lse

@@ -16,7 +16,7 @@ import torch
 
 from conformance import judge, recorder
 from conformance.case import Case
-from conformance.data import FINITE_PAD, TORCH_DTYPES, make_inputs, make_outputs
+from conformance.data import FINITE_PAD, TORCH_DTYPES, flat_storage, make_inputs, make_outputs
 from conformance.outcome import Observation, PropertyFailure
 
 
@@ -132,11 +132,6 @@ def _storage_outside_view(view: torch.Tensor) -> torch.Tensor:
     return ~used
 
 
-def _flat_storage(view: torch.Tensor) -> torch.Tensor:
-    n = view.untyped_storage().nbytes() // view.element_size()
-    return view.as_strided((n,), (1,), 0)
-
-
 def tail_expectation(initialize_outputs: bool) -> float:
     """What output storage outside the live rows holds after a launch.
 
@@ -172,7 +167,7 @@ def check_tails(case: Case, adapter, *, initialize_outputs: bool = True) -> Obse
             judge.exactly("tails", case, "lse", result.lse, torch.full_like(result.lse, want), dead_lse, "LSE capacity outside the live tokens", regions)
         else:
             pad = _storage_outside_view(result.o)
-            flat = _flat_storage(result.o)
+            flat = flat_storage(result.o)
             judge.exactly("tails", case, "o", flat, torch.full_like(flat, float("nan")), pad, "O pad columns (never written)")
         for quantity, got in (("o", result.o), ("lse", result.lse)):
             live = _row_mask(case, inputs, quantity, got.shape)
@@ -310,7 +305,7 @@ def check_rejection(case: Case, adapter=None, *, entry: str, launch: bool = True
         judge.raises_contract("rejection", case, lambda: _reraise(error), expect.exception, expect.fragment)
         if outputs is not None:
             for quantity, buf in zip(("o", "lse"), outputs):
-                flat = _flat_storage(buf)
+                flat = flat_storage(buf)
                 judge.exactly("rejection", case, quantity, flat, torch.full_like(flat, float("nan")), torch.ones_like(flat, dtype=torch.bool), "caller output storage after a rejection")
         asked = any(getattr(box.delta, k) > 0 for k in NO_COMPILE_REQUEST)
         if compiles_first and asked:
