@@ -112,9 +112,9 @@ KIND_NAMES = tuple(k.name for k in KINDS)
 
 def flavor_of(case: Case) -> str:
     """The flavor the kernels' pick sends ``case`` to (envelopes smallest first)."""
-    from strategies.pools import FLAVOR_ENVELOPES
+    from conformance.flavors import flavor_of as pick
 
-    return next(f for f, (dq, dv) in FLAVOR_ENVELOPES.items() if case.d_qk <= dq and case.d_v <= dv)
+    return pick(case.d_qk, case.d_v)
 
 
 def node_id(kind: Kind, case: Case) -> str:

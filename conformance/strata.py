@@ -6,7 +6,8 @@ busy, and every item stays inside one flavor and dtype, so the compiled
 specializations a worker builds are reused by its later examples.
 """
 
-FLAVORS = ("gptoss", "llama", "dsv3", "qwen")
+from conformance.flavors import FLAVORS
+
 DTYPES = ("float16", "bfloat16")
 STRATA = [(f, d) for f in FLAVORS for d in DTYPES]
 STRATA_IDS = [f"{f}-{'fp16' if d == 'float16' else 'bf16'}" for f, d in STRATA]

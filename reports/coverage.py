@@ -10,25 +10,10 @@ from collections import Counter
 from typing import Iterable, List
 
 from conformance.case import BIAS_DTYPES, DTYPES, LAYOUTS, MEMORY_ORDERS, Case
+from conformance.flavors import FLAVOR_ENVELOPES, flavor_of as flavor
 
-# (flavor, D_QK, D_V) in the kernels' walk order (cudnn.sdpa.fwd.api_dsl
-# _SM80_FLAVOR_DIMS, smallest envelope first); tests/test_reports.py checks it
-# against kernels.specialize.pick_flavor. A local table keeps the report free
-# of a cudnn import.
-ENVELOPES = (("gptoss", 64, 64), ("llama", 128, 128), ("dsv3", 192, 128), ("qwen", 256, 256))
 # Mask families a complete run reaches (Case.mask_name); others seen are appended.
 MASKS = ("none", "causal", "causal_br", "swa", "swa_br", "causal+swa", "causal_br+swa", "causal+band", "causal_br+band")
-
-
-def flavor(d_qk: int, d_v: int) -> str:
-    """The kernels' pick: an exact envelope wins, else the first that covers."""
-    for name, fq, fv in ENVELOPES:
-        if (d_qk, d_v) == (fq, fv):
-            return name
-    for name, fq, fv in ENVELOPES:
-        if d_qk <= fq and d_v <= fv:
-            return name
-    return "none"
 
 
 def _padding(case: Case) -> List[str]:
@@ -48,7 +33,7 @@ def _padding(case: Case) -> List[str]:
 def _facts(case: Case) -> dict:
     """fact -> list of values this case exercises."""
     fl = flavor(case.d_qk, case.d_v)
-    exact = fl != "none" and any(n == fl and (q, v) == (case.d_qk, case.d_v) for n, q, v in ENVELOPES)
+    exact = FLAVOR_ENVELOPES.get(fl) == (case.d_qk, case.d_v)
     if case.scale is None:
         scale = "default 1/sqrt(d)"
     else:
@@ -93,7 +78,7 @@ def coverage(cases: Iterable[Case]) -> dict:
         for fact, values in _facts(case).items():
             for v in values:
                 facts[fact][v] += 1
-    columns = [f"{name}/{dt}" for name, _, _ in ENVELOPES for dt in DTYPES]
+    columns = [f"{name}/{dt}" for name in FLAVOR_ENVELOPES for dt in DTYPES]
     columns += sorted({c for _, c in cells} - set(columns))  # "none/..." (outside every envelope)
     rows = [f"{layout}/{m}" for layout in LAYOUTS for m in masks]
     return {

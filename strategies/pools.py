@@ -15,15 +15,8 @@ from __future__ import annotations
 
 from typing import Dict, List, Tuple
 
-# Flavor envelopes (d_qk, d_v), in the kernels' own pick order
-# (api_dsl._SM80_SUPPORTED_FLAVORS; a test checks they agree).
-FLAVOR_ENVELOPES: Dict[str, Tuple[int, int]] = {
-    "gptoss": (64, 64),
-    "llama": (128, 128),
-    "dsv3": (192, 128),
-    "qwen": (256, 256),
-}
-FLAVORS: Tuple[str, ...] = tuple(FLAVOR_ENVELOPES)
+# Flavor envelopes (d_qk, d_v), in the kernels' own pick order.
+from conformance.flavors import FLAVOR_ENVELOPES, FLAVORS  # noqa: F401  (re-exported)
 
 # Every flavor runs tile_m=128, tile_n=64 (config_sm80 *_CFG).
 TILE_M, TILE_N = 128, 64
