@@ -36,27 +36,17 @@ KIND_SCALE = {
     "cpu": 5.0,  # pure-Python checks (strategies, reference self-tests)
 }
 
-settings.register_profile(
-    "dev",
-    max_examples=MAX_EXAMPLES["dev"],
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
-settings.register_profile(
-    "ci",
-    max_examples=MAX_EXAMPLES["ci"],
-    derandomize=True,
-    deadline=None,
-    print_blob=True,
-    suppress_health_check=[HealthCheck.too_slow],
-)
-settings.register_profile(
-    "nightly",
-    max_examples=MAX_EXAMPLES["nightly"],
-    deadline=None,
-    print_blob=True,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+# Every profile: no deadline (a kernel compile takes seconds) and no too-slow
+# health check; ``ci`` adds derandomization, ``ci``/``nightly`` print the blob.
+PROFILE_SETTINGS = {
+    "dev": {},
+    "ci": {"derandomize": True, "print_blob": True},
+    "nightly": {"print_blob": True},
+}
+for _name, _extra in PROFILE_SETTINGS.items():
+    settings.register_profile(
+        _name, max_examples=MAX_EXAMPLES[_name], deadline=None, suppress_health_check=[HealthCheck.too_slow], **_extra
+    )
 
 
 def profile_name(cli_profile: Optional[str] = None) -> str:
