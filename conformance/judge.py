@@ -11,13 +11,13 @@ returns what the report records.
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+from typing import Callable, Sequence
 
 import torch
 
 from conformance.case import Case
 from conformance.outcome import PropertyFailure
-from conformance.tolerances import bound, max_abs_error
+from conformance.tolerances import abs_diff, bound, max_abs_error
 
 WORST = 5  # elements listed in a failure
 
@@ -43,18 +43,11 @@ def _coords(case: Case, quantity: str, index: Sequence[int]) -> dict:
     return out
 
 
-def _region(case: Case, coords: dict, regions: Optional[Callable[[dict], str]]) -> str:
-    return regions(coords) if regions is not None else "live"
-
-
 def worst_elements(case: Case, quantity: str, got: torch.Tensor, want: torch.Tensor, mask: torch.Tensor, regions=None, n: int = WORST) -> list:
     """The ``n`` elements of ``mask`` where ``got`` and ``want`` differ most
     (NaN and a one-sided inf rank first)."""
     g, w = got.to(torch.float64), want.to(torch.float64)
-    diff = (g - w).abs()
-    same = (g == w) | (torch.isnan(g) & torch.isnan(w))
-    diff = torch.where(same, torch.zeros_like(diff), diff)
-    diff = torch.where(torch.isnan(diff), torch.full_like(diff, float("inf")), diff)
+    diff = abs_diff(g, w, nan_equal=True)
     diff = torch.where(mask, diff, torch.full_like(diff, -1.0))
     flat = diff.flatten()
     k = min(n, int(mask.sum()))
@@ -71,7 +64,7 @@ def worst_elements(case: Case, quantity: str, got: torch.Tensor, want: torch.Ten
             {
                 "quantity": quantity,
                 **coords,
-                "region": _region(case, coords, regions),
+                "region": regions(coords) if regions is not None else "live",
                 "got": float(g.flatten()[p]),
                 "want": float(w.flatten()[p]),
             }

@@ -73,15 +73,17 @@ def bound(kind: str, dtype: str, lowp_error: float, ref_amax: float) -> float:
     return tol.k * lowp_error + floor
 
 
+def abs_diff(a: torch.Tensor, b: torch.Tensor, *, nan_equal: bool = False) -> torch.Tensor:
+    """|a - b| in float64, elementwise: equal values (equal infinities too, the
+    LSE -inf rows) count 0; NaN on one side (or both, unless ``nan_equal``)
+    counts inf."""
+    a, b = a.to(torch.float64), b.to(torch.float64)
+    same = (a == b) | (torch.isnan(a) & torch.isnan(b)) if nan_equal else a == b
+    diff = torch.where(same, torch.zeros_like(a), (a - b).abs())
+    return torch.where(torch.isnan(diff), torch.full_like(diff, float("inf")), diff)
+
+
 def max_abs_error(a: torch.Tensor, b: torch.Tensor, live: torch.Tensor) -> float:
-    """max |a - b| over ``live`` elements, in float64; inf where only one side
-    is finite or either side is NaN; equal infinities (LSE -inf rows) count 0."""
-    a = a.to(torch.float64)[live]
-    b = b.to(torch.float64)[live]
-    if a.numel() == 0:
-        return 0.0
-    same_inf = torch.isinf(a) & torch.isinf(b) & (torch.sign(a) == torch.sign(b))
-    diff = (a - b).abs()
-    diff = torch.where(same_inf, torch.zeros_like(diff), diff)
-    diff = torch.where(torch.isnan(diff), torch.full_like(diff, float("inf")), diff)
-    return float(diff.max())
+    """max |a - b| over ``live`` elements (see abs_diff; NaN never matches)."""
+    diff = abs_diff(a[live], b[live])
+    return float(diff.max()) if diff.numel() else 0.0
