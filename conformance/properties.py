@@ -233,11 +233,73 @@ def check_compile_reuse(case: Case, adapter, *, launch: bool = True) -> Observat
     return _finish("compile_reuse", case, start, judged, compile=first.to_dict())
 
 
+# One launch in a fresh process on the named adapter; prints its counters.
+_PROBE = """
+import json, sys
+from kernels.source import use_kernels_source
+use_kernels_source()  # $SDPA_KERNELS_SOURCE, inherited: the same kernels as this run
+#PRELUDE
+from conformance.case import Case
+from conformance.data import make_inputs, make_outputs
+from kernels import get_adapter
+case = Case.from_json(sys.argv[1])
+result = get_adapter(sys.argv[2]).run(case, make_inputs(case, "cuda"), make_outputs(case, "cuda"))
+print("COUNTERS " + json.dumps(result.compile.to_dict()))
+"""
+
+
+def _launch_in_new_process(case: Case, adapter, cache_dir, prelude: str) -> dict:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "CUDNN_FRONTEND_COMPILED_CACHE": str(cache_dir)}
+    env.pop("CUDNN_FRONTEND_DISABLE_COMPILED_CACHE", None)
+    if getattr(adapter, "sm80_compat", False):
+        env["SDPA_SM80_COMPAT"] = "1"  # the mode this run's wrapper adapter is in
+    done = subprocess.run([sys.executable, "-c", _PROBE.replace("#PRELUDE", prelude), case.to_json(), adapter.name], env=env, capture_output=True, text=True, timeout=300)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("COUNTERS ")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"the probe process failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    return json.loads(lines[-1][len("COUNTERS ") :])
+
+
+def check_disk_reuse(case: Case, adapter, *, cache_dir: str = "", prelude: str = "") -> Observation:
+    """CUDNN_FRONTEND_COMPILED_CACHE across processes: a first process on an
+    empty cache directory compiles ``case``; a second process on the same
+    directory serves it from disk (counters read around its one launch).
+    ``cache_dir`` empty: a fresh temporary directory. ``prelude`` is code the
+    probe processes run first (the power test plants a broken key there)."""
+    import tempfile
+
+    recorder.begin("disk_reuse", case)
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="sdpa-disk-cache-") as scratch:
+        where = cache_dir or scratch
+        first = _launch_in_new_process(case, adapter, where, prelude)
+        seen = {"first process": first}  # the Observation's notes: both processes' counters
+
+        def judged():
+            if first.get("misses", 0) < 1:
+                raise PropertyFailure("disk_reuse", case, f"the first process found {where} warm: {first}", {"first": first})
+            second = seen["second process"] = _launch_in_new_process(case, adapter, where, prelude)
+            # Only compiles count: a new process's in-process memos (the THD lrus,
+            # the template modules) start empty, so they miss once per key by design.
+            judge.compile_delta("disk_reuse", case, second, {"misses": 0}, "a second process on the same on-disk cache")
+            if second.get("hits", 0) < 1:
+                raise PropertyFailure("disk_reuse", case, f"the second process neither compiled nor read the on-disk cache: {second}", {"second": second})
+            return {}
+
+        return _finish("disk_reuse", case, start, judged, compile=first, notes=seen)
+
+
 # name -> check(case, adapter, **params); params are what recorder.begin saw.
 PROPERTIES: Dict[str, Callable[..., Observation]] = {
     "numerics": check_numerics,
     "tails": check_tails,
     "compile_reuse": check_compile_reuse,
+    "disk_reuse": check_disk_reuse,
 }
 
 

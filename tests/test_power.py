@@ -5,6 +5,7 @@ kernels under test, on the CPU: a validator that accepts everything, and a
 THD host whose compile key changes with every call (like the catalogue's
 ``thd_key_per_launch``, which the GPU mutant run kills through the lru'd
 launch path; compile_only bypasses that lru, so this key varies by itself).
+On a GPU: an on-disk cache whose key differs in every process.
 """
 
 import pytest
@@ -36,3 +37,23 @@ def test_compile_reuse_catches_a_compile_key_with_per_call_state():
     per_call_key = Rewrite("host", "packed_init=_INIT_DIGEST,", "packed_init=_INIT_DIGEST + str(__import__('time').perf_counter_ns()),")
     with pytest.raises(PropertyFailure, match="counters over budget"):
         check_compile_reuse(case, PreparedAdapter(rewrites=(per_call_key,)), launch=False)
+
+
+# Planted in both probe processes: the on-disk entry's key carries the process
+# id, as a key holding a temp path, an address or a load counter would.
+PER_PROCESS_DISK_KEY = """
+import os
+from cudnn.frost import compiled_cache as _cache
+_entry_dir = _cache._entry_dir
+_cache._entry_dir = lambda root, manifest, key: _entry_dir(root, manifest, key + "|pid=" + str(os.getpid()))
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", [Case(s_q=65, s_kv=129, causal=True), Case(layout="thd", q_lens=(3, 64), kv_lens=(65, 1))], ids=["dense", "thd"])
+def test_disk_reuse_catches_a_per_process_cache_key(case, adapter, gpu):
+    from conformance.properties import check_disk_reuse
+
+    check_disk_reuse(case, adapter)  # the pristine cache serves the second process
+    with pytest.raises(PropertyFailure, match="counters over budget"):
+        check_disk_reuse(case, adapter, prelude=PER_PROCESS_DISK_KEY)
