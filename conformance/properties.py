@@ -233,6 +233,12 @@ def check_compile_reuse(case: Case, adapter, *, launch: bool = True) -> Observat
     return _finish("compile_reuse", case, start, judged, compile=first.to_dict())
 
 
+# The disk property is about the cache, not the shape: one small Case per layout.
+DISK_CASES = {
+    "dense": Case(s_q=65, s_kv=129, causal=True),
+    "thd": Case(layout="thd", q_lens=(3, 64), kv_lens=(65, 1), q_base=2),
+}
+
 # One launch in a fresh process on the named adapter; prints its counters.
 _PROBE = """
 import json, sys
@@ -254,10 +260,12 @@ def _launch_in_new_process(case: Case, adapter, cache_dir, prelude: str) -> dict
     import subprocess
     import sys
 
+    from kernels.wrapper import COMPAT_ENV
+
     env = {**os.environ, "CUDNN_FRONTEND_COMPILED_CACHE": str(cache_dir)}
     env.pop("CUDNN_FRONTEND_DISABLE_COMPILED_CACHE", None)
     if getattr(adapter, "sm80_compat", False):
-        env["SDPA_SM80_COMPAT"] = "1"  # the mode this run's wrapper adapter is in
+        env[COMPAT_ENV] = "1"  # the mode this run's wrapper adapter is in
     done = subprocess.run([sys.executable, "-c", _PROBE.replace("#PRELUDE", prelude), case.to_json(), adapter.name], env=env, capture_output=True, text=True, timeout=300)
     lines = [line for line in done.stdout.splitlines() if line.startswith("COUNTERS ")]
     if done.returncode != 0 or not lines:
@@ -265,18 +273,17 @@ def _launch_in_new_process(case: Case, adapter, cache_dir, prelude: str) -> dict
     return json.loads(lines[-1][len("COUNTERS ") :])
 
 
-def check_disk_reuse(case: Case, adapter, *, cache_dir: str = "", prelude: str = "") -> Observation:
-    """CUDNN_FRONTEND_COMPILED_CACHE across processes: a first process on an
-    empty cache directory compiles ``case``; a second process on the same
-    directory serves it from disk (counters read around its one launch).
-    ``cache_dir`` empty: a fresh temporary directory. ``prelude`` is code the
-    probe processes run first (the power test plants a broken key there)."""
+def check_disk_reuse(case: Case, adapter, *, prelude: str = "") -> Observation:
+    """CUDNN_FRONTEND_COMPILED_CACHE across processes: a first process on a
+    fresh, empty cache directory compiles ``case``; a second process on the
+    same directory serves it from disk (counters read around its one launch).
+    ``prelude`` is code the probe processes run first (the power test plants
+    a broken key there)."""
     import tempfile
 
     recorder.begin("disk_reuse", case)
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="sdpa-disk-cache-") as scratch:
-        where = cache_dir or scratch
+    with tempfile.TemporaryDirectory(prefix="sdpa-disk-cache-") as where:
         first = _launch_in_new_process(case, adapter, where, prelude)
         seen = {"first process": first}  # the Observation's notes: both processes' counters
 

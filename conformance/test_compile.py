@@ -10,8 +10,7 @@ a seen count is a pure hit. The counters are read around every single call.
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from conformance.properties import check_compile_reuse, check_compiles, check_disk_reuse
-from conformance.case import Case
+from conformance.properties import DISK_CASES, check_compile_reuse, check_compiles, check_disk_reuse
 from strategies import cases, examples
 
 
@@ -35,13 +34,6 @@ def test_runtime_facts_mint_no_compile_cpu(data, prepared_adapter):
 @given(data=st.data())
 def test_runtime_facts_mint_no_compile(layout, data, adapter, gpu):
     check_compile_reuse(data.draw(cases(layouts=(layout,)), label="case"), adapter)
-
-
-# Small cases of each layout: the property is about the cache, not the shape.
-DISK_CASES = {
-    "dense": Case(s_q=65, s_kv=129, causal=True),
-    "thd": Case(layout="thd", q_lens=(3, 64), kv_lens=(65, 1), q_base=2),
-}
 
 
 @pytest.mark.gpu

@@ -13,7 +13,7 @@ import pytest
 from conformance.case import Case
 from conformance.contracts import CONFIG, rule
 from conformance.outcome import PropertyFailure
-from conformance.properties import check_compile_reuse, check_rejection
+from conformance.properties import DISK_CASES, check_compile_reuse, check_disk_reuse, check_rejection
 
 
 @pytest.mark.parametrize("name", ["params_tile_n", "params_num_warps", "bottom_right_without_causal_or_window"])
@@ -50,10 +50,9 @@ _cache._entry_dir = lambda root, manifest, key: _entry_dir(root, manifest, key +
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("case", [Case(s_q=65, s_kv=129, causal=True), Case(layout="thd", q_lens=(3, 64), kv_lens=(65, 1))], ids=["dense", "thd"])
-def test_disk_reuse_catches_a_per_process_cache_key(case, adapter, gpu):
-    from conformance.properties import check_disk_reuse
-
+@pytest.mark.parametrize("layout", list(DISK_CASES))
+def test_disk_reuse_catches_a_per_process_cache_key(layout, adapter, gpu):
+    case = DISK_CASES[layout]
     check_disk_reuse(case, adapter)  # the pristine cache serves the second process
     with pytest.raises(PropertyFailure, match="counters over budget"):
         check_disk_reuse(case, adapter, prelude=PER_PROCESS_DISK_KEY)
