@@ -16,11 +16,10 @@ import os
 import sys
 from typing import List, Optional
 
-from conformance import PINNED, __version__
+from conformance import __version__
+from conformance.ground.tables import ADAPTER_ENV, ADAPTERS, COMPAT_ENV, DEFAULT_ADAPTER, NO_GPU, PINNED
 
-ADAPTERS = ("prepared", "wrapper")
 PACKAGES = ("nvidia-cudnn-frontend", "nvidia-cutlass-dsl", "torch")
-NO_GPU = "no CUDA GPU found: this case launches the kernels; replay it on a GPU machine"
 
 
 class Usage(Exception):
@@ -68,7 +67,7 @@ def parser() -> argparse.ArgumentParser:
     g = sub.add_parser("report", help="merge a report dir's shards and render report.json/.md/.html",
                        description="Re-render the reports of a run from the shards in its report dir.")
     g.add_argument("dir", metavar="DIR", help="a report dir (default name: sdpa-report)")
-    from conformance import mutants
+    from conformance import kill_rate as mutants
 
     m = sub.add_parser("mutants", help="plant the bug catalogue in the kernels and measure the suite's kill rate (GPU)",
                        description="Plant each mutant of kernels/mutants.py (a source rewrite of the installed SM80 "
@@ -80,7 +79,7 @@ def parser() -> argparse.ArgumentParser:
 
 # ------------------------------------------------------------------ repro
 def _load(path: str):
-    from conformance.case import CaseFileError, load_case_file
+    from conformance.ground.case import CaseFileError, load_case_file
 
     try:
         case, doc = load_case_file(path)
@@ -129,10 +128,10 @@ def repro(args) -> int:
 
     case, doc, prop, params = _load(args.file)
     hyp = doc.get("hypothesis") or {}
-    adapter_name = args.adapter or doc.get("adapter") or os.environ.get("SDPA_ADAPTER") or "prepared"
+    adapter_name = args.adapter or doc.get("adapter") or os.environ.get(ADAPTER_ENV) or DEFAULT_ADAPTER
     if adapter_name not in ADAPTERS:
         raise Usage(f"{args.file}: case file field 'adapter': {adapter_name!r} is not one of {', '.join(ADAPTERS)}")
-    compat = bool(args.sm80_compat or doc.get("sm80_compat") or os.environ.get("SDPA_SM80_COMPAT") == "1")
+    compat = bool(args.sm80_compat or doc.get("sm80_compat") or os.environ.get(COMPAT_ENV) == "1")
     print(f"case file: {args.file}")
     print(f"property:  {prop}" + (f" {json.dumps(params)}" if params else "") + f"   adapter: {adapter_name}" + (" (sm80-compat)" if compat else ""))
     print(f"case:      {describe(case)}")
@@ -154,7 +153,7 @@ def repro(args) -> int:
         except KernelSourceError as e:
             raise Usage(f"--kernels-source: {e}") from None
     if compat:
-        os.environ["SDPA_SM80_COMPAT"] = "1"
+        os.environ[COMPAT_ENV] = "1"
 
     import torch
 
@@ -162,14 +161,14 @@ def repro(args) -> int:
     if needs_gpu is None:  # not recorded: a case from a GPU run launched kernels
         needs_gpu = not str(doc.get("mode") or "").startswith("compile-only")
     if needs_gpu and not torch.cuda.is_available():
-        raise Usage(NO_GPU + (f" (recorded on {doc['gpu']}, {doc.get('mode')})" if doc.get("gpu") else ""))
+        raise Usage(NO_GPU + "; replay this case on a GPU machine" + (f" (recorded on {doc['gpu']}, {doc.get('mode')})" if doc.get("gpu") else ""))
 
     digest = inputs_digest(case)
     if doc.get("inputs_sha256"):
         same = digest == doc["inputs_sha256"]
         print(f"inputs:    {'regenerated bit for bit' if same else 'DIFFER from the recorded run (torch RNG or data module changed)'} (sha256 {str(digest)[:16]})")
 
-    from conformance.outcome import PropertyFailure
+    from conformance.ground.outcome import PropertyFailure
     from conformance.properties import PROPERTIES, NoGPU
 
     if prop not in PROPERTIES:
@@ -204,7 +203,7 @@ def repro(args) -> int:
 
 def _known_finding_note(prop: str, case) -> None:
     """Say so when the failure is an expected one (repro itself applies no findings)."""
-    from conformance import findings
+    from conformance.ground import findings
 
     path = "known_findings.toml"
     if os.path.isfile(path):
@@ -235,7 +234,7 @@ def report(args) -> int:
 
 
 def _mutants(args) -> int:
-    from conformance import mutants
+    from conformance import kill_rate as mutants
 
     return mutants.main(args)
 

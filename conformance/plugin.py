@@ -4,7 +4,7 @@ Options, the environment header, the ``adapter`` and ``gpu`` fixtures, known
 findings at collection, and the recording of every run:
 
 - every process (xdist controller and workers) appends to its own shard
-  (conformance.recorder); properties record their examples there;
+  (conformance.properties.recorder); properties record their examples there;
 - the process that runs a failing test writes the case file of the failing
   case and appends its one-line repro command to the failure report;
 - the controller alone records test outcomes (it sees every report exactly
@@ -27,14 +27,15 @@ from typing import Optional
 
 import pytest
 
-from conformance import __version__, findings, recorder
-from conformance.outcome import PropertyFailure
+from conformance import __version__
+from conformance.ground import findings
+from conformance.ground.tables import ADAPTER_ENV, ADAPTERS, COMPAT_ENV, DEFAULT_ADAPTER, NO_GPU
+from conformance.properties import recorder
+from conformance.ground.outcome import PropertyFailure
 from reports import casefile, shards
 
-ADAPTERS = ("prepared", "wrapper")
 DEFAULT_REPORT_DIR = "sdpa-report"
 FINDINGS_FILE = "known_findings.toml"
-NO_GPU = "no CUDA GPU found: kernel launches need one (compile-only tier still runs)"
 XFAIL_PREFIX = "known finding "
 PATH_OPTIONS = ("--report-dir", "--kernels-source", "--known-findings")
 
@@ -97,19 +98,19 @@ def _check_rootdir(config) -> None:
 
 
 def _resolve(config) -> Run:
-    adapter = config.getoption("adapter") or os.environ.get("SDPA_ADAPTER") or "prepared"
+    adapter = config.getoption("adapter") or os.environ.get(ADAPTER_ENV) or DEFAULT_ADAPTER
     if adapter not in ADAPTERS:
-        raise pytest.UsageError(f"SDPA_ADAPTER={adapter!r}: expected one of {', '.join(ADAPTERS)}")
-    compat_env = os.environ.get("SDPA_SM80_COMPAT", "")
+        raise pytest.UsageError(f"{ADAPTER_ENV}={adapter!r}: expected one of {', '.join(ADAPTERS)}")
+    compat_env = os.environ.get(COMPAT_ENV, "")
     if compat_env not in ("", "0", "1"):
-        raise pytest.UsageError(f"SDPA_SM80_COMPAT={compat_env!r}: expected 1 or 0")
+        raise pytest.UsageError(f"{COMPAT_ENV}={compat_env!r}: expected 1 or 0")
     compat = bool(config.getoption("sm80_compat")) or compat_env == "1"
     # The kernels side (mode detection, adapters) and xdist workers read the
     # environment, so the options are mirrored there.
     if config.getoption("adapter"):
-        os.environ["SDPA_ADAPTER"] = adapter
+        os.environ[ADAPTER_ENV] = adapter
     if compat:
-        os.environ["SDPA_SM80_COMPAT"] = "1"
+        os.environ[COMPAT_ENV] = "1"
 
     here = Path(config.invocation_params.dir)
     workerinput = getattr(config, "workerinput", None)
@@ -225,7 +226,7 @@ def gpu():
     import torch
 
     if not torch.cuda.is_available():
-        pytest.skip(NO_GPU)
+        pytest.skip(NO_GPU + " (the compile-only tier still runs)")
     return torch.device("cuda", torch.cuda.current_device())
 
 
@@ -352,6 +353,7 @@ class Recording:
         mapping = {}
         for item in items:
             for f in findings.match_node(item.nodeid):
+                recorder.note_finding(f.id, "test")
                 item.add_marker(pytest.mark.xfail(reason=f"{XFAIL_PREFIX}{f.id}: {f.reason}", strict=False))
             mapping[item.nodeid] = _guess_property(item, names)
         recorder.write({"kind": "collected", "tests": mapping})

@@ -1,4 +1,4 @@
-"""Contract rejections: every rule of conformance.contracts, at every entry
+"""Contract rejections: every rule of conformance.ground.contracts, at every entry
 point it targets, raises the stated exception naming the argument, and a
 rejected call compiles, launches and writes nothing. Known findings must
 reproduce exactly as recorded (strict)."""
@@ -6,7 +6,7 @@ reproduce exactly as recorded (strict)."""
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from conformance.contracts import CONFIG, PREPARED, RULES, WRAPPER
+from conformance.ground.contracts import CONFIG, PREPARED, RULES, WRAPPER
 from conformance.properties import check_rejection
 from strategies import examples, violating_cases
 

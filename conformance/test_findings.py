@@ -10,8 +10,8 @@ import os
 
 import pytest
 
-from conformance.case import load_case_file
-from conformance.outcome import PropertyFailure
+from conformance.ground.case import load_case_file
+from conformance.ground.outcome import PropertyFailure
 from conformance.properties import PROPERTIES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, strategies as st, target
 
 from conformance.properties import check_numerics
-from conformance.strata import STRATA, STRATA_IDS
+from conformance.ground.tables import STRATA, STRATA_IDS
 from strategies import dense_cases, thd_cases
 
 pytestmark = pytest.mark.gpu

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from conformance.properties import check_tails
-from conformance.strata import STRATA, STRATA_IDS
+from conformance.ground.tables import STRATA, STRATA_IDS
 from strategies import dense_cases, examples, thd_cases
 
 pytestmark = pytest.mark.gpu

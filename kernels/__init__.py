@@ -11,21 +11,23 @@ import importlib
 import os
 from typing import Optional
 
-ADAPTER_ENV = "SDPA_ADAPTER"
-DEFAULT_ADAPTER = "prepared"
+from conformance.ground import tables
+from kernels.base import Adapter  # noqa: F401  (the return type; imports no cudnn)
+from conformance.ground.tables import ADAPTER_ENV, DEFAULT_ADAPTER
 
 # name -> (module, class)
 ADAPTERS = {
     "prepared": ("kernels.prepared", "PreparedAdapter"),  # prepared_host compile entry points
     "wrapper": ("kernels.wrapper", "WrapperAdapter"),  # public sdpa_fwd_wrapper_sm80
 }
+assert set(ADAPTERS) == set(tables.ADAPTERS), "kernels.ADAPTERS and conformance.ground.tables.ADAPTERS name the same adapters"
 
 
 def adapter_name(name: Optional[str] = None) -> str:
     return name or os.environ.get(ADAPTER_ENV) or DEFAULT_ADAPTER
 
 
-def get_adapter(name: Optional[str] = None, **options):
+def get_adapter(name: Optional[str] = None, **options) -> "Adapter":
     name = adapter_name(name)
     if name not in ADAPTERS:
         raise ValueError(f"unknown adapter {name!r} (from {ADAPTER_ENV} or the option); known: {', '.join(ADAPTERS)}")

@@ -1,11 +1,11 @@
 """What every kernel adapter takes and returns.
 
-An adapter runs one ``Case`` (with the tensors ``conformance.data`` made for
+An adapter runs one ``Case`` (with the tensors ``conformance.ground.data`` made for
 it) on one entry point of the kernels under test and hands back a
 ``KernelResult``: O and LSE in the suite's layouts plus a ``CompileDelta``
 read around that single call.
 
-Layouts (the same as ``conformance.data.make_outputs``):
+Layouts (the same as ``conformance.ground.data.make_outputs``):
 - dense: O logical (B, H, SQ, D_V) over storage per ``case.memory``; LSE (B, H, SQ).
 - THD:   O packed (T_q, H, D_V); LSE head-major (H, T_q).
 """
@@ -17,8 +17,8 @@ from typing import Optional, Protocol, Tuple
 
 import torch
 
-from conformance.case import Case
-from conformance.data import CaseTensors
+from conformance.ground.case import Case
+from conformance.ground.data import CaseTensors
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,11 @@ class KernelResult:
 
 
 class Adapter(Protocol):
-    name: str  # "prepared" (compile entry points) or "wrapper" (sdpa_fwd_wrapper_sm80)
+    """What every adapter offers (kernels.prepared.PreparedAdapter,
+    kernels.wrapper.WrapperAdapter); ``kernels.get_adapter`` returns one."""
+
+    name: str  # a key of conformance.ground.tables.ADAPTERS
+    label: str  # name plus mode, for headers and reports
 
     def run(
         self,
@@ -67,14 +71,17 @@ class Adapter(Protocol):
         outputs: Optional[Tuple[torch.Tensor, torch.Tensor]] = None,
         *,
         initialize_outputs: bool = True,
+        tamper: Optional[str] = None,
     ) -> KernelResult:
         """Launch the kernel on ``inputs``. ``outputs`` are caller-owned (O, LSE)
         buffers (pre-poisoned by tail properties) that the kernel writes into
         where the entry point accepts caller storage; ``initialize_outputs``
-        selects the THD host's zero-initialisation mode where it has one.
-        Contract violations raise the entry point's own exception."""
+        selects the THD host's zero-initialisation mode where it has one;
+        ``tamper`` names a call-level contract violation
+        (conformance.ground.contracts.TAMPERS). Contract violations raise the
+        entry point's own exception."""
         ...
 
-    def compile_only(self, case: Case) -> CompileDelta:
+    def compile_only(self, case: Case, *, tamper: Optional[str] = None) -> CompileDelta:
         """Specialize and compile ``case`` for sm_80 without launching (CPU tier)."""
         ...

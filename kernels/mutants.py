@@ -7,8 +7,8 @@ load time to ``prefill_f16.py`` (``f16``: gptoss/llama/dsv3),
 A bug that would live in both templates is planted in both. ``probe`` is a
 small Case (fields) that reaches the mutated code: the CPU compile test
 compiles it, and it is the kind of case that should expose the bug.
-``expected_killer`` names a property kind of ``conformance.mutants.KINDS``.
-``conformance.mutants`` runs them; docs/mutants.md explains the results.
+``expected_killer`` names a property kind of ``conformance.kill_rate.KINDS``.
+``conformance.kill_rate`` runs them; docs/mutants.md explains the results.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ class Mutant:
     name: str
     bug_class: str  # a BUG_CLASSES key
     rewrites: Tuple[Rewrite, ...]
-    expected_killer: str  # a conformance.mutants.KINDS name
+    expected_killer: str  # a conformance.kill_rate.KINDS name
     why: str  # the real bug it imitates
     probe: dict = field(default_factory=dict)  # Case fields reaching the mutated code
     scope: str = ""  # why only one template family, when so
@@ -257,12 +257,3 @@ MUTANTS: Tuple[Mutant, ...] = (
         dict(s_q=70, s_kv=70, causal=True, window_left=16, window_right=5),
     ),
 )
-
-
-def by_name(names) -> Tuple[Mutant, ...]:
-    """The mutants named (in catalogue order); KeyError names an unknown one."""
-    known = {m.name: m for m in MUTANTS}
-    missing = [n for n in names if n not in known]
-    if missing:
-        raise KeyError(f"unknown mutant {missing[0]!r} (known: {', '.join(known)})")
-    return tuple(m for m in MUTANTS if m.name in set(names))

@@ -17,8 +17,9 @@ from typing import Optional
 
 import torch
 
-from conformance.case import Case
-from conformance.data import CaseTensors, TORCH_DTYPES, dense_view, make_outputs
+from conformance.ground.case import Case
+from conformance.ground.tables import NO_GPU
+from conformance.ground.data import CaseTensors, TORCH_DTYPES, dense_view, make_outputs
 from kernels.base import CompileDelta, KernelResult
 from kernels.counters import measure
 from kernels.specialize import specialize
@@ -162,7 +163,7 @@ class PreparedAdapter:
         if self._env is None:
             self._env = detect()
         if self._env.capability is None:
-            raise RuntimeError("no CUDA GPU: the prepared adapter can only compile_only() here")
+            raise RuntimeError(NO_GPU + " (the prepared adapter can only compile_only() here)")
         return self._env
 
     def _compile_dense(self, mod, spec, geometry, arch: Optional[str]):

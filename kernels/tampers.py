@@ -1,6 +1,6 @@
 """Call-level contract violations the Case facts cannot state.
 
-``conformance.contracts.TAMPERS`` names them; this table says how each one
+``conformance.ground.contracts.TAMPERS`` names them; this table says how each one
 changes the public wrapper's keyword arguments (``kw``) for a Case ``case``
 whose device tensors are ``x``. The prepared adapter honours only
 ``raw_right_bound`` (see ``kernels.prepared``).
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from conformance.data import TORCH_DTYPES
+from conformance.ground.data import TORCH_DTYPES
 
 
 def _cu_k_length(kw, case, x):

@@ -15,13 +15,13 @@ from contextlib import ExitStack, contextmanager
 
 import torch
 
-from conformance.case import Case
-from conformance.data import CaseTensors, make_outputs
+from conformance.ground.case import Case
+from conformance.ground.data import CaseTensors, make_outputs
 from kernels.base import CompileDelta, KernelResult
 from kernels.counters import measure
 from kernels.tampers import apply_wrapper_tamper
 
-COMPAT_ENV = "SDPA_SM80_COMPAT"
+from conformance.ground.tables import COMPAT_ENV, NO_GPU
 
 
 class UnsupportedDevice(RuntimeError):
@@ -64,7 +64,7 @@ class WrapperAdapter:
             self._env = detect()
         env = self._env
         if env.capability is None:
-            raise UnsupportedDevice("no CUDA GPU: the public wrapper compiles and launches in one call")
+            raise UnsupportedDevice(NO_GPU + " (the public wrapper compiles and launches in one call)")
         if env.native:
             return env, "native sm80"
         if not self.sm80_compat:

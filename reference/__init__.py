@@ -2,4 +2,4 @@
 
 from .planted import activate as _activate_plant
 
-PLANTED = _activate_plant()  # None unless SDPA_PLANT_REFERENCE_BUG is set
+_activate_plant()  # a no-op unless SDPA_PLANT_REFERENCE_BUG is set

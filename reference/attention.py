@@ -167,8 +167,8 @@ def attention(
 
 
 def reference_for_case(case, tensors, compute_dtype: torch.dtype = torch.float32) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(O, LSE) of a ``conformance.case.Case`` on the ``CaseTensors`` that
-    ``make_inputs`` made, in the layouts of ``conformance.data.make_outputs``
+    """(O, LSE) of a ``conformance.ground.case.Case`` on the ``CaseTensors`` that
+    ``make_inputs`` made, in the layouts of ``conformance.ground.data.make_outputs``
     (dense O (B,H,SQ,Dv), LSE (B,H,SQ); THD O (T_q,H,Dv), LSE (H,T_q)), float32
     (float64 for compute_dtype float64). THD capacity rows outside every
     sequence are NaN: the tail property, not the reference, judges them."""

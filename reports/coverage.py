@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Iterable, List
 
-from conformance.case import BIAS_DTYPES, DTYPES, LAYOUTS, MEMORY_ORDERS, Case
-from conformance.flavors import FLAVOR_ENVELOPES, flavor_of as flavor
+from conformance.ground.case import BIAS_DTYPES, DTYPES, LAYOUTS, MEMORY_ORDERS, Case
+from conformance.ground.tables import FLAVOR_ENVELOPES, flavor_of as flavor
 
 # Mask families a complete run reaches (Case.mask_name); others seen are appended.
 MASKS = ("none", "causal", "causal_br", "swa", "swa_br", "causal+swa", "causal_br+swa", "causal+band", "causal_br+band")

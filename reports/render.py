@@ -12,7 +12,7 @@ import html
 import json
 from pathlib import Path
 
-from conformance.case import Case, CaseFileError
+from conformance.ground.case import Case, CaseFileError
 
 from .casefile import describe, strict
 from .plots import ratio_histogram

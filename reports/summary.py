@@ -18,7 +18,7 @@ import math
 from collections import Counter, defaultdict
 from typing import Dict, List, Optional
 
-from conformance.case import Case, CaseFileError
+from conformance.ground.case import Case, CaseFileError
 
 from .coverage import coverage
 
@@ -176,7 +176,7 @@ def _findings(session: dict, matched: set, begun: list, collected: dict, tests: 
     of its examples drawn: a subset run, a CPU-only run) is listed as not
     exercised, not warned.
     """
-    from conformance.findings import FindingsError, parse
+    from conformance.ground.findings import FindingsError, parse
 
     entries = session.get("findings", [])
     try:

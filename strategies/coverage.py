@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import FrozenSet
 
-from conformance.case import BIAS_DTYPES, DTYPES, MEMORY_ORDERS, Case
+from conformance.ground.case import BIAS_DTYPES, DTYPES, MEMORY_ORDERS, Case
 
 from . import pools
 

@@ -14,7 +14,7 @@ from typing import Optional, Sequence, Tuple
 
 from hypothesis import strategies as st
 
-from conformance.case import DTYPES
+from conformance.ground.case import DTYPES
 
 from . import pools
 

@@ -16,10 +16,8 @@ from __future__ import annotations
 from typing import Dict, List, Tuple
 
 # Flavor envelopes (d_qk, d_v), in the kernels' own pick order.
-from conformance.flavors import FLAVOR_ENVELOPES, FLAVORS  # noqa: F401  (re-exported)
+from conformance.ground.tables import FLAVOR_ENVELOPES, FLAVORS, TILE_M, TILE_N  # noqa: F401  (re-exported)
 
-# Every flavor runs tile_m=128, tile_n=64 (config_sm80 *_CFG).
-TILE_M, TILE_N = 128, 64
 # Lengths on and around the tile edges (behind a boolean draw: "edges").
 EDGE_LENGTHS = (1, 63, 64, 65, 127, 128, 129, 191, 192, 255, 256, 257)
 # Everyday lengths: small, reused, one under/over a power of two.

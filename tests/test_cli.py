@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from conformance import cli
-from conformance.case import Case
-from conformance.outcome import Observation, PropertyFailure
+from conformance.ground.case import Case
+from conformance.ground.outcome import Observation, PropertyFailure
 from reports import casefile
 
 CASE = Case(s_q=5, s_kv=7, h_q=2, h_kv=1, seed=11)

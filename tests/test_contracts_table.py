@@ -11,8 +11,9 @@ import re
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from conformance import contracts
-from conformance.contracts import CONFIG, ENTRY_POINTS, RULES, TAMPERS, WRAPPER, Rule, broken_rules, run_config
+from conformance.ground import contracts
+from conformance.ground.contracts import CONFIG, ENTRY_POINTS, RULES, TAMPERS, WRAPPER, Rule, broken_rules
+from kernels.config import run_config
 from strategies import cases, violating_cases
 
 FIXED = dict(derandomize=True, database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow])

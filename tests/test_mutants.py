@@ -12,10 +12,11 @@ import time
 
 import pytest
 
-from conformance import findings
-from conformance import mutants as M
-from conformance.case import Case
-from conformance.outcome import Observation, PropertyFailure
+from conformance.ground import findings
+from conformance import kill_rate as M
+from conformance.ground.case import Case
+from conformance.ground.tables import flavor_of
+from conformance.ground.outcome import Observation, PropertyFailure
 from kernels import mutants as catalogue
 from kernels.mutants import MUTANTS, Mutant
 from kernels.source import TARGETS, Rewrite, check_rewrites
@@ -83,7 +84,7 @@ def test_failure_kills_and_is_shrunk():
     shrunk = Case.from_dict(rec["case"])
     assert shrunk.h_q == 2 and len(shrunk.q_lens) == 2 and rec["case_size"] == M.case_size(shrunk) <= 2 * 2 * 2
     assert [k["name"] for k in rec["kinds"]] == ["numerics_dense", "numerics_thd"] and rec["first_failure_s"] is not None
-    assert M.flavor_of(shrunk) in M.flavors_for(MUTANTS[0])
+    assert flavor_of(shrunk.d_qk, shrunk.d_v) in M.flavors_for(MUTANTS[0])
 
 
 def test_crash_is_an_error_verdict():
@@ -200,7 +201,7 @@ def test_node_ids_name_the_collected_tests(tmp_path):
             for dtype in ("float16", "bfloat16"):
                 for extra in (dict(seq_q_lens=(1,)), dict(seq_kv_lens=(1,)), dict(layout="thd", q_lens=(1,), kv_lens=(1,))):
                     case = Case(d_qk=dq, d_v=dv, dtype=dtype, **extra)
-                    assert M.flavor_of(case) == flavor and M.node_id(kind, case) in collected, M.node_id(kind, case)
+                    assert flavor_of(case.d_qk, case.d_v) == flavor and M.node_id(kind, case) in collected, M.node_id(kind, case)
 
 
 # ------------------------------------------------------------ compile tier

@@ -9,8 +9,9 @@ import pytest
 import torch  # noqa: F401 - imported before the in-process runs: pytester's module snapshot must keep it (a C extension cannot be imported twice)
 from hypothesis import settings
 
-from conformance import findings
-from conformance.case import Case, load_case_file
+from conformance.ground import findings
+from conformance.ground.case import Case, load_case_file
+from conformance.ground.tables import NO_GPU
 
 pytest_plugins = ["pytester"]
 
@@ -25,9 +26,10 @@ def pytest_addhooks(pluginmanager):
 TOY = """
 import pytest
 from hypothesis import Phase, given, settings, strategies as st
-from conformance import findings, recorder
-from conformance.case import Case
-from conformance.outcome import Observation, PropertyFailure
+from conformance.ground import findings
+from conformance.properties import recorder
+from conformance.ground.case import Case
+from conformance.ground.outcome import Observation, PropertyFailure
 
 def check(case):
     recorder.begin("toy", case, limit=3)
@@ -90,7 +92,7 @@ def test_needs_gpu(gpu):
     assert doc["repro"] == repro
     result.stdout.fnmatch_lines(["*sdpa-conformance: reproduce with*", repro])
     if not torch.cuda.is_available():
-        assert "no CUDA GPU found: kernel launches need one (compile-only tier still runs)" in out
+        assert NO_GPU + " (the compile-only tier still runs)" in out
         result.assert_outcomes(failed=1, skipped=1)
     s = _report(project)
     assert s["tests"]["failed"] == 1 and s["properties"]["toy"]["failed"] >= 1 and len(s["failures"]) == 1

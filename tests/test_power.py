@@ -10,9 +10,9 @@ On a GPU: an on-disk cache whose key differs in every process.
 
 import pytest
 
-from conformance.case import Case
-from conformance.contracts import CONFIG, rule
-from conformance.outcome import PropertyFailure
+from conformance.ground.case import Case
+from conformance.ground.contracts import CONFIG, rule
+from conformance.ground.outcome import PropertyFailure
 from conformance.properties import DISK_CASES, check_compile_reuse, check_disk_reuse, check_rejection
 
 

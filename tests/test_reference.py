@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from conformance.case import BIAS_DTYPES, DTYPES, MEMORY_ORDERS, Case
-from conformance.data import make_inputs
-from conformance.tolerances import max_abs_error
+from conformance.ground.case import BIAS_DTYPES, DTYPES, MEMORY_ORDERS, Case
+from conformance.ground.data import make_inputs
+from conformance.ground.tolerances import max_abs_error
 from reference import masks
 from reference.attention import attention, reference_for_case
 from tests.oracles import naive_attention, naive_for_case, visible

@@ -13,9 +13,9 @@ import json
 import pytest
 
 import reports
-from conformance import recorder
-from conformance.case import Case, load_case_file
-from conformance.outcome import Observation
+from conformance.properties import recorder
+from conformance.ground.case import Case, load_case_file
+from conformance.ground.outcome import Observation
 from reports import casefile, coverage, shards, summary
 
 RUN = "20261202-120000-1"

@@ -12,8 +12,8 @@ import re
 import pytest
 from hypothesis import HealthCheck, find, given, settings
 
-from conformance.case import Case
-from conformance.contracts import broken_rules
+from conformance.ground.case import Case
+from conformance.ground.contracts import broken_rules
 from strategies import cases, dense_cases, examples, load_profile, thd_cases
 from strategies import pools, profiles
 from strategies.coverage import REQUIRED, flavor_of, labels

@@ -15,9 +15,9 @@ from typing import Callable, Sequence
 
 import torch
 
-from conformance.case import Case
-from conformance.outcome import PropertyFailure
-from conformance.tolerances import abs_diff, bound, max_abs_error
+from conformance.ground.case import Case
+from conformance.ground.outcome import PropertyFailure
+from conformance.ground.tolerances import abs_diff, bound, max_abs_error
 
 WORST = 5  # elements listed in a failure
 

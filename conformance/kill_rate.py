@@ -1,7 +1,7 @@
 """The mutant harness: how many planted bugs the suite's properties catch.
 
-    python -m conformance.mutants --jobs 16 --budget-s 240     (a CUDA GPU; the defaults)
-    python -m conformance.mutants --list                       (any machine)
+    python -m conformance.kill_rate --jobs 16 --budget-s 240     (a CUDA GPU; the defaults)
+    python -m conformance.kill_rate --list                       (any machine)
 
 Every mutant of ``kernels.mutants.MUTANTS`` (and the control: no rewrites)
 runs in its own process on ``PreparedAdapter(rewrites=...)``. For each
@@ -34,12 +34,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Tuple
 
-from conformance.case import Case
+from conformance.ground.case import Case
+from conformance.ground.tables import NO_GPU, flavor_of as pick_flavor, stratum_id
 from kernels.mutants import MUTANTS, Mutant
 
 DEFAULT_REPORT_DIR = "sdpa-report"
 FINDINGS_FILE = "known_findings.toml"
-NO_GPU = "no CUDA GPU found: launching the mutated kernels needs a CUDA GPU (--list works anywhere)"
 CONTROL = Mutant("control", "control", (), "", "No rewrites: the installed kernels. Must survive every property.")
 FAMILY_FLAVORS = {"f16": ("gptoss", "llama", "dsv3"), "d256": ("qwen",), "host": ("gptoss", "llama", "dsv3", "qwen")}
 # test_padding_poison's parameter: which padding operand the NaN sits behind
@@ -110,16 +110,8 @@ KINDS: Tuple[Kind, ...] = (
 KIND_NAMES = tuple(k.name for k in KINDS)
 
 
-def flavor_of(case: Case) -> str:
-    """The flavor the kernels' pick sends ``case`` to (envelopes smallest first)."""
-    from conformance.flavors import flavor_of as pick
-
-    return pick(case.d_qk, case.d_v)
-
-
 def node_id(kind: Kind, case: Case) -> str:
-    flavor = flavor_of(case)
-    stratum = f"{flavor}-{'fp16' if case.dtype == 'float16' else 'bf16'}"
+    stratum = stratum_id(pick_flavor(case.d_qk, case.d_v), case.dtype)
     padded = "q" if case.seq_q_lens is not None else "kv"
     return kind.node.format(stratum=stratum, padded=padded)
 
@@ -189,7 +181,7 @@ def search(kind: Kind, adapter, flavors, *, profile: str, until: float, t0: floa
     failure was seen (then Hypothesis shrinks, within MAX_SHRINKING_SECONDS)."""
     from hypothesis import given, strategies as st, target
 
-    from conformance import findings
+    from conformance.ground import findings
     from conformance.properties import NoGPU
 
     state, strategy = _Search(), kind.strategy(flavors)
@@ -265,7 +257,7 @@ def run_mutant(mutant: Mutant, *, profile: str = "ci", budget_s: float = 240.0, 
 def _search_kinds(rec: dict, chosen, adapter, flavors, *, profile, deadline, t0, check) -> None:
     """Search each kind in order until one fails; each gets an equal share of
     the time left. Fills ``rec`` with the verdict."""
-    from conformance.outcome import PropertyFailure
+    from conformance.ground.outcome import PropertyFailure
 
     for i, kind in enumerate(chosen):
         now = time.perf_counter()
@@ -302,7 +294,7 @@ def _worker(mutant: Mutant, opts: dict, out) -> None:
 
         torch.set_num_threads(opts.get("threads", 1))
         if opts.get("findings"):
-            from conformance import findings
+            from conformance.ground import findings
 
             findings.activate(findings.load(opts["findings"]))
         rec = run_mutant(mutant, profile=opts["profile"], budget_s=opts["budget_s"], shrink_s=opts["shrink_s"], kinds=opts["kinds"])
@@ -318,7 +310,7 @@ def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print) ->
     past its budget + shrink + GRACE_S is killed (verdict error: a hang)."""
     import multiprocessing as mp
 
-    from conformance.mutants import _worker  # by its module name even when run as __main__
+    from conformance.kill_rate import _worker  # by its module name even when run as __main__
 
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
@@ -478,7 +470,7 @@ def _validate(args) -> dict:
     kinds = _names(args.properties, KIND_NAMES, "--properties: kind") or list(KIND_NAMES)
     found = args.known_findings or next((str(p) for p in (Path.cwd() / FINDINGS_FILE, Path(__file__).resolve().parents[1] / FINDINGS_FILE) if p.is_file()), None)
     if found:
-        from conformance import findings
+        from conformance.ground import findings
 
         try:
             findings.load(found)
@@ -514,7 +506,7 @@ def main(args) -> int:
         import torch
 
         if not torch.cuda.is_available():
-            raise Usage(NO_GPU)
+            raise Usage(NO_GPU + " (--list works anywhere)")
     except Usage as e:
         print(f"sdpa-conformance mutants: error: {e}", file=sys.stderr)
         return 2

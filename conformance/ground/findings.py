@@ -26,8 +26,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
-from conformance import recorder
-from conformance.case import Case, _FIELD_TYPES, _coerce, CaseFileError
+from conformance.ground.case import Case, _FIELD_TYPES, _coerce, CaseFileError
 
 KEYS = {"id", "reason", "nodeid", "rule", "property", "when", "link"}
 
@@ -171,14 +170,10 @@ def match(property: str, case: Case) -> Optional[Finding]:
     """The known finding that explains ``property`` failing on ``case``, or None."""
     for f in _active:
         if f.matches(property, case):
-            recorder.note_finding(f.id, "example")
             return f
     return None
 
 
 def match_node(nodeid: str) -> List[Finding]:
     """Node-id entries selecting this test (the plugin marks it xfail)."""
-    hits = [f for f in _active if f.matches_node(nodeid)]
-    for f in hits:
-        recorder.note_finding(f.id, "test")
-    return hits
+    return [f for f in _active if f.matches_node(nodeid)]

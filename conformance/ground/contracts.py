@@ -21,7 +21,7 @@ Entry points:
 - ``config``: the plan-time validators, runnable on CPU: ``config_sm80.
   validate_params``/``params_for_flavor`` and the flavor pick
   (``api_dsl._sm80_pick_flavor``), reached through ``kernels.specialize`` or
-  directly (``Rule.params`` overrides, ``Rule.flavor``); see ``run_config``.
+  directly (``Rule.params`` overrides, ``Rule.flavor``); see ``kernels.config.run_config``.
 
 Some violations cannot be stated as Case facts; ``tamper`` names what the
 adapter must do to the call (see ``TAMPERS``).
@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from .case import Case
+from .tables import off_envelope
 
 WRAPPER, PREPARED, CONFIG = "wrapper", "prepared", "config"
 ENTRY_POINTS = {
@@ -50,8 +51,8 @@ TAMPERS = {
     "scale_output": "wrapper call with scale_output=2.0",
     "rope_freqs": "wrapper THD call with rope_freqs = any fp32 [max_s_q, d_qk // 2] tensor",
     "scheduler": 'wrapper THD call with scheduler="lpt"',
-    "thd_bias": "wrapper THD call with a [1, H_q, max_s_q, max_s_kv] bias of dtype case.bias (conformance.data makes no THD bias)",
-    "thd_seq_lens": "wrapper THD call with seq_kv_lens / seq_len_q = int32 tensors of case.seq_kv_lens / case.seq_q_lens (conformance.data makes none for THD)",
+    "thd_bias": "wrapper THD call with a [1, H_q, max_s_q, max_s_kv] bias of dtype case.bias (conformance.ground.data makes no THD bias)",
+    "thd_seq_lens": "wrapper THD call with seq_kv_lens / seq_len_q = int32 tensors of case.seq_kv_lens / case.seq_q_lens (conformance.ground.data makes none for THD)",
     "raw_right_bound": "prepared: pass case.window_right as right_bound (kernels.specialize.mask_runtime drops a band without causal); wrapper: window_size=(window_left, window_right) as the Case says",
 }
 
@@ -79,10 +80,6 @@ class Expect:
             return self.compiles_first
         return None
 
-    @property
-    def conforms(self) -> bool:
-        return self.known_finding is None
-
 
 @dataclass(frozen=True)
 class Rule:
@@ -100,10 +97,6 @@ class Rule:
     @property
     def targets(self) -> Tuple[str, ...]:
         return tuple(self.expect)
-
-    @property
-    def known_findings(self) -> Dict[str, str]:
-        return {t: e.known_finding for t, e in self.expect.items() if e.known_finding}
 
     def transform(self, case: Case) -> Case:
         return self.facts(case).replace(violation=self.name)
@@ -128,9 +121,7 @@ _CU_AFTER_STAGING = (
 
 
 def _off_envelope(case: Case) -> bool:
-    from kernels.specialize import specialize
-
-    return specialize(case).envelope != (case.d_qk, case.d_v)
+    return off_envelope(case.d_qk, case.d_v)
 
 
 # ------------------------------------------------------------------ transforms
@@ -398,21 +389,3 @@ def rule(name: str) -> Rule:
 def broken_rules(case: Case) -> Tuple[str, ...]:
     """Names of the rules ``case`` breaks (fact-detectable ones, plus its label)."""
     return tuple(r.name for r in RULES if r.broken_by(case))
-
-
-def run_config(r: Rule, case: Case):
-    """Drive the ``config`` entry point for rule ``r`` on ``case`` (CPU only):
-    ``params_for_flavor(r.flavor)``; else ``kernels.specialize.specialize(case)``
-    (flavor pick + validate_params), then ``validate_params`` on the result
-    with ``r.params`` applied. Returns the TemplateParams or raises."""
-    from cudnn.sdpa.fwd import config_sm80 as cfg
-
-    from kernels.specialize import specialize
-
-    if r.flavor is not None:
-        return cfg.params_for_flavor(r.flavor)
-    params = specialize(case).params
-    if r.params:
-        params = dataclasses.replace(params, **r.params)
-        cfg.validate_params(params)
-    return params

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from conformance.case import Case
+from conformance.ground.case import Case
 
 
 @dataclass
@@ -42,7 +42,7 @@ class PropertyFailure(AssertionError):
 
     ``summary`` is one line (observed vs expected); ``detail`` holds the
     worst elements with their coordinates and the region they sit in (see
-    conformance.judge), for the repro command and the case file.
+    conformance.properties.judge), for the repro command and the case file.
     """
 
     def __init__(self, property: str, case: Case, summary: str, detail: Optional[dict] = None, observation: Optional[Observation] = None):

@@ -2,7 +2,7 @@
 
 A Case is the spine of the suite. A strategy draws it, a kernel adapter runs
 it, a property judges the result against the reference, and it ends in the
-report or in a repro file. The tensors are never stored: ``conformance.data``
+report or in a repro file. The tensors are never stored: ``conformance.ground.data``
 regenerates them bit for bit from the facts and ``seed``.
 
 Conventions (shared by every module):
@@ -25,7 +25,7 @@ from typing import Any, Optional, Tuple
 
 SCHEMA_VERSION = 1
 
-DTYPES = ("float16", "bfloat16")
+from .tables import DTYPES  # noqa: E402,F401  (one definition, re-exported)
 BIAS_DTYPES = ("float16", "bfloat16", "float32")
 LAYOUTS = ("dense", "thd")
 # Dense storage orders of Q/K/V/O. Every one keeps the head dim innermost and

@@ -26,8 +26,8 @@ import time
 from dataclasses import dataclass, field
 from typing import IO, Optional
 
-from conformance.case import Case
-from conformance.outcome import Observation
+from conformance.ground.case import Case
+from conformance.ground.outcome import Observation
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,145 @@
+"""Compile-cache properties: runtime data mints no compile (compile_reuse),
+the on-disk cache serves a second process (disk_reuse), and every valid Case
+compiles for sm_80 without a GPU (compiles)."""
+
+from __future__ import annotations
+
+import time
+
+from conformance.ground.case import Case
+from conformance.ground.data import make_inputs, make_outputs
+from conformance.ground.outcome import Observation, PropertyFailure
+from conformance.properties import judge, recorder
+from conformance.properties.common import device, finish
+
+
+# ----------------------------------------------------------- compile reuse
+def runtime_variants(case: Case):
+    """Cases that differ from ``case`` only in runtime facts: the compile key
+    must not see them. Data seed and addresses always; THD token totals,
+    capacities and first offsets; dense padding-length values and the scale's
+    magnitude (its sign is compiled in)."""
+    yield "new data and addresses", case.replace(seed=case.seed + 1)
+    if case.is_thd:
+        grow = tuple(n + 1 for n in case.q_lens)
+        yield "new token totals", case.replace(q_lens=grow, kv_lens=tuple(n + 3 for n in case.kv_lens))
+        yield "new capacities and first offsets", case.replace(q_base=case.q_base + 5, kv_base=case.kv_base + 2, q_slack=case.q_slack + 7, kv_slack=case.kv_slack + 1)
+    else:
+        if case.seq_kv_lens is not None:
+            yield "new padding lengths", case.replace(seq_kv_lens=tuple(max(0, n - 1) for n in case.seq_kv_lens))
+        if case.seq_q_lens is not None:
+            yield "new Q padding lengths", case.replace(seq_q_lens=tuple(case.s_q - n for n in case.seq_q_lens))
+    if case.softmax_scale != 0:
+        yield "new scale of the same sign", case.replace(scale=case.softmax_scale * 1.75)
+
+
+# Counters one runtime-only call may move: nothing compiled, no new module.
+NO_COMPILE = {"misses": 0, "thd_lru_misses": 0, "modules": 0}
+
+
+def check_compile_reuse(case: Case, adapter, *, launch: bool = True) -> Observation:
+    """After ``case`` compiled once, runtime-only variants mint no compile and
+    no template module; for THD a new sequence count mints at most one
+    compile and returning to the seen count is a pure hit. ``launch=False``
+    checks compile_only (the CPU tier)."""
+    recorder.begin("compile_reuse", case, launch=launch)
+    start = time.perf_counter()
+
+    def call(c: Case):
+        if not launch:
+            return adapter.compile_only(c)
+        dev = device()
+        return adapter.run(c, make_inputs(c, dev, poison=True), make_outputs(c, dev)).compile
+
+    first = call(case)
+
+    def judged():
+        for what, variant in runtime_variants(case):
+            judge.compile_delta("compile_reuse", variant, call(variant), NO_COMPILE, what)
+        if case.is_thd:
+            more = case.replace(q_lens=case.q_lens + (1,), kv_lens=case.kv_lens + (1,))
+            judge.compile_delta("compile_reuse", more, call(more), {"misses": 1, "modules": 0}, "a new sequence count")
+            judge.compile_delta("compile_reuse", case, call(case), NO_COMPILE, "back to a seen sequence count")
+        return {}
+
+    return finish("compile_reuse", case, start, judged, compile=first.to_dict())
+
+
+# The disk property is about the cache, not the shape: one small Case per layout.
+DISK_CASES = {
+    "dense": Case(s_q=65, s_kv=129, causal=True),
+    "thd": Case(layout="thd", q_lens=(3, 64), kv_lens=(65, 1), q_base=2),
+}
+
+# One launch in a fresh process on the named adapter; prints its counters.
+_PROBE = """
+import json, sys
+from kernels.source import use_kernels_source
+use_kernels_source()  # $SDPA_KERNELS_SOURCE, inherited: the same kernels as this run
+#PRELUDE
+from conformance.ground.case import Case
+from conformance.ground.data import make_inputs, make_outputs
+from kernels import get_adapter
+case = Case.from_json(sys.argv[1])
+result = get_adapter(sys.argv[2]).run(case, make_inputs(case, "cuda"), make_outputs(case, "cuda"))
+print("COUNTERS " + json.dumps(result.compile.to_dict()))
+"""
+
+
+def _launch_in_new_process(case: Case, adapter, cache_dir, prelude: str) -> dict:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from conformance.ground.tables import COMPAT_ENV
+
+    env = {**os.environ, "CUDNN_FRONTEND_COMPILED_CACHE": str(cache_dir)}
+    env.pop("CUDNN_FRONTEND_DISABLE_COMPILED_CACHE", None)
+    if getattr(adapter, "sm80_compat", False):
+        env[COMPAT_ENV] = "1"  # the mode this run's wrapper adapter is in
+    done = subprocess.run([sys.executable, "-c", _PROBE.replace("#PRELUDE", prelude), case.to_json(), adapter.name], env=env, capture_output=True, text=True, timeout=300)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("COUNTERS ")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"the probe process failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    return json.loads(lines[-1][len("COUNTERS ") :])
+
+
+def check_disk_reuse(case: Case, adapter, *, prelude: str = "") -> Observation:
+    """CUDNN_FRONTEND_COMPILED_CACHE across processes: a first process on a
+    fresh, empty cache directory compiles ``case``; a second process on the
+    same directory serves it from disk (counters read around its one launch).
+    ``prelude`` is code the probe processes run first (the power test plants
+    a broken key there)."""
+    import tempfile
+
+    recorder.begin("disk_reuse", case)
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="sdpa-disk-cache-") as where:
+        first = _launch_in_new_process(case, adapter, where, prelude)
+        seen = {"first process": first}  # the Observation's notes: both processes' counters
+
+        def judged():
+            if first.get("misses", 0) < 1:
+                raise PropertyFailure("disk_reuse", case, f"the first process found {where} warm: {first}", {"first": first})
+            second = seen["second process"] = _launch_in_new_process(case, adapter, where, prelude)
+            # Only compiles count: a new process's in-process memos (the THD lrus,
+            # the template modules) start empty, so they miss once per key by design.
+            judge.compile_delta("disk_reuse", case, second, {"misses": 0}, "a second process on the same on-disk cache")
+            if second.get("hits", 0) < 1:
+                raise PropertyFailure("disk_reuse", case, f"the second process neither compiled nor read the on-disk cache: {second}", {"second": second})
+            return {}
+
+        return finish("disk_reuse", case, start, judged, compile=first, notes=seen)
+
+
+
+def check_compiles(case: Case, adapter) -> Observation:
+    """A valid Case specializes and compiles for sm_80 without a GPU: the
+    template loads per its TemplateParams and the host compiles its geometry
+    (dense) or head configuration (THD). Any exception fails it."""
+    recorder.begin("compiles", case)
+    start = time.perf_counter()
+    delta = adapter.compile_only(case)
+    return finish("compiles", case, start, lambda: {}, compile=delta.to_dict())
+

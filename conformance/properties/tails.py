@@ -1,0 +1,69 @@
+"""tails: output storage outside the live rows ends as the contract says, and
+NaN poisoned into dead input storage never reaches a defined output."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from conformance.ground.case import Case
+from conformance.ground.data import flat_storage, make_inputs, make_outputs
+from conformance.ground.outcome import Observation
+from conformance.properties import judge, recorder
+from conformance.properties.common import device, finish, row_mask, row_regions
+
+
+def _storage_outside_view(view: torch.Tensor) -> torch.Tensor:
+    """A bool mask over ``view``'s whole storage: True where no element of
+    the view lives (the pad columns of a padded layout)."""
+    n = view.untyped_storage().nbytes() // view.element_size()
+    used = torch.zeros(n, dtype=torch.bool, device=view.device)
+    idx = torch.arange(n, device=view.device).as_strided(view.shape, view.stride(), view.storage_offset())
+    used[idx.flatten()] = True
+    return ~used
+
+
+def tail_expectation(initialize_outputs: bool) -> float:
+    """What output storage outside the live rows holds after a launch.
+
+    THD: ``prepared_host.thd_host`` zeroes the whole O and Stats capacity
+    before attention when ``initialize_outputs`` (``zero_outputs``, the mode
+    the public wrapper uses: "Wrapper outputs retain zeroed holes/tails");
+    without it nothing outside the live rows is written, so the caller's
+    bytes (our NaN poison) must survive. Dense pad columns are never written.
+    """
+    return 0.0 if initialize_outputs else float("nan")
+
+
+def check_tails(case: Case, adapter, *, initialize_outputs: bool = True) -> Observation:
+    """Output storage outside the live rows ends exactly as the contract says,
+    and every output row the contract defines is written and free of the NaN
+    poisoned into all input storage outside the live tokens (dense padded
+    rows included)."""
+    recorder.begin("tails", case, initialize_outputs=initialize_outputs)
+    start = time.perf_counter()
+    dev = device()
+    inputs = make_inputs(case, dev, poison=True)
+    o, lse = make_outputs(case, dev)
+    result = adapter.run(case, inputs, (o, lse), initialize_outputs=initialize_outputs)
+    init = result.notes.get("initialize_outputs", initialize_outputs)
+    regions = row_regions(case, inputs)
+
+    def judged():
+        if case.is_thd:
+            want = tail_expectation(init)
+            for quantity, got in (("o", result.o), ("lse", result.lse)):
+                dead = ~row_mask(case, inputs, quantity, got.shape)
+                judge.exactly("tails", case, quantity, got, torch.full_like(got, want), dead, f"{quantity.upper()} capacity outside the live tokens", regions)
+        else:
+            pad = _storage_outside_view(result.o)
+            flat = flat_storage(result.o)
+            judge.exactly("tails", case, "o", flat, torch.full_like(flat, float("nan")), pad, "O pad columns (never written)")
+        for quantity, got in (("o", result.o), ("lse", result.lse)):
+            live = row_mask(case, inputs, quantity, got.shape)
+            judge.exactly("tails", case, quantity, torch.isnan(got), torch.zeros_like(got, dtype=torch.bool), live, "live outputs (poison left or NaN produced)", regions)
+        return {}
+
+    return finish("tails", case, start, judged, compile=result.compile.to_dict(), notes={**result.notes, "initialize_outputs": init})
+
