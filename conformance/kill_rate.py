@@ -5,9 +5,10 @@
 
 Every mutant of ``kernels.mutants.MUTANTS`` (and the control: no rewrites)
 runs in its own process on ``PreparedAdapter(rewrites=...)``. For each
-property kind of ``KINDS`` in order, a Hypothesis search over the strategies
-the pytest tests use (flavors restricted to the templates the mutant
-rewrites) runs until a property fails; Hypothesis shrinks the failing case.
+property kind of ``KINDS`` in order (derived from the test matrix,
+conformance.properties.matrix), a Hypothesis search over the strategies the
+pytest tests use (flavors restricted to the templates the mutant rewrites)
+runs until a property fails; Hypothesis shrinks the failing case.
 Verdicts: ``killed`` (a PropertyFailure), ``error`` (the mutated kernel
 raised or crashed: killed by crash, listed apart), ``survived`` (nothing
 failed within the budget), ``stale`` (a rewrite does not match exactly once:
@@ -23,6 +24,7 @@ finds a stale mutant); 2 bad arguments or no CUDA GPU.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -32,88 +34,83 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from conformance.ground.case import Case
-from conformance.ground.tables import NO_GPU, flavor_of as pick_flavor, stratum_id
+from conformance.ground.tables import NO_GPU
+from conformance.properties.matrix import MATRIX, PARAM, SOURCE, TRANSFORM, Family, stratum_of
 from kernels.mutants import MUTANTS, Mutant
 
 DEFAULT_REPORT_DIR = "sdpa-report"
 FINDINGS_FILE = "known_findings.toml"
 CONTROL = Mutant("control", "control", (), "", "No rewrites: the installed kernels. Must survive every property.")
 FAMILY_FLAVORS = {"f16": ("gptoss", "llama", "dsv3"), "d256": ("qwen",), "host": ("gptoss", "llama", "dsv3", "qwen")}
-# test_padding_poison's parameter: which padding operand the NaN sits behind
-# (the other operand's lengths are dropped).
-PADDED = {"q": "seq_kv_lens", "kv": "seq_q_lens"}
 GRACE_S = 150  # a worker's start-up, first compiles and overshoot past its budget
 
 
 # ------------------------------------------------------------------ kinds
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Kind:
-    """One property search: the property, its keyword arguments, the example
-    budget kind of strategies.profiles, the pytest node id of the matching
-    test (for node-id known findings) and the strategy the test draws from."""
+    """One property search, derived from a family of the test matrix
+    (conformance.properties.matrix) that names a ``kind``: its source and
+    property axes fixed to one value each (``fixed``; one Kind per value),
+    its transform axes drawn per example, its strata widened to the
+    mutant's flavors (every dtype)."""
 
     name: str
-    property: str
-    examples: str
-    node: str
-    strategy: Callable  # flavors -> SearchStrategy[Case]
-    params: dict = field(default_factory=dict)
+    family: Family
+    fixed: dict = field(default_factory=dict)
+
+    @property
+    def examples(self) -> str:  # the example budget kind of strategies.profiles
+        return self.family.examples
+
+    @property
+    def params(self) -> dict:
+        return self.family.params_for(self.fixed)
+
+    @property  # last: the name shadows the builtin in the class body
+    def property(self) -> str:
+        return self.family.property
+
+    def strategy(self, flavors):
+        """SearchStrategy of (the transform-axis values drawn, the Case checked)."""
+        from hypothesis import strategies as st
+
+        fam = self.family
+        base = fam.strategy_for(self.fixed, flavors=flavors)
+        drawn = [a for a in fam.axes if a.role == TRANSFORM]
+        if not drawn:
+            return base.map(lambda case: ({}, case))
+
+        def checked(t):
+            values = {arg: v for axis, vals in zip(drawn, t[:-1]) for arg, v in zip(axis.args, vals)}
+            return values, fam.apply(t[-1], {**self.fixed, **values})
+
+        return st.tuples(*(st.sampled_from(a.values) for a in drawn), base).map(checked)
 
 
-def _dense(**kw):
-    def strategy(flavors):
-        from strategies import dense_cases
-
-        return dense_cases(flavors=flavors, **kw)
-
-    return strategy
-
-
-def _thd(flavors):
-    from strategies import thd_cases
-
-    return thd_cases(flavors=flavors)
+def derive_kinds(families: Sequence[Family]) -> Tuple[Kind, ...]:
+    """The searches of ``families``, in their order: one per value of the
+    family's source and property axes (name: the family's kind, then each
+    such axis' label, joined by ``_``)."""
+    kinds = []
+    for fam in (f for f in families if f.kind):
+        split = [a for a in fam.axes if a.role in (SOURCE, PARAM)]
+        for combo in itertools.product(*(zip(a.values, a.kind_labels()) for a in split)):
+            fixed = {arg: v for axis, (vals, _) in zip(split, combo) for arg, v in zip(axis.args, vals)}
+            kinds.append(Kind("_".join([fam.kind] + [label for _, label in combo]), fam, fixed))
+    return tuple(kinds)
 
 
-def _padding_poison(flavors):
-    from hypothesis import strategies as st
-
-    from strategies import dense_cases
-
-    pick = st.tuples(st.sampled_from(tuple(PADDED)), dense_cases(flavors=flavors, padding=True))
-    return pick.map(lambda t: t[1].replace(**{PADDED[t[0]]: None}))
-
-
-def _layout(layout: str):
-    def strategy(flavors):
-        from strategies import cases
-
-        return cases(flavors=flavors, layouts=(layout,))
-
-    return strategy
-
-
-_NUM, _TAILS, _COMP = "conformance/test_numerics.py", "conformance/test_tails.py", "conformance/test_compile.py"
-KINDS: Tuple[Kind, ...] = (
-    Kind("numerics_dense", "numerics", "numerics", _NUM + "::test_numerics_dense[{stratum}]", _dense()),
-    Kind("numerics_thd", "numerics", "numerics", _NUM + "::test_numerics_thd[{stratum}]", _thd),
-    Kind("tails_thd_init", "tails", "tails", _TAILS + "::test_tails_thd[{stratum}-init]", _thd, {"initialize_outputs": True}),
-    Kind("tails_thd_noinit", "tails", "tails", _TAILS + "::test_tails_thd[{stratum}-no-init]", _thd, {"initialize_outputs": False}),
-    Kind("tails_dense", "tails", "tails", _TAILS + "::test_tails_dense[{stratum}]", _dense(memory=("bshd_padded",), padding=False)),
-    Kind("padding_poison", "tails", "tails", _TAILS + "::test_padding_poison[{stratum}-{padded}]", _padding_poison),
-    Kind("compile_reuse_dense", "compile_reuse", "tails", _COMP + "::test_runtime_facts_mint_no_compile[dense]", _layout("dense")),
-    Kind("compile_reuse_thd", "compile_reuse", "tails", _COMP + "::test_runtime_facts_mint_no_compile[thd]", _layout("thd")),
-)
+KINDS: Tuple[Kind, ...] = derive_kinds(MATRIX)
 KIND_NAMES = tuple(k.name for k in KINDS)
 
 
-def node_id(kind: Kind, case: Case) -> str:
-    stratum = stratum_id(pick_flavor(case.d_qk, case.d_v), case.dtype)
-    padded = "q" if case.seq_q_lens is not None else "kv"
-    return kind.node.format(stratum=stratum, padded=padded)
+def node_id(kind: Kind, case: Case, drawn: Optional[dict] = None) -> str:
+    """The pytest node id of the test parameter ``kind`` searched ``case``
+    in (``drawn``: the transform-axis values it was drawn with)."""
+    return kind.family.nodeid({**stratum_of(case), **kind.fixed, **(drawn or {})})
 
 
 def flavors_for(mutant: Mutant) -> Tuple[str, ...]:
@@ -150,9 +147,7 @@ def change_line(mutant: Mutant) -> str:
 # ---------------------------------------------------------------- search
 def check_property(kind: Kind, case: Case, adapter):
     """The property the pytest test of ``kind`` calls."""
-    from conformance.properties import PROPERTIES
-
-    return PROPERTIES[kind.property](case, adapter, **kind.params)
+    return kind.family.check(case, adapter, kind.fixed)
 
 
 def _settings(profile: str, kind: Kind):
@@ -189,7 +184,7 @@ def search(kind: Kind, adapter, flavors, *, profile: str, until: float, t0: floa
     @_settings(profile, kind)
     @given(data=st.data())
     def probe(data):
-        case = data.draw(strategy, label="case")  # always: a draw-less example confuses Hypothesis
+        drawn, case = data.draw(strategy, label="case")  # always: a draw-less example confuses Hypothesis
         if state.first is None and time.perf_counter() > until:
             state.cut = True
             return
@@ -202,7 +197,7 @@ def search(kind: Kind, adapter, flavors, *, profile: str, until: float, t0: floa
         except NoGPU:
             raise
         except Exception as failure:  # noqa: BLE001 - a crash of the mutated kernel is a verdict
-            if findings.match_node(node_id(kind, case)):  # the plugin marks that whole test xfail
+            if findings.match_node(node_id(kind, case, drawn)):  # the plugin marks that whole test xfail
                 state.excused += 1
                 return
             hit = (case, failure, time.perf_counter() - t0)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -240,16 +239,11 @@ def adapter(pytestconfig):
 
 
 # ------------------------------------------------------ run-time recording
-def _guess_property(item, names) -> Optional[str]:
-    """A test's property: its ``property`` marker, else the longest property
-    name its function is named after (test_numerics_dense -> numerics)."""
+def _property_of(item) -> Optional[str]:
+    """A test's property: its ``property`` marker (the test matrix,
+    conformance.properties.matrix, gives every property test one)."""
     mark = item.get_closest_marker("property")
-    if mark is not None and mark.args:
-        return mark.args[0]
-    fn = getattr(item, "originalname", None) or item.name
-    fn = fn[5:] if fn.startswith("test_") else fn
-    hits = [n for n in names if fn == n or fn.startswith(n + "_")]
-    return max(hits, key=len) if hits else None
+    return mark.args[0] if mark is not None and mark.args else None
 
 
 def _leaves(exc) -> list:
@@ -348,14 +342,12 @@ class Recording:
 
     @pytest.hookimpl(tryfirst=True)  # before -k/-m deselection: a deselected test still keeps its entry live
     def pytest_collection_modifyitems(self, items):
-        props = sys.modules.get("conformance.properties")  # imported by the test modules, if any
-        names = list(getattr(props, "PROPERTIES", {}))
         mapping = {}
         for item in items:
             for f in findings.match_node(item.nodeid):
                 recorder.note_finding(f.id, "test")
                 item.add_marker(pytest.mark.xfail(reason=f"{XFAIL_PREFIX}{f.id}: {f.reason}", strict=False))
-            mapping[item.nodeid] = _guess_property(item, names)
+            mapping[item.nodeid] = _property_of(item)
         recorder.write({"kind": "collected", "tests": mapping})
 
     @pytest.hookimpl(wrapper=True)

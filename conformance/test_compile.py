@@ -5,40 +5,14 @@ differ only in runtime facts (data, addresses, THD token totals, capacities,
 first offsets, padding lengths, the scale's magnitude) mint no compile and no
 template module; a new THD sequence count mints at most one and returning to
 a seen count is a pure hit. The counters are read around every single call.
-"""
+The disk cache serves a second process (CUDNN_FRONTEND_COMPILED_CACHE); every
+valid Case compiles for sm_80 (CPU tier).
 
-import pytest
-from hypothesis import given, settings, strategies as st
+Declared in conformance.properties.matrix."""
 
-from conformance.properties import DISK_CASES, check_compile_reuse, check_compiles, check_disk_reuse
-from strategies import cases, examples
+from conformance.testgen import matrix_test
 
-
-@pytest.mark.compile
-@settings(max_examples=examples("compile"))
-@given(data=st.data())
-def test_valid_cases_compile_for_sm80(data, prepared_adapter):
-    check_compiles(data.draw(cases(), label="case"), prepared_adapter)
-
-
-@pytest.mark.compile
-@settings(max_examples=examples("compile"))
-@given(data=st.data())
-def test_runtime_facts_mint_no_compile_cpu(data, prepared_adapter):
-    check_compile_reuse(data.draw(cases(), label="case"), prepared_adapter, launch=False)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("layout", ["dense", "thd"])
-@settings(max_examples=examples("tails"))
-@given(data=st.data())
-def test_runtime_facts_mint_no_compile(layout, data, adapter, gpu):
-    check_compile_reuse(data.draw(cases(layouts=(layout,)), label="case"), adapter)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("layout", list(DISK_CASES))
-def test_disk_cache_serves_a_second_process(layout, adapter, gpu):
-    """CUDNN_FRONTEND_COMPILED_CACHE: a second process reloads what the first
-    compiled, without compiling (counters read around its one launch)."""
-    check_disk_reuse(DISK_CASES[layout], adapter)
+test_valid_cases_compile_for_sm80 = matrix_test("test_valid_cases_compile_for_sm80")
+test_runtime_facts_mint_no_compile_cpu = matrix_test("test_runtime_facts_mint_no_compile_cpu")
+test_runtime_facts_mint_no_compile = matrix_test("test_runtime_facts_mint_no_compile")
+test_disk_cache_serves_a_second_process = matrix_test("test_disk_cache_serves_a_second_process")

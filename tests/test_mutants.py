@@ -6,6 +6,7 @@ mutated template still compiles for sm_80."""
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 import time
@@ -17,6 +18,7 @@ from conformance import kill_rate as M
 from conformance.ground.case import Case
 from conformance.ground.tables import flavor_of
 from conformance.ground.outcome import Observation, PropertyFailure
+from conformance.properties.matrix import TRANSFORM
 from kernels import mutants as catalogue
 from kernels.mutants import MUTANTS, Mutant
 from kernels.source import TARGETS, Rewrite, check_rewrites
@@ -189,19 +191,36 @@ def test_without_a_gpu_exit_2(capsys):
 
 
 def test_node_ids_name_the_collected_tests(tmp_path):
+    """Every node id a search can report (node-id known findings excuse
+    failures there) names a collected test: each stratum, each drawn value."""
     r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:xdist", "--report-dir", str(tmp_path), "conformance/test_numerics.py",
                         "conformance/test_tails.py", "conformance/test_compile.py"], capture_output=True, text=True, timeout=300)  # fmt: skip
     collected = {line.strip() for line in r.stdout.splitlines() if "::" in line}
-    from conformance.test_tails import PADDED
     from strategies.pools import FLAVOR_ENVELOPES
 
-    assert PADDED == M.PADDED
+    assert [k.name for k in M.KINDS] == ["numerics_dense", "numerics_thd", "tails_thd_init", "tails_thd_noinit", "tails_dense", "padding_poison",
+                                         "compile_reuse_dense", "compile_reuse_thd"]  # fmt: skip
     for kind in M.KINDS:
+        drawn_axes = [a for a in kind.family.axes if a.role == TRANSFORM]
         for flavor, (dq, dv) in FLAVOR_ENVELOPES.items():
             for dtype in ("float16", "bfloat16"):
-                for extra in (dict(seq_q_lens=(1,)), dict(seq_kv_lens=(1,)), dict(layout="thd", q_lens=(1,), kv_lens=(1,))):
-                    case = Case(d_qk=dq, d_v=dv, dtype=dtype, **extra)
-                    assert flavor_of(case.d_qk, case.d_v) == flavor and M.node_id(kind, case) in collected, M.node_id(kind, case)
+                for combo in itertools.product(*(a.values for a in drawn_axes)):
+                    drawn = {arg: v for a, vals in zip(drawn_axes, combo) for arg, v in zip(a.args, vals)}
+                    case = Case(d_qk=dq, d_v=dv, dtype=dtype)
+                    assert flavor_of(case.d_qk, case.d_v) == flavor and M.node_id(kind, case, drawn) in collected, M.node_id(kind, case, drawn)
+
+
+def test_drawn_values_name_the_node_id():
+    """A search reports the node id of the value it drew: a node-id finding
+    on the padded-Q tests excuses a padded-Q failure, not a padded-KV one."""
+    poisoned = lambda lens: _fails_on(lambda k, c: getattr(c, lens) is None)  # noqa: E731 - the other operand's lengths are dropped
+    previous = findings.activate([findings.Finding("q", "known", nodeid="conformance/test_tails.py::test_padding_poison?*-q]")])
+    try:
+        assert M.run_mutant(MUTANTS[0], check=poisoned("seq_kv_lens"), kinds=("padding_poison",), **FAST)["verdict"] == "survived"
+        rec = M.run_mutant(MUTANTS[0], check=poisoned("seq_q_lens"), kinds=("padding_poison",), **FAST)
+        assert rec["verdict"] == "killed" and rec["case"]["seq_q_lens"] is None
+    finally:
+        findings.activate(previous)
 
 
 # ------------------------------------------------------------ compile tier

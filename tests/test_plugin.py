@@ -76,6 +76,7 @@ def test_failing_property_writes_its_shrunk_case_and_prints_the_repro(project):
 def test_toy_shrinks(s):
     check(Case(s_q=s, s_kv=s))
 
+@pytest.mark.property("toy")
 def test_needs_gpu(gpu):
     pass
 """)
@@ -96,6 +97,8 @@ def test_needs_gpu(gpu):
         result.assert_outcomes(failed=1, skipped=1)
     s = _report(project)
     assert s["tests"]["failed"] == 1 and s["properties"]["toy"]["failed"] >= 1 and len(s["failures"]) == 1
+    # test_needs_gpu checks nothing: its property marker attributes it.
+    assert sum(s["properties"]["toy"]["tests"].values()) == 2 and list(s["properties"]) == ["toy"]
 
 
 def test_known_findings_xfail_tests_and_stale_entries_warn(project):

@@ -1,0 +1,219 @@
+"""The test matrix, declared once.
+
+Every property test of conformance/test_*.py (GPU and compile tier) is one
+``Family``: its test name and module, the property it checks and that
+property's parameters, where its Cases come from (a strategy of
+``strategies``, a function of the flavor/dtype restriction and the family's
+strategy arguments; or one fixed Case per parameter), its parametrization
+(``Axis``), its example budget (a ``strategies.profiles.KIND_SCALE`` key) and
+its markers.
+
+- ``conformance.testgen`` makes the pytest test of each family; every test
+  carries a ``property`` marker from here, which the plugin reads.
+- ``conformance.kill_rate`` derives its searches from the families that name
+  a ``kind`` (see ``Axis`` for what the harness does with each axis).
+
+Not here: test_findings (each case file names its property).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Callable, Dict, Iterator, List, Mapping, Optional, Tuple
+
+from conformance.ground.case import Case
+from conformance.ground.contracts import CONFIG, PREPARED, RULES, WRAPPER
+from conformance.ground.outcome import Observation
+from conformance.ground.tables import STRATA, STRATA_IDS, flavor_of
+from conformance.properties import DISK_CASES, PROPERTIES
+from strategies import cases, dense_cases, thd_cases, violating_cases
+
+# How an axis' values reach the check (and what the kill-rate harness does):
+STRATUM = "stratum"  # (flavor, dtype): restricts the strategy to one stratum (harness: the mutant's flavors, every dtype)
+SOURCE = "source"  # keyword arguments of the strategy / fixed Case (harness: one search per value)
+PARAM = "param"  # keyword arguments of the property (harness: one search per value)
+TRANSFORM = "transform"  # arguments of the family's transform of the drawn Case (harness: drawn per example)
+ROLES = (STRATUM, SOURCE, PARAM, TRANSFORM)
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One parametrization axis: the test's argument names, one tuple of
+    argument values per parameter, each parameter's node-id part, how the
+    values reach the check, and (split axes) the harness' kind-name suffixes
+    (default: the ids)."""
+
+    args: Tuple[str, ...]
+    values: Tuple[tuple, ...]
+    ids: Tuple[str, ...]
+    role: str
+    labels: Tuple[str, ...] = ()
+
+    def __post_init__(self):
+        assert self.role in ROLES and len(self.values) == len(self.ids) and all(len(v) == len(self.args) for v in self.values), self
+        assert not self.labels or len(self.labels) == len(self.ids), self
+
+    def id_of(self, values: Mapping) -> str:
+        return self.ids[self.values.index(tuple(values[a] for a in self.args))]
+
+    def kind_labels(self) -> Tuple[str, ...]:
+        return self.labels or self.ids
+
+
+def _axis(arg: str, values, role: str, **kw) -> Axis:
+    """A one-argument axis whose ids are its (string) values."""
+    values = tuple(values)
+    return Axis((arg,), tuple((v,) for v in values), tuple(str(v) for v in values), role, **kw)
+
+
+# xdist distributes test items, not examples: the GPU properties run per
+# (flavor, dtype) stratum (conformance.ground.tables.STRATA).
+STRATA_AXIS = Axis(("flavor", "dtype"), tuple(STRATA), tuple(STRATA_IDS), STRATUM)
+INITIALIZE_OUTPUTS = Axis(("initialize_outputs",), ((True,), (False,)), ("init", "no-init"), PARAM, labels=("init", "noinit"))
+LAYOUTS = _axis("layout", ("dense", "thd"), SOURCE)
+DISK_LAYOUTS = _axis("layout", DISK_CASES, SOURCE)
+
+# test_padding_poison: which padding operand the NaN sits behind, Q rows past
+# seq_q_lens or K/V rows past seq_kv_lens; the other operand's lengths are dropped.
+PADDED = {"q": "seq_kv_lens", "kv": "seq_q_lens"}
+PADDED_AXIS = _axis("padded", PADDED, TRANSFORM)
+
+
+def _drop_other_lengths(case: Case, padded: str) -> Case:
+    return case.replace(**{PADDED[padded]: None})
+
+
+def rules_of(entry: str) -> Axis:
+    """The contract rules that target ``entry``, as an axis."""
+    return _axis("rule", (r.name for r in RULES if entry in r.expect), SOURCE)
+
+
+def _layout_cases(layout: str, **restrict):
+    return cases(layouts=(layout,), **restrict)
+
+
+def _violating(rule: str, **restrict):
+    return violating_cases([rule], **restrict)
+
+
+def _disk_case(layout: str) -> Case:
+    return DISK_CASES[layout]
+
+
+@dataclass(frozen=True, eq=False)
+class Family:
+    """One pytest test (its node ids: ``module::test[ids]``, the ids of its
+    axes joined by ``-`` in axis order) and, when ``kind`` is set, the
+    kill-rate searches derived from it."""
+
+    test: str  # the test function's name
+    module: str  # its module, as in node ids
+    property: str  # key of conformance.properties.PROPERTIES
+    examples: Optional[str]  # strategies.profiles.KIND_SCALE key; None: no Hypothesis (fixed cases)
+    marks: Tuple[str, ...] = ()  # pytest markers; "gpu" also requests the gpu fixture (skips without one)
+    axes: Tuple[Axis, ...] = ()
+    strategy: Optional[Callable] = None  # (flavors=, dtypes=, **source args) -> SearchStrategy[Case]
+    case: Optional[Callable[..., Case]] = None  # (**source args) -> Case, for a family without a strategy
+    transform: Optional[Callable[..., Case]] = None  # (case, **transform args) -> the Case checked
+    params: Mapping = field(default_factory=dict)  # property keyword arguments of every parameter
+    adapter: Optional[str] = "adapter"  # the fixture that gives the adapter (None: the property takes none)
+    target: bool = False  # steer the search: hypothesis.target() on each error/bound ratio
+    kind: Optional[str] = None  # kill-rate search name (prefix, with split axes); None: not searched
+    doc: str = ""
+
+    def __post_init__(self):
+        assert (self.strategy is None) != (self.case is None) and (self.examples is None) == (self.strategy is None), self.test
+        assert self.property in PROPERTIES, self.property
+        assert (self.transform is None) == (TRANSFORM not in self.roles()), self.test
+
+    def roles(self) -> Tuple[str, ...]:
+        return tuple(a.role for a in self.axes)
+
+    def argnames(self) -> List[str]:
+        return [arg for axis in self.axes for arg in axis.args]
+
+    def parameters(self) -> Iterator[Tuple[Dict, str]]:
+        """(argument values, node-id part) of every parameter, in collection
+        order (the first axis outermost)."""
+        for combo in itertools.product(*(zip(a.values, a.ids) for a in self.axes)):
+            values = {arg: v for (vals, _), axis in zip(combo, self.axes) for arg, v in zip(axis.args, vals)}
+            yield values, "-".join(i for _, i in combo)
+
+    def nodeid(self, values: Optional[Mapping] = None) -> str:
+        """The node id of the parameter ``values`` (the test's id without axes)."""
+        base = f"{self.module}::{self.test}"
+        return f"{base}[{'-'.join(a.id_of(values) for a in self.axes)}]" if self.axes else base
+
+    def nodeids(self) -> List[str]:
+        return [self.nodeid(values) for values, _ in self.parameters()]
+
+    def _args(self, values: Mapping, role: str) -> dict:
+        return {arg: values[arg] for a in self.axes if a.role == role for arg in a.args if arg in values}
+
+    def strategy_for(self, values: Mapping, **restrict):
+        """The strategy of the Cases of parameter ``values`` (before the
+        transform); ``restrict`` (flavors=, dtypes=) applies where ``values``
+        name no stratum."""
+        stratum = self._args(values, STRATUM)
+        if stratum:
+            restrict = dict(restrict, flavors=(stratum["flavor"],), dtypes=(stratum["dtype"],))
+        return self.strategy(**restrict, **self._args(values, SOURCE))
+
+    def fixed_case(self, values: Mapping) -> Case:
+        return self.case(**self._args(values, SOURCE))
+
+    def apply(self, case: Case, values: Mapping) -> Case:
+        """The Case checked for a drawn ``case``: the transform applied."""
+        return self.transform(case, **self._args(values, TRANSFORM)) if self.transform else case
+
+    def params_for(self, values: Mapping) -> dict:
+        return {**self.params, **self._args(values, PARAM)}
+
+    def check(self, case: Case, adapter, values: Mapping) -> Observation:
+        """The property of parameter ``values`` on ``case`` (transformed already)."""
+        return PROPERTIES[self.property](case, adapter, **self.params_for(values))
+
+
+def stratum_of(case: Case) -> dict:
+    """The stratum axis' values of a Case (flavor serving its head dims, dtype)."""
+    return {"flavor": flavor_of(case.d_qk, case.d_v), "dtype": case.dtype}
+
+
+NUMERICS, TAILS, COMPILE, CONTRACTS = (f"conformance/test_{m}.py" for m in ("numerics", "tails", "compile", "contracts"))
+GPU, COMPILE_TIER = ("gpu",), ("compile",)
+
+MATRIX: Tuple[Family, ...] = (
+    # numerics: O and LSE against the fp32 reference, poisoned dead inputs.
+    Family("test_numerics_dense", NUMERICS, "numerics", "numerics", GPU, (STRATA_AXIS,), dense_cases, target=True, kind="numerics_dense"),
+    Family("test_numerics_thd", NUMERICS, "numerics", "numerics", GPU, (STRATA_AXIS,), thd_cases, target=True, kind="numerics_thd"),
+    # tails: output storage outside the live rows, NaN behind every dead input.
+    Family("test_tails_thd", TAILS, "tails", "tails", GPU, (STRATA_AXIS, INITIALIZE_OUTPUTS), thd_cases, kind="tails_thd"),
+    Family("test_tails_dense", TAILS, "tails", "tails", GPU, (STRATA_AXIS,), partial(dense_cases, memory=("bshd_padded",), padding=False),
+           kind="tails_dense"),  # fmt: skip
+    Family("test_padding_poison", TAILS, "tails", "tails", GPU, (STRATA_AXIS, PADDED_AXIS), partial(dense_cases, padding=True),
+           transform=_drop_other_lengths, kind="padding_poison"),  # fmt: skip
+    # compile cache and the CPU compile tier.
+    Family("test_valid_cases_compile_for_sm80", COMPILE, "compiles", "compile", COMPILE_TIER, (), cases, adapter="prepared_adapter"),
+    Family("test_runtime_facts_mint_no_compile_cpu", COMPILE, "compile_reuse", "compile", COMPILE_TIER, (), cases, params={"launch": False},
+           adapter="prepared_adapter"),  # fmt: skip
+    Family("test_runtime_facts_mint_no_compile", COMPILE, "compile_reuse", "tails", GPU, (LAYOUTS,), _layout_cases, kind="compile_reuse"),
+    Family("test_disk_cache_serves_a_second_process", COMPILE, "disk_reuse", None, GPU, (DISK_LAYOUTS,), case=_disk_case,
+           doc="CUDNN_FRONTEND_COMPILED_CACHE: a second process reloads what the first compiled, without compiling "
+               "(counters read around its one launch)."),  # fmt: skip
+    # contract rejections, per entry point.
+    Family("test_config_rejects", CONTRACTS, "rejection", "contracts", (), (rules_of(CONFIG),), _violating, params={"entry": CONFIG}, adapter=None),
+    Family("test_prepared_rejects_before_compiling", CONTRACTS, "rejection", "compile", COMPILE_TIER, (rules_of(PREPARED),), _violating,
+           params={"entry": PREPARED, "launch": False}, adapter="prepared_adapter"),  # fmt: skip
+    Family("test_prepared_rejects", CONTRACTS, "rejection", "contracts", GPU, (rules_of(PREPARED),), _violating, params={"entry": PREPARED},
+           adapter="prepared_adapter"),  # fmt: skip
+    Family("test_wrapper_rejects", CONTRACTS, "rejection", "contracts", GPU, (rules_of(WRAPPER),), _violating, params={"entry": WRAPPER},
+           adapter="wrapper_adapter"),  # fmt: skip
+)
+FAMILIES: Dict[str, Family] = {f.test: f for f in MATRIX}
+assert len(FAMILIES) == len(MATRIX), "two families share a test name"
+
+
+def family(test: str) -> Family:
+    return FAMILIES[test]
