@@ -168,7 +168,7 @@ def repro(args) -> int:
         same = digest == doc["inputs_sha256"]
         print(f"inputs:    {'regenerated bit for bit' if same else 'DIFFER from the recorded run (torch RNG or data module changed)'} (sha256 {str(digest)[:16]})")
 
-    from conformance.ground.outcome import PropertyFailure
+    from conformance.ground.outcome import PropertyFailure, Unsupported
     from conformance.properties import PROPERTIES, NoGPU
 
     if prop not in PROPERTIES:
@@ -185,7 +185,7 @@ def repro(args) -> int:
         _known_finding_note(prop, case)
         print("\nstill fails (exit 1)")
         return 1
-    except NoGPU as e:
+    except (NoGPU, Unsupported) as e:  # Unsupported: this adapter cannot run what the case file asks (--adapter)
         raise Usage(str(e)) from None
     except Exception as e:  # noqa: BLE001 - an exception from the kernel is the failure being replayed
         import traceback

@@ -177,6 +177,7 @@ def search(kind: Kind, adapter, flavors, *, profile: str, until: float, t0: floa
     from hypothesis import given, strategies as st, target
 
     from conformance.ground import findings
+    from conformance.ground.outcome import Unsupported
     from conformance.properties import NoGPU
 
     state, strategy = _Search(), kind.strategy(flavors)
@@ -194,7 +195,7 @@ def search(kind: Kind, adapter, flavors, *, profile: str, until: float, t0: floa
             state.shrinks += 1
         try:
             obs = check(kind, case, adapter)
-        except NoGPU:
+        except (NoGPU, Unsupported):  # the adapter cannot run this kind: no verdict, not a kill
             raise
         except Exception as failure:  # noqa: BLE001 - a crash of the mutated kernel is a verdict
             if findings.match_node(node_id(kind, case, drawn)):  # the plugin marks that whole test xfail
@@ -211,7 +212,7 @@ def search(kind: Kind, adapter, flavors, *, profile: str, until: float, t0: floa
 
     try:
         probe()
-    except NoGPU:
+    except (NoGPU, Unsupported):
         raise
     except Exception:  # noqa: BLE001 - recorded in state (Flaky and groups included)
         if state.first is None:

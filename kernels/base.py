@@ -8,17 +8,27 @@ read around that single call.
 Layouts (the same as ``conformance.ground.data.make_outputs``):
 - dense: O logical (B, H, SQ, D_V) over storage per ``case.memory``; LSE (B, H, SQ).
 - THD:   O packed (T_q, H, D_V); LSE head-major (H, T_q).
+
+``KernelResult.o``/``lse`` are views of the memory the kernel itself wrote
+(the caller's buffers, an adapter's staging copy, or the public wrapper's own
+outputs), never a copy the adapter made afterwards; ``handed`` holds every
+buffer the kernel was handed, so the properties can check their guard bands.
+An adapter declares what it can be asked for beyond a plain launch in
+``supports`` (conformance.ground.tables.CAPABILITIES) and raises
+``Unsupported`` for the rest.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Protocol, Tuple
+from typing import FrozenSet, Optional, Protocol, Tuple
 
 import torch
 
 from conformance.ground.case import Case
 from conformance.ground.data import CaseTensors
+from conformance.ground.outcome import Unsupported
+from conformance.ground.tables import CAPABILITIES
 
 
 @dataclass(frozen=True)
@@ -49,12 +59,19 @@ class CompileDelta:
 
 @dataclass
 class KernelResult:
+    # Views (suite layouts) of the memory the kernel wrote.
     o: torch.Tensor
     lse: Optional[torch.Tensor]
     compile: CompileDelta = field(default_factory=CompileDelta)
     # Free-form facts about how the case was driven (flavor, padded widths,
     # compiled arch), recorded in reports and case files.
     notes: dict = field(default_factory=dict)
+    # role ("q", "k", "v", "o", "lse", "bias", "sinks", "seq_q_lens",
+    # "seq_kv_lens", "cu_q", "cu_kv") -> the tensor whose address the kernel
+    # got for it: the caller's buffer or a staging copy (notes["staged"] names
+    # those). Memory the kernels' own callers allocate (the public wrapper's
+    # outputs and internal copies) is not the adapter's to hand, so not here.
+    handed: dict = field(default_factory=dict)
 
 
 class Adapter(Protocol):
@@ -63,6 +80,9 @@ class Adapter(Protocol):
 
     name: str  # a key of conformance.ground.tables.ADAPTERS
     label: str  # name plus mode, for headers and reports
+    supports: FrozenSet[str]  # keys of conformance.ground.tables.CAPABILITIES
+    # capability -> why this adapter lacks it (for the skip reason)
+    lacks: dict
 
     def run(
         self,
@@ -85,3 +105,13 @@ class Adapter(Protocol):
     def compile_only(self, case: Case, *, tamper: Optional[str] = None) -> CompileDelta:
         """Specialize and compile ``case`` for sm_80 without launching (CPU tier)."""
         ...
+
+
+def require(adapter, capability: str, what: str) -> None:
+    """Raise ``Unsupported`` (naming the adapter, the capability and why it
+    lacks it) unless ``adapter`` declares ``capability`` in ``supports``."""
+    if capability not in CAPABILITIES:
+        raise ValueError(f"unknown capability {capability!r} (known: {', '.join(CAPABILITIES)})")
+    if capability not in getattr(adapter, "supports", frozenset()):
+        name = getattr(adapter, "label", None) or getattr(adapter, "name", type(adapter).__name__)
+        raise Unsupported(name, capability, what, getattr(adapter, "lacks", {}).get(capability, ""))

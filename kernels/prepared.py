@@ -19,7 +19,7 @@ import torch
 
 from conformance.ground.case import Case
 from conformance.ground.tables import NO_GPU
-from conformance.ground.data import CaseTensors, TORCH_DTYPES, dense_view, make_outputs
+from conformance.ground.data import CaseTensors, TORCH_DTYPES, dense_view, guarded, guarded_copy, make_outputs
 from kernels.base import CompileDelta, KernelResult
 from kernels.counters import measure
 from kernels.specialize import specialize
@@ -71,23 +71,35 @@ def _vector_ready(t: torch.Tensor) -> bool:
 def _stage_dense(t: torch.Tensor, width: int) -> torch.Tensor:
     """``t`` (logical B,H,S,D) itself when the native host can take it, else a
     compact BSHD copy zero-padded to ``width`` (what the wrapper's staged path
-    builds). Values are copied in, outputs included: cells the kernel does not
-    write keep the caller's bytes."""
+    builds), inside guard bands like every buffer a kernel is handed. Values
+    are copied in, outputs included: cells the kernel does not write keep the
+    caller's bytes."""
     if t.shape[-1] == width and _vector_ready(t):
         return t
     b, h, s, d = t.shape
-    buf = torch.zeros(b, s, h, width, dtype=t.dtype, device=t.device).permute(0, 2, 1, 3)
+    buf = guarded((b, s, h, width), t.dtype, t.device, row=h * width, fill=0).permute(0, 2, 1, 3)
     buf[..., :d].copy_(t)
     return buf
 
 
 def _stage_packed(t: torch.Tensor, width: int) -> torch.Tensor:
-    """A packed (T, H, D) operand as the THD host addresses it: compact, ``width`` wide."""
+    """A packed (T, H, D) operand as the THD host addresses it: compact,
+    ``width`` wide (a guarded, zero-padded copy when ``t`` is not)."""
     if t.shape[-1] == width and t.is_contiguous():
         return t
-    buf = torch.zeros(*t.shape[:-1], width, dtype=t.dtype, device=t.device)
+    buf = guarded((*t.shape[:-1], width), t.dtype, t.device, row=t.shape[1] * width, fill=0)
     buf[..., : t.shape[-1]].copy_(t)
     return buf
+
+
+def _stage_contiguous(t: torch.Tensor) -> torch.Tensor:
+    """``t`` when contiguous, else a guarded contiguous copy."""
+    return t if t.is_contiguous() else guarded_copy(t, row=1)
+
+
+def _handed(**buffers) -> dict:
+    """role -> tensor handed to the kernel (absent operands dropped)."""
+    return {k: t for k, t in buffers.items() if t is not None}
 
 
 def _bshd(t: torch.Tensor):
@@ -135,6 +147,9 @@ _DENSE = {}
 
 class PreparedAdapter:
     name = "prepared"
+    # The pointer hosts take the caller's buffers and both THD init modes.
+    supports = frozenset({"caller-outputs", "no-init", "compile-only"})
+    lacks: dict = {}
 
     def __init__(self, rewrites=()):
         from kernels.source import check_rewrites
@@ -231,17 +246,19 @@ class PreparedAdapter:
         scale = kernel_scale(case.softmax_scale)
         stream = self._launch_context(q.device)
         fn(_ptr(q), _ptr(k), _ptr(v), _ptr(o_run), _ptr(lse), _ptr(inputs.seq_kv_lens), _ptr(inputs.seq_q_lens), _ptr(inputs.sinks), _ptr(inputs.bias), scale * LOG2E, 1.0 / scale, stream)
+        written = o_run[..., : case.d_v]  # what the kernel wrote (the staging copy when staged)
         if o_run is not o:
-            o.copy_(o_run[..., : case.d_v])
+            o.copy_(written)
         arch = "sm_80" if env.native else f"{env.live_arch} (compile_host names no --gpu-arch: the DSL targets the live device)"
-        return KernelResult(o, lse, box.delta, self._notes(spec, arch=arch, mode=env.mode, staged=staged))
+        handed = _handed(q=q, k=k, v=v, o=o_run, lse=lse, seq_kv_lens=inputs.seq_kv_lens, seq_q_lens=inputs.seq_q_lens, sinks=inputs.sinks, bias=inputs.bias)
+        return KernelResult(written, lse, box.delta, self._notes(spec, arch=arch, mode=env.mode, staged=staged), handed)
 
     def _run_thd(self, case, spec, env, inputs, o, lse, initialize_outputs) -> KernelResult:
         from cudnn.sdpa.fwd.config_sm80 import kernel_scale
 
         fdqk, fdv = spec.envelope
         q, k, v = _stage_packed(inputs.q, fdqk), _stage_packed(inputs.k, fdqk), _stage_packed(inputs.v, fdv)
-        o_run, lse_run = _stage_packed(o, fdv), lse.contiguous()
+        o_run, lse_run = _stage_packed(o, fdv), _stage_contiguous(lse)
         staged = [n for n, a, b in (("q", q, inputs.q), ("k", k, inputs.k), ("v", v, inputs.v), ("o", o_run, o), ("lse", lse_run, lse)) if a is not b]
         # compile_thd_host hard-codes sm_80; elsewhere retarget it to the live arch.
         arch = None if env.native else env.live_arch
@@ -258,13 +275,15 @@ class PreparedAdapter:
             case.h_q * fdqk, fdqk, case.h_kv * fdqk, fdqk, case.h_kv * fdv, fdv,
             scale * LOG2E, 1.0 / scale, spec.right_bound, (1, 1, 1), stream,
         )  # fmt: skip
+        written = o_run[..., : case.d_v]  # what the kernel wrote (the staging copy when staged)
         if o_run is not o:
-            o.copy_(o_run[..., : case.d_v])
+            o.copy_(written)
         if lse_run is not lse:
             lse.copy_(lse_run)
         arch_note = "sm_80" if arch is None else f"{arch} (--gpu-arch=sm_80 rewritten)"
         notes = self._notes(spec, arch=arch_note, mode=env.mode, staged=staged, initialize_outputs=initialize_outputs)
-        return KernelResult(o, lse, box.delta, notes)
+        handed = _handed(q=q, k=k, v=v, o=o_run, lse=lse_run, cu_q=inputs.cu_q, cu_kv=inputs.cu_kv, sinks=inputs.sinks)
+        return KernelResult(written, lse_run, box.delta, notes, handed)
 
     # ------------------------------------------------------ compile only
     def compile_only(self, case: Case, *, initialize_outputs: bool = True, tamper=None) -> CompileDelta:

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import torch
 
-from conformance.ground.data import TORCH_DTYPES
+from conformance.ground.data import TORCH_DTYPES, guarded, guarded_copy
+
+# Tampered operands sit inside guard bands too (conformance.ground.data.guarded).
 
 
 def _cu_k_length(kw, case, x):
     cu = kw["cum_seqlen_k_tensor"]
-    kw["cum_seqlen_k_tensor"] = torch.cat([cu, cu[-1:]])
+    kw["cum_seqlen_k_tensor"] = guarded_copy(torch.cat([cu, cu[-1:]]))
 
 
 def _thd_bias(kw, case, x):
-    kw["bias_tensor"] = torch.zeros(1, case.h_q, case.max_s_q, max(1, max(case.kv_lens)), dtype=TORCH_DTYPES[case.bias or "float32"], device=x.q.device)
+    kw["bias_tensor"] = guarded((1, case.h_q, case.max_s_q, max(1, max(case.kv_lens))), TORCH_DTYPES[case.bias or "float32"], x.q.device, fill=0)
 
 
 def _thd_seq_lens(kw, case, x):
@@ -33,7 +35,7 @@ WRAPPER_TAMPERS = {
     "cu_k_length": _cu_k_length,
     "cu_q_short": lambda kw, case, x: kw.update(cum_seqlen_q_tensor=kw["cum_seqlen_q_tensor"][:1]),
     "scale_output": lambda kw, case, x: kw.update(scale_output=2.0),
-    "rope_freqs": lambda kw, case, x: kw.update(rope_freqs=torch.zeros(case.max_s_q, case.d_qk // 2, dtype=torch.float32, device=x.q.device)),
+    "rope_freqs": lambda kw, case, x: kw.update(rope_freqs=guarded((case.max_s_q, case.d_qk // 2), torch.float32, x.q.device, fill=0)),
     "scheduler": lambda kw, case, x: kw.update(scheduler="lpt"),
     "thd_bias": _thd_bias,
     "thd_seq_lens": _thd_seq_lens,

@@ -1,7 +1,10 @@
 """WrapperAdapter: the public ``cudnn.sdpa.fwd.sdpa_fwd_wrapper_sm80``.
 
-The wrapper owns its outputs; they are copied into the caller's buffers in
-the suite's layouts. Its dense path refuses any device but SM 8.0 in
+The wrapper owns its outputs (it takes no output buffers): the result is the
+O/LSE it returns, viewed in the suite's layouts, never a copy; the caller's
+buffers are left alone (no "caller-outputs"). Its THD path always
+zero-initializes (no "no-init"): asked for it, the adapter raises
+``Unsupported``. Its dense path refuses any device but SM 8.0 in
 ``SdpaFwdDslSm80.check_support``; the opt-in SM80-compatibility mode
 (``sm80_compat=True`` / ``SDPA_SM80_COMPAT=1``) lets that one check pass on
 another arch and retargets the compiles that hard-code sm_80 to the live arch.
@@ -16,8 +19,8 @@ from contextlib import ExitStack, contextmanager
 import torch
 
 from conformance.ground.case import Case
-from conformance.ground.data import CaseTensors, make_outputs
-from kernels.base import CompileDelta, KernelResult
+from conformance.ground.data import CaseTensors
+from kernels.base import CompileDelta, KernelResult, require
 from kernels.counters import measure
 from kernels.tampers import apply_wrapper_tamper
 
@@ -49,6 +52,12 @@ def _sm80_capability_for_api_dsl():
 
 class WrapperAdapter:
     name = "wrapper"
+    supports = frozenset()
+    lacks = {
+        "caller-outputs": "sdpa_fwd_wrapper_sm80 takes no output buffers: it allocates and returns its own O/LSE",
+        "no-init": "sdpa_fwd_wrapper_sm80's THD path always runs the host that zero-initializes O/LSE (api_dsl._sm80_thd_forward)",
+        "compile-only": "sdpa_fwd_wrapper_sm80 compiles inside the call, on CUDA tensors",
+    }
 
     def __init__(self, sm80_compat=None, scheduler: str = "auto"):
         self.sm80_compat = os.environ.get(COMPAT_ENV, "") == "1" if sm80_compat is None else bool(sm80_compat)
@@ -91,10 +100,11 @@ class WrapperAdapter:
     def run(self, case: Case, inputs: CaseTensors, outputs=None, *, initialize_outputs: bool = True, tamper=None) -> KernelResult:
         from cudnn.sdpa.fwd import sdpa_fwd_wrapper_sm80
 
+        if case.is_thd and not initialize_outputs:
+            require(self, "no-init", "THD with initialize_outputs=False")
         env, mode = self._mode()
         dev = inputs.q.device if inputs.q.is_cuda else torch.device("cuda", torch.cuda.current_device())
         x = inputs.to(dev)
-        o, lse = outputs if outputs is not None else make_outputs(case, dev)
         common = dict(
             is_causal=case.causal,
             window_size=(case.window_left, case.window_right),
@@ -115,17 +125,19 @@ class WrapperAdapter:
         with measure() as box, self._compat(env):
             got = sdpa_fwd_wrapper_sm80(*args, **kw)
         o_w, lse_w = got["o_tensor"], got["lse_tensor"]
-        if case.is_thd:  # packed [1, T_q, H, D_V] and [1, H, T_q]
+        if case.is_thd:  # packed [1, T_q, H, D_V] and [1, H, T_q]: views, not copies
             o_w, lse_w = o_w[0], lse_w[0]
-        o.copy_(o_w)
-        lse.copy_(lse_w)
-        notes = {"adapter": self.name, "mode": mode, "sm80_compat": self.sm80_compat, "outputs": "wrapper-owned, copied into the caller's buffers"}
+        notes = {"adapter": self.name, "mode": mode, "sm80_compat": self.sm80_compat,
+                 "outputs": "wrapper-owned (as returned by sdpa_fwd_wrapper_sm80; no guard bands); the caller's buffers are not used"}  # fmt: skip
         if case.is_thd:
             # The wrapper's THD host always zero-initializes the whole capacity.
             notes["initialize_outputs"] = True
         else:
             notes["scheduler"] = self.scheduler
-        return KernelResult(o, lse, box.delta, notes)
+        # What the adapter handed the wrapper (the wrapper may stage copies of its own).
+        handed = {role: t for role, t in (("q", x.q), ("k", x.k), ("v", x.v), ("bias", x.bias), ("sinks", x.sinks), ("seq_q_lens", x.seq_q_lens),
+                                          ("seq_kv_lens", x.seq_kv_lens), ("cu_q", x.cu_q), ("cu_kv", x.cu_kv)) if t is not None}  # fmt: skip
+        return KernelResult(o_w, lse_w, box.delta, notes, handed)
 
     def compile_only(self, case: Case, *, tamper=None) -> CompileDelta:
         raise NotImplementedError(

@@ -7,16 +7,25 @@ on another machine sees the same bits. Storage that holds no live token
 THD capacity before the first offset and after the last live token) is
 filled with NaN when ``poison`` is set: a kernel that reads it and lets it
 reach a live output is caught by the numerics and tail properties.
+
+Guard bands: every buffer a kernel is handed (these inputs, the outputs of
+``make_outputs``, the adapters' staging copies) is a view into a larger
+allocation, with a band of sentinels before and after it (``guarded``). The
+bands are never part of any tensor, so a launch must leave them bit for bit
+as written (``guard_bands`` finds them again from the view alone, on any
+device); a sentinel read by mistake shows in the outputs (NaN, or an integer
+far beyond any length or offset). See GUARD_* below for the sizes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Dict, Optional, Tuple
 
 import torch
 
 from .case import ROW_PAD, Case
+from .tables import TILE_M
 
 TORCH_DTYPES = {
     "float16": torch.float16,
@@ -34,6 +43,118 @@ POISON = float("nan")
 # padding-poison tests, known_findings.toml); a large finite value still makes
 # any padded key or value that slips into a live row's softmax visible.
 FINITE_PAD = 1000.0
+# ------------------------------------------------------------ guard bands
+# Each band (before and after a buffer) holds TILE_M rows of the buffer's
+# token axis: the kernels store whole tiles of TILE_M (Q/O/LSE) or TILE_N
+# (K/V) rows under a per-row predicate, so a missing or off-by-one predicate
+# on the last tile writes (or reads) at most TILE_M - 1 rows past the end;
+# a band that long keeps all of it in the band, never in a neighbour's
+# memory. At least GUARD_MIN_BYTES: four 128-byte lines, one row of the
+# widest tile (d = 256 in 16-bit), so a stray 16-byte vector or a whole
+# warp-coalesced line past either end of even a tiny buffer (an LSE row, a
+# cu_seqlens) stays inside. At most GUARD_MAX_BYTES (per band) to bound the
+# memory of big bias buffers. A multiple of GUARD_ALIGN bytes: the body then
+# keeps the allocator's own alignment (CUDA: 512 bytes; CPU: 64), so the
+# 16-byte aligned base the native host requires (prepared_sm80.native_layouts,
+# kernels.prepared._vector_ready) is never lost to a guard.
+GUARD_MIN_BYTES = 512
+GUARD_MAX_BYTES = 1 << 20
+GUARD_ALIGN = 512
+# What the bands hold. Floating buffers: NaN (a read of it poisons every
+# output it reaches). Integer buffers (cu_seqlens, seq lens): 0x5EADBEEF, a
+# recognizable value far past any token capacity, so a length or an offset
+# read from a guard sends the kernel out of every buffer (a visible fault, or
+# NaN read from another guard), never silently to a plausible row; positive,
+# so subtracting a real offset from it cannot wrap int32.
+FLOAT_SENTINEL = float("nan")
+INT_SENTINEL = 0x5EADBEEF
+# The integer dtype whose bits stand for each element size (bit-exact compares).
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def sentinel(dtype: torch.dtype):
+    """What guard bands of a ``dtype`` buffer hold."""
+    return FLOAT_SENTINEL if dtype.is_floating_point else INT_SENTINEL
+
+
+def guard_elems(dtype: torch.dtype, row: int) -> int:
+    """Elements in each band of a ``dtype`` buffer whose token axis has
+    stride ``row`` elements (see GUARD_*)."""
+    size = torch.empty((), dtype=dtype).element_size()
+    want = min(max(TILE_M * max(row, 1) * size, GUARD_MIN_BYTES), GUARD_MAX_BYTES)
+    return -(-want // GUARD_ALIGN) * GUARD_ALIGN // size
+
+
+def guarded(shape, dtype, device=None, *, row: Optional[int] = None, fill=None) -> torch.Tensor:
+    """A contiguous ``shape`` tensor in the middle of a larger allocation,
+    guard bands of ``sentinel(dtype)`` on both sides (``row``: the stride of
+    its token axis, default its last dim). The body holds ``fill`` (None:
+    left uninitialized, i.e. whatever the caller writes next). ``device``
+    None: torch's default device (meta inside ``with torch.device("meta")``)."""
+    shape = tuple(int(n) for n in shape)
+    n = 1
+    for x in shape:
+        n *= x
+    g = guard_elems(dtype, shape[-1] if row is None and shape else (row or 1))
+    whole = torch.empty(g + n + g, dtype=dtype, device=device)
+    whole[:g].fill_(sentinel(dtype))
+    whole[g + n :].fill_(sentinel(dtype))
+    if fill is not None:
+        whole[g : g + n].fill_(fill)
+    return whole.as_strided(shape, _contiguous_strides(shape), g)
+
+
+def guarded_copy(t: torch.Tensor, *, row: Optional[int] = None) -> torch.Tensor:
+    """``t``'s values in a fresh contiguous guarded allocation on its device."""
+    out = guarded(t.shape, t.dtype, t.device, row=row)
+    out.copy_(t)
+    return out
+
+
+def _contiguous_strides(shape) -> tuple:
+    strides, acc = [], 1
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def guard_bands(t: torch.Tensor) -> Optional[Tuple[int, int, int]]:
+    """(g, n, total) in elements of ``t``'s allocation when ``t`` is a view
+    made by ``guarded`` (any view of it with the body's start, e.g. a
+    permute or a [..., :d] slice): bands [0, g) and [g + n, total), body
+    [g, g + n). None for a tensor with no bands (an allocation of someone
+    else's: the public wrapper's own outputs)."""
+    size = t.element_size()
+    total = t.untyped_storage().nbytes() // size
+    g = t.storage_offset()
+    if g <= 0 or (g * size) % GUARD_ALIGN or g * size < GUARD_MIN_BYTES or total < 2 * g:
+        return None
+    return g, total - 2 * g, total
+
+
+def guard_bits(t: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, int]:
+    """(front, back, expected): the raw bits of ``t``'s two bands (integer
+    views, so a NaN with another payload differs too) and the bits a band
+    element must hold. Raises ValueError for a tensor without bands."""
+    bands = guard_bands(t)
+    if bands is None:
+        raise ValueError(f"a {tuple(t.shape)} {t.dtype} tensor with no guard bands (not made by conformance.ground.data.guarded)")
+    g, n, _ = bands
+    bits = _BITS[t.element_size()]
+    whole = flat_storage(t).view(bits)
+    expected = torch.tensor([sentinel(t.dtype)], dtype=t.dtype).view(bits).item()
+    return whole[:g], whole[g + n :], int(expected)
+
+
+def body_storage(t: torch.Tensor) -> torch.Tensor:
+    """A 1-D view of ``t``'s storage without its guard bands (pad columns
+    included): the whole storage for a tensor without bands."""
+    bands = guard_bands(t)
+    flat = flat_storage(t)
+    return flat if bands is None else flat[bands[0] : bands[0] + bands[1]]
+
+
 # Sink logits are drawn wider than scores so that both "sink dominates" and
 # "sink negligible" rows occur.
 SINK_SPREAD = 3.0
@@ -64,46 +185,64 @@ class CaseTensors:
     kv_live: Optional[torch.Tensor] = None
 
     def to(self, device) -> "CaseTensors":
+        """On ``device``, each buffer's whole allocation copied (pad columns
+        and guard bands included)."""
         moved = {}
         for name in ("q", "k", "v", "bias", "sinks", "seq_q_lens", "seq_kv_lens", "cu_q", "cu_kv", "q_live", "kv_live"):
             t = getattr(self, name)
             moved[name] = None if t is None else _to_preserving_strides(t, device)
         return CaseTensors(case=self.case, **moved)
 
+    def buffers(self) -> Dict[str, torch.Tensor]:
+        """The kernel inputs (every one guarded), by name; q_live/kv_live are
+        the suite's own masks, never handed to a kernel."""
+        return {n: getattr(self, n) for n in KERNEL_INPUTS if getattr(self, n) is not None}
+
+
+# The CaseTensors fields a kernel is handed.
+KERNEL_INPUTS = ("q", "k", "v", "bias", "sinks", "seq_q_lens", "seq_kv_lens", "cu_q", "cu_kv")
+
 
 def flat_storage(t: torch.Tensor) -> torch.Tensor:
-    """A 1-D view of ``t``'s whole storage (pad columns included)."""
+    """A 1-D view of ``t``'s whole storage (pad columns and guard bands included)."""
     return t.as_strided((t.untyped_storage().nbytes() // t.element_size(),), (1,), 0)
 
 
 def _to_preserving_strides(t: torch.Tensor, device) -> torch.Tensor:
     """Copy a (possibly strided) view to ``device`` keeping its storage layout,
-    pad columns included, so poisoned pad elements travel too."""
+    pad columns and guard bands included, so poisoned pad elements and the
+    sentinels travel too."""
     if t.device == torch.device(device):
         return t
-    moved = flat_storage(t).to(device)
+    return relocate(t, device)
+
+
+def relocate(t: torch.Tensor, device) -> torch.Tensor:
+    """``t`` as the same view over a copy of its whole allocation on ``device``
+    (a new allocation even on ``t``'s own device)."""
+    moved = flat_storage(t).to(device, copy=True)
     return moved.as_strided(t.shape, t.stride(), t.storage_offset())
 
 
-def _dense_storage(b: int, h: int, s: int, d: int, dtype, memory: str) -> torch.Tensor:
-    """An empty logical (B, H, S, D) view laid out in storage per ``memory``."""
+def _dense_storage(b: int, h: int, s: int, d: int, dtype, memory: str, device=None) -> torch.Tensor:
+    """An empty (guarded) logical (B, H, S, D) view laid out in storage per ``memory``."""
     if memory == "bhsd":
-        return torch.empty(b, h, s, d, dtype=dtype)
+        return guarded((b, h, s, d), dtype, device)
     if memory == "bshd":
-        return torch.empty(b, s, h, d, dtype=dtype).permute(0, 2, 1, 3)
+        return guarded((b, s, h, d), dtype, device, row=h * d).permute(0, 2, 1, 3)
     if memory == "bshd_padded":
-        return torch.empty(b, s, h, d + ROW_PAD, dtype=dtype)[..., :d].permute(0, 2, 1, 3)
+        return guarded((b, s, h, d + ROW_PAD), dtype, device, row=h * (d + ROW_PAD))[..., :d].permute(0, 2, 1, 3)
     raise ValueError(f"memory order {memory!r}")
 
 
-def dense_view(case: Case, b: int, h: int, s: int, d: int, dtype) -> torch.Tensor:
+def dense_view(case: Case, b: int, h: int, s: int, d: int, dtype, device=None) -> torch.Tensor:
     """Public: the dense storage a Case implies (outputs use it too)."""
-    return _dense_storage(b, h, s, d, dtype, case.memory)
+    return _dense_storage(b, h, s, d, dtype, case.memory, device)
 
 
 def _fill_dense(view: torch.Tensor, values: torch.Tensor, live_rows: Optional[torch.Tensor], poison: bool, pad_fill: float) -> torch.Tensor:
-    # Whole storage first (pad columns included), then the logical values.
-    flat_storage(view).fill_(POISON if poison else 0.0)
+    # Whole body first (pad columns included, guard bands never), then the logical values.
+    body_storage(view).fill_(POISON if poison else 0.0)
     view.copy_(values.to(view.dtype))
     if poison and live_rows is not None:
         # live_rows: (B, S) bool -> NaN the dead rows of every head.
@@ -122,10 +261,34 @@ def _packed_live(cu, capacity: int) -> torch.Tensor:
     return live
 
 
+def _guarded_ints(values) -> torch.Tensor:
+    return guarded_copy(torch.tensor(list(values), dtype=torch.int32, device="cpu"))
+
+
+def bias_dead(case: Case) -> Tuple[int, int]:
+    """(rows, cols): the bias cells [rows:, :] and [:, cols:] of every head
+    lie past every batch entry's q length, resp. kv length.
+
+    The kernel may READ any cell of the physical [H, SQ, SKV] of batch 0: it
+    loads whole bias tiles, clamping the last uneven tile to the physical SQ
+    and SKV (prefill_f16.py:994-1018, bias address head*SQ*SKV, f16:410), so
+    only storage outside it is a guard band. But a cell in a padded row or
+    key column can never matter: padded keys are overwritten with -FLT_MAX
+    AFTER the bias add (select, f16:1100-1153) and padded Q rows end as
+    O = 0 / LSE = -inf (f16:1492-1496). One [1, H, SQ, SKV] bias serves every
+    batch entry, so only cells padded in every entry are dead: those hold the
+    pad fill, like the padded Q/K/V rows (NaN in tails, FINITE_PAD in
+    numerics), and a kernel whose mask lets a padded column through, or that
+    adds the bias after masking, shows it."""
+    return max(case.q_lengths(), default=case.s_q), max(case.kv_lengths(), default=case.s_kv)
+
+
 def make_inputs(case: Case, device="cpu", *, poison: bool = True, pad_fill: float = POISON) -> CaseTensors:
-    """Regenerate the inputs of ``case`` (bit for bit) on ``device``.
-    ``pad_fill``: what dense rows past the padding lengths hold when poisoned
-    (NaN, or FINITE_PAD); all other dead storage is NaN when ``poison``."""
+    """Regenerate the inputs of ``case`` (bit for bit) on ``device``, every
+    buffer inside guard bands (``guarded``).
+    ``pad_fill``: what dense rows past the padding lengths (and dead bias
+    cells, ``bias_dead``) hold when poisoned (NaN, or FINITE_PAD); all other
+    dead storage is NaN when ``poison``."""
     g = torch.Generator().manual_seed(case.seed)
     dt = TORCH_DTYPES[case.dtype]
 
@@ -136,20 +299,21 @@ def make_inputs(case: Case, device="cpu", *, poison: bool = True, pad_fill: floa
         cu_q, cu_kv = case.cu_seqlens("q"), case.cu_seqlens("kv")
         q_live, kv_live = _packed_live(cu_q, case.t_q), _packed_live(cu_kv, case.t_kv)
         q, k, v = randn(case.t_q, case.h_q, case.d_qk), randn(case.t_kv, case.h_kv, case.d_qk), randn(case.t_kv, case.h_kv, case.d_v)
-        q, k, v = (x.to(dt) for x in (q, k, v))
+        # Packed (T, H, D): the token axis has stride H * D.
+        q, k, v = (guarded_copy(x.to(dt), row=x.shape[1] * x.shape[2]) for x in (q, k, v))
         if poison:
             q[~q_live] = POISON
             k[~kv_live] = POISON
             v[~kv_live] = POISON
-        sinks = randn(case.h_q) * SINK_SPREAD if case.sinks else None
+        sinks = guarded_copy(randn(case.h_q) * SINK_SPREAD) if case.sinks else None
         t = CaseTensors(
             case,
             q,
             k,
             v,
             sinks=sinks,
-            cu_q=torch.tensor(cu_q, dtype=torch.int32),
-            cu_kv=torch.tensor(cu_kv, dtype=torch.int32),
+            cu_q=_guarded_ints(cu_q),
+            cu_kv=_guarded_ints(cu_kv),
             q_live=q_live,
             kv_live=kv_live,
         )
@@ -158,14 +322,18 @@ def make_inputs(case: Case, device="cpu", *, poison: bool = True, pad_fill: floa
     b = case.batch
     q_live = _lens_mask(case.q_lengths(), case.s_q)
     kv_live = _lens_mask(case.kv_lengths(), case.s_kv)
-    q = _fill_dense(_dense_storage(b, case.h_q, case.s_q, case.d_qk, dt, case.memory), randn(b, case.h_q, case.s_q, case.d_qk), q_live, poison, pad_fill)
-    k = _fill_dense(_dense_storage(b, case.h_kv, case.s_kv, case.d_qk, dt, case.memory), randn(b, case.h_kv, case.s_kv, case.d_qk), kv_live, poison, pad_fill)
-    v = _fill_dense(_dense_storage(b, case.h_kv, case.s_kv, case.d_v, dt, case.memory), randn(b, case.h_kv, case.s_kv, case.d_v), kv_live, poison, pad_fill)
+    q = _fill_dense(_dense_storage(b, case.h_q, case.s_q, case.d_qk, dt, case.memory, "cpu"), randn(b, case.h_q, case.s_q, case.d_qk), q_live, poison, pad_fill)
+    k = _fill_dense(_dense_storage(b, case.h_kv, case.s_kv, case.d_qk, dt, case.memory, "cpu"), randn(b, case.h_kv, case.s_kv, case.d_qk), kv_live, poison, pad_fill)
+    v = _fill_dense(_dense_storage(b, case.h_kv, case.s_kv, case.d_v, dt, case.memory, "cpu"), randn(b, case.h_kv, case.s_kv, case.d_v), kv_live, poison, pad_fill)
     bias = None
     if case.bias is not None:
-        bias = randn(case.bias_batch, case.h_q, case.s_q, case.s_kv).to(TORCH_DTYPES[case.bias])
-    sinks = randn(case.h_q) * SINK_SPREAD if case.sinks else None
-    lens = lambda xs: None if xs is None else torch.tensor(list(xs), dtype=torch.int32)  # noqa: E731
+        bias = guarded_copy(randn(case.bias_batch, case.h_q, case.s_q, case.s_kv).to(TORCH_DTYPES[case.bias]))
+        if poison:
+            rows, cols = bias_dead(case)
+            bias[:, :, rows:, :] = pad_fill
+            bias[:, :, :, cols:] = pad_fill
+    sinks = guarded_copy(randn(case.h_q) * SINK_SPREAD) if case.sinks else None
+    lens = lambda xs: None if xs is None else _guarded_ints(xs)  # noqa: E731
     t = CaseTensors(
         case, q, k, v, bias=bias, sinks=sinks, seq_q_lens=lens(case.seq_q_lens), seq_kv_lens=lens(case.seq_kv_lens), q_live=q_live, kv_live=kv_live
     )
@@ -174,18 +342,17 @@ def make_inputs(case: Case, device="cpu", *, poison: bool = True, pad_fill: floa
 
 def make_outputs(case: Case, device="cpu", *, fill: float = POISON, d_v: Optional[int] = None):
     """(O, LSE) buffers pre-filled with ``fill`` (NaN poison by default), laid
-    out the way the adapters hand them to the kernels: dense O per
-    ``case.memory`` as a logical (B, H, SQ, D_V) view, LSE (B, H, SQ)
-    contiguous; THD O packed (T_q, H, D_V), LSE head-major (H, T_q).
+    out the way the adapters hand them to the kernels, inside guard bands:
+    dense O per ``case.memory`` as a logical (B, H, SQ, D_V) view, LSE
+    (B, H, SQ) contiguous; THD O packed (T_q, H, D_V), LSE head-major (H, T_q).
     ``d_v`` overrides the O width (an adapter that pads to the flavor width)."""
     d_v = case.d_v if d_v is None else d_v
     dt = TORCH_DTYPES[case.dtype]
     if case.is_thd:
-        o = torch.full((case.t_q, case.h_q, d_v), fill, dtype=dt, device=device)
-        lse = torch.full((case.h_q, case.t_q), fill, dtype=torch.float32, device=device)
+        o = guarded((case.t_q, case.h_q, d_v), dt, device, row=case.h_q * d_v, fill=fill)
+        lse = guarded((case.h_q, case.t_q), torch.float32, device, row=1, fill=fill)
         return o, lse
-    o = _dense_storage(case.batch, case.h_q, case.s_q, d_v, dt, case.memory)
-    o = _to_preserving_strides(o, device)
-    flat_storage(o).fill_(fill)
-    lse = torch.full((case.batch, case.h_q, case.s_q), fill, dtype=torch.float32, device=device)
+    o = _dense_storage(case.batch, case.h_q, case.s_q, d_v, dt, case.memory, device)
+    body_storage(o).fill_(fill)
+    lse = guarded((case.batch, case.h_q, case.s_q), torch.float32, device, row=1, fill=fill)
     return o, lse

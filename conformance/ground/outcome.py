@@ -6,6 +6,7 @@ mutant harness) can record it in the report or write it to a case file.
 
 from __future__ import annotations
 
+import unittest
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -52,3 +53,19 @@ class PropertyFailure(AssertionError):
         self.summary = summary
         self.detail = detail or {}
         self.observation = observation
+
+
+class Unsupported(unittest.SkipTest):
+    """An adapter was asked for something it cannot run: a capability its
+    ``supports`` set does not declare (conformance.ground.tables.CAPABILITIES).
+    Properties raise it before launching anything, never substituting another
+    mode. A ``unittest.SkipTest``: pytest reports the test skipped with this
+    reason, and Hypothesis re-raises it at once instead of shrinking; the
+    repro command reports it as a usage error."""
+
+    def __init__(self, adapter: str, capability: str, what: str, why: str = ""):
+        from .tables import CAPABILITIES
+
+        self.adapter, self.capability, self.what = adapter, capability, what
+        reason = f"adapter {adapter!r} cannot run {what}: no {capability!r} ({CAPABILITIES.get(capability, '?')})"
+        super().__init__(reason + (f"; {why}" if why else ""))

@@ -67,6 +67,15 @@ ADAPTERS: Dict[str, str] = {
     "wrapper": "the public sdpa_fwd_wrapper_sm80",
 }
 DEFAULT_ADAPTER = "prepared"
+# What an adapter can be asked for beyond a plain launch; each adapter class
+# declares the ones it serves in ``supports`` (a property that needs one it
+# lacks raises conformance.ground.outcome.Unsupported: the test skips, naming
+# the adapter, rather than checking another mode under the same test id).
+CAPABILITIES: Dict[str, str] = {
+    "caller-outputs": "the kernel writes O/LSE into the caller's (guarded, poisoned) buffers in the Case's memory order",
+    "no-init": "THD without zero-initializing the outputs (compile_thd_host initialize_outputs=False)",
+    "compile-only": "specialize and compile for sm_80 without a GPU",
+}
 ADAPTER_ENV = "SDPA_ADAPTER"
 COMPAT_ENV = "SDPA_SM80_COMPAT"
 

@@ -95,6 +95,20 @@ def row_mask(case: Case, inputs, quantity: str, shape) -> torch.Tensor:
 
 
 
+def launched_buffers(inputs, outputs=None, result=None) -> dict:
+    """name -> buffer, for judge.guards_intact after a launch: the Case's
+    inputs, the caller's output buffers, and whatever the adapter handed the
+    kernel (staging copies named "<role> (staged copy)")."""
+    out = dict(inputs.buffers()) if inputs is not None else {}
+    if outputs is not None:
+        out.update(o=outputs[0], lse=outputs[1])
+    if result is not None:
+        staged = set(result.notes.get("staged") or ())
+        for role, t in result.handed.items():
+            out[f"{role} (staged copy)" if role in staged else role] = t
+    return out
+
+
 def entry_adapter(entry: str):
     """The adapter serving a contract's entry point. Off SM80 the public dense
     wrapper refuses the device before it reads any other contract, so the

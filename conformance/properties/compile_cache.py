@@ -10,7 +10,7 @@ from conformance.ground.case import Case
 from conformance.ground.data import make_inputs, make_outputs
 from conformance.ground.outcome import Observation, PropertyFailure
 from conformance.properties import judge, recorder
-from conformance.properties.common import device, finish
+from conformance.properties.common import device, finish, launched_buffers
 
 
 # ----------------------------------------------------------- compile reuse
@@ -41,25 +41,38 @@ def check_compile_reuse(case: Case, adapter, *, launch: bool = True) -> Observat
     """After ``case`` compiled once, runtime-only variants mint no compile and
     no template module; for THD a new sequence count mints at most one
     compile and returning to the seen count is a pure hit. ``launch=False``
-    checks compile_only (the CPU tier)."""
+    checks compile_only (the CPU tier). Every launch must leave the guard
+    bands of its buffers intact."""
     recorder.begin("compile_reuse", case, launch=launch)
     start = time.perf_counter()
+    unchecked = []  # (case, buffers) of the launches whose guard bands are still to check
 
     def call(c: Case):
         if not launch:
             return adapter.compile_only(c)
         dev = device()
-        return adapter.run(c, make_inputs(c, dev, poison=True), make_outputs(c, dev)).compile
+        inputs, outputs = make_inputs(c, dev, poison=True), make_outputs(c, dev)
+        result = adapter.run(c, inputs, outputs)
+        unchecked.append((c, launched_buffers(inputs, outputs, result)))
+        return result.compile
+
+    def guards():
+        while unchecked:
+            judge.guards_intact("compile_reuse", *unchecked.pop(0))
 
     first = call(case)
 
     def judged():
+        guards()
         for what, variant in runtime_variants(case):
             judge.compile_delta("compile_reuse", variant, call(variant), NO_COMPILE, what)
+            guards()
         if case.is_thd:
             more = case.replace(q_lens=case.q_lens + (1,), kv_lens=case.kv_lens + (1,))
             judge.compile_delta("compile_reuse", more, call(more), {"misses": 1, "modules": 0}, "a new sequence count")
+            guards()
             judge.compile_delta("compile_reuse", case, call(case), NO_COMPILE, "back to a seen sequence count")
+            guards()
         return {}
 
     return finish("compile_reuse", case, start, judged, compile=first.to_dict())

@@ -7,15 +7,18 @@ returns what the report records.
   untouched buffers, -inf/0 conventions).
 - ``raises_contract``: a contract rejection (type + message naming the argument).
 - ``compile_delta``: compile counters around one call against a budget.
+- ``guards_intact``: every buffer's guard bands still hold their sentinels
+  (no out-of-bounds write).
 """
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import torch
 
 from conformance.ground.case import Case
+from conformance.ground.data import guard_bits
 from conformance.ground.outcome import PropertyFailure
 from conformance.ground.tolerances import abs_diff, bound, max_abs_error
 
@@ -137,3 +140,56 @@ def compile_delta(property: str, case: Case, delta, budget: dict, what: str) -> 
             f"{what}: counters over budget {over} (budget {budget})",
             {"delta": d, "budget": budget, "what": what},
         )
+
+
+def guards_intact(property: str, case: Case, buffers: Mapping[str, torch.Tensor]) -> int:
+    """Assert the guard bands of every buffer in ``buffers`` (name -> tensor
+    made by conformance.ground.data.guarded, or a view of one) are bit for
+    bit what was written: an out-of-bounds write fails the property, naming
+    the buffer and the element/byte range written (relative to the buffer's
+    first element: negative before it, >= its length after it) with the
+    addresses. Buffers sharing an allocation are checked once. Returns how
+    many allocations were checked. A buffer without bands is a suite bug
+    (ValueError), never a pass."""
+    seen, hits = set(), []
+    for name, t in buffers.items():
+        if t is None:
+            continue
+        key = (t.device, t.untyped_storage().data_ptr())
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            front, back, want = guard_bits(t)
+        except ValueError as e:
+            raise ValueError(f"buffer {name!r}: {e}") from None
+        g, size = front.numel(), t.element_size()
+        n = t.untyped_storage().nbytes() // size - 2 * g
+        base = t.untyped_storage().data_ptr() + g * size  # address of the buffer's first element
+        for side, band, first in (("before the start", front, -g), ("after the end", back, n)):
+            bad = (band != want).nonzero().flatten()
+            if bad.numel() == 0:
+                continue
+            lo, hi = first + int(bad.min()), first + int(bad.max()) + 1
+            hits.append(
+                {
+                    "buffer": name,
+                    "side": side,
+                    "count": int(bad.numel()),
+                    "elements": [lo, hi],
+                    "bytes": [lo * size, hi * size],
+                    "addresses": [hex(base + lo * size), hex(base + hi * size)],
+                    "length": n,
+                    "dtype": str(t.dtype).replace("torch.", ""),
+                    "sentinel_bits": hex(want & ((1 << (8 * size)) - 1)),
+                    "found_bits": [hex(int(x) & ((1 << (8 * size)) - 1)) for x in band[bad[:4]].tolist()],
+                }
+            )
+    if hits:
+        said = "; ".join(
+            f"{h['buffer']}: {h['count']} element(s) {h['side']} in elements [{h['elements'][0]}, {h['elements'][1]}) "
+            f"(bytes {h['bytes'][0]:+d}..{h['bytes'][1]:+d}, {h['addresses'][0]}-{h['addresses'][1]}; the buffer has {h['length']} {h['dtype']} elements)"
+            for h in hits
+        )
+        raise PropertyFailure(property, case, f"out-of-bounds write: {said}", {"guards": hits})
+    return len(seen)

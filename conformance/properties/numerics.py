@@ -10,7 +10,7 @@ from conformance.ground.case import Case
 from conformance.ground.data import FINITE_PAD, TORCH_DTYPES, make_inputs, make_outputs
 from conformance.ground.outcome import Observation
 from conformance.properties import judge, recorder
-from conformance.properties.common import device, finish, row_mask, row_regions
+from conformance.properties.common import device, finish, launched_buffers, row_mask, row_regions
 
 
 def check_numerics(case: Case, adapter) -> Observation:
@@ -30,6 +30,7 @@ def check_numerics(case: Case, adapter) -> Observation:
     regions = row_regions(case, inputs)
 
     def judged():
+        judge.guards_intact("numerics", case, launched_buffers(inputs, outputs, result))
         o_live = row_mask(case, inputs, "o", ref_o.shape)
         lse_live = row_mask(case, inputs, "lse", ref_lse.shape)
         return {

@@ -8,10 +8,10 @@ import time
 import torch
 
 from conformance.ground.case import Case
-from conformance.ground.data import flat_storage, make_inputs, make_outputs
+from conformance.ground.data import body_storage, make_inputs, make_outputs
 from conformance.ground.outcome import Observation, PropertyFailure
 from conformance.properties import judge, recorder
-from conformance.properties.common import device, entry_adapter, finish
+from conformance.properties.common import device, entry_adapter, finish, launched_buffers
 
 
 def _attempt(call):
@@ -25,7 +25,8 @@ def _attempt(call):
 def check_rejection(case: Case, adapter=None, *, entry: str, launch: bool = True) -> Observation:
     """A contract-violating Case is refused by ``entry`` ("wrapper",
     "prepared" or "config") with the stated exception naming the argument,
-    before anything is compiled, launched or written (``launch=False``:
+    before anything is compiled, launched or written (no guard band of a
+    buffer touched either; ``launch=False``:
     through compile_only, the CPU tier; nothing can be written then). Rules the installed
     kernels are known to break (``known_finding`` in conformance.ground.contracts)
     must behave exactly as the finding says (strict: a finding that no longer
@@ -41,6 +42,7 @@ def check_rejection(case: Case, adapter=None, *, entry: str, launch: bool = True
     recorder.begin("rejection", case, entry=entry, launch=launch)
     start = time.perf_counter()
     outputs = inputs = None
+    accepted = []  # the KernelResult of a call that was not refused
     if entry == contracts.CONFIG:
         call = lambda: run_config(rule, case)  # noqa: E731
     elif expect.unsafe_launch or not launch:
@@ -50,7 +52,7 @@ def check_rejection(case: Case, adapter=None, *, entry: str, launch: bool = True
         dev = device()
         inputs = make_inputs(case, dev, poison=True)
         outputs = make_outputs(case, dev)
-        call = lambda: adapter.run(case, inputs, outputs, tamper=rule.tamper)  # noqa: E731
+        call = lambda: accepted.append(adapter.run(case, inputs, outputs, tamper=rule.tamper))  # noqa: E731
     forget_memos()
     with measure() as box:
         error = _attempt(call)
@@ -58,6 +60,8 @@ def check_rejection(case: Case, adapter=None, *, entry: str, launch: bool = True
     compiles_first = expect.compiles_first_for(case)
 
     def judged():
+        if outputs is not None:  # before the verdict: a call accepted as a known finding wrote nothing out of bounds either
+            judge.guards_intact("rejection", case, launched_buffers(inputs, outputs, accepted[0] if accepted else None))
         if expect.known_finding:
             observed = "accepted" if error is None else f"{type(error).__name__}: {error}"
             reproduces = error is None if expect.observed is None else isinstance(error, expect.observed)
@@ -69,7 +73,7 @@ def check_rejection(case: Case, adapter=None, *, entry: str, launch: bool = True
         judge.raises_contract("rejection", case, lambda: _reraise(error), expect.exception, expect.fragment)
         if outputs is not None:
             for quantity, buf in zip(("o", "lse"), outputs):
-                flat = flat_storage(buf)
+                flat = body_storage(buf)
                 judge.exactly("rejection", case, quantity, flat, torch.full_like(flat, float("nan")), torch.ones_like(flat, dtype=torch.bool), "caller output storage after a rejection")
         asked = any(getattr(box.delta, k) > 0 for k in NO_COMPILE_REQUEST)
         if compiles_first and asked:

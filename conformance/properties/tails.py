@@ -8,20 +8,24 @@ import time
 import torch
 
 from conformance.ground.case import Case
-from conformance.ground.data import flat_storage, make_inputs, make_outputs
+from conformance.ground.data import body_storage, guard_bands, make_inputs, make_outputs
 from conformance.ground.outcome import Observation
 from conformance.properties import judge, recorder
-from conformance.properties.common import device, finish, row_mask, row_regions
+from conformance.properties.common import device, finish, launched_buffers, row_mask, row_regions
+from kernels.base import require
 
 
 def _storage_outside_view(view: torch.Tensor) -> torch.Tensor:
-    """A bool mask over ``view``'s whole storage: True where no element of
-    the view lives (the pad columns of a padded layout)."""
+    """A bool mask over ``view``'s storage body (guard bands excluded: those
+    are judge.guards_intact's): True where no element of the view lives (the
+    pad columns of a padded layout)."""
     n = view.untyped_storage().nbytes() // view.element_size()
     used = torch.zeros(n, dtype=torch.bool, device=view.device)
     idx = torch.arange(n, device=view.device).as_strided(view.shape, view.stride(), view.storage_offset())
     used[idx.flatten()] = True
-    return ~used
+    bands = guard_bands(view)
+    outside = ~used
+    return outside if bands is None else outside[bands[0] : bands[0] + bands[1]]
 
 
 def tail_expectation(initialize_outputs: bool) -> float:
@@ -40,30 +44,49 @@ def check_tails(case: Case, adapter, *, initialize_outputs: bool = True) -> Obse
     """Output storage outside the live rows ends exactly as the contract says,
     and every output row the contract defines is written and free of the NaN
     poisoned into all input storage outside the live tokens (dense padded
-    rows included)."""
+    rows included); no guard band of any buffer is touched.
+
+    What is judged is the memory the kernel wrote (``KernelResult.o``/``lse``:
+    the caller's buffers, the adapter's staging copy, or the public wrapper's
+    own outputs). THD ``initialize_outputs=False`` needs an adapter that
+    declares "no-init": any other raises ``Unsupported`` before anything runs
+    (the test skips, naming the adapter), never a check of the other mode."""
+    if case.is_thd and not initialize_outputs:
+        require(adapter, "no-init", "the THD tails with initialize_outputs=False")
     recorder.begin("tails", case, initialize_outputs=initialize_outputs)
     start = time.perf_counter()
     dev = device()
     inputs = make_inputs(case, dev, poison=True)
     o, lse = make_outputs(case, dev)
     result = adapter.run(case, inputs, (o, lse), initialize_outputs=initialize_outputs)
-    init = result.notes.get("initialize_outputs", initialize_outputs)
+    ran = result.notes.get("initialize_outputs", initialize_outputs)
+    if case.is_thd and ran != initialize_outputs:
+        raise RuntimeError(f"adapter {getattr(adapter, 'label', adapter)!r} ran initialize_outputs={ran} when asked for {initialize_outputs}: it must raise Unsupported instead")
     regions = row_regions(case, inputs)
+    checked = {}
 
     def judged():
+        judge.guards_intact("tails", case, launched_buffers(inputs, (o, lse), result))
         if case.is_thd:
-            want = tail_expectation(init)
+            want = tail_expectation(initialize_outputs)
             for quantity, got in (("o", result.o), ("lse", result.lse)):
                 dead = ~row_mask(case, inputs, quantity, got.shape)
+                checked[f"{quantity} capacity tail"] = int(dead.sum())
                 judge.exactly("tails", case, quantity, got, torch.full_like(got, want), dead, f"{quantity.upper()} capacity outside the live tokens", regions)
         else:
-            pad = _storage_outside_view(result.o)
-            flat = flat_storage(result.o)
+            # The pad columns of the O the kernel was handed: the caller's when
+            # it went natively; a compact staging copy or the wrapper's own O
+            # have none (then nothing is checked here, and the notes say so).
+            handed = result.handed.get("o", result.o)
+            pad = _storage_outside_view(handed)
+            flat = body_storage(handed)
+            checked["o pad columns"] = int(pad.sum())
             judge.exactly("tails", case, "o", flat, torch.full_like(flat, float("nan")), pad, "O pad columns (never written)")
         for quantity, got in (("o", result.o), ("lse", result.lse)):
             live = row_mask(case, inputs, quantity, got.shape)
             judge.exactly("tails", case, quantity, torch.isnan(got), torch.zeros_like(got, dtype=torch.bool), live, "live outputs (poison left or NaN produced)", regions)
         return {}
 
-    return finish("tails", case, start, judged, compile=result.compile.to_dict(), notes={**result.notes, "initialize_outputs": init})
+    notes = {**result.notes, "initialize_outputs": initialize_outputs, "checked_elements": checked}
+    return finish("tails", case, start, judged, compile=result.compile.to_dict(), notes=notes)
 

@@ -1,0 +1,375 @@
+"""Guard bands and poison (conformance.ground.data), the guard check every
+launching property runs (judge.guards_intact), and adapter capabilities
+(Unsupported), all on the CPU: fake kernels that write or read out of bounds
+prove that the properties see it, with the buffer and the range named."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+import torch  # noqa: F401 - imported before the in-process pytester run (a C extension cannot be imported twice)
+from hypothesis import settings
+
+from conformance.ground.case import Case
+from conformance.ground.data import (
+    FINITE_PAD,
+    GUARD_ALIGN,
+    GUARD_MAX_BYTES,
+    GUARD_MIN_BYTES,
+    INT_SENTINEL,
+    bias_dead,
+    flat_storage,
+    guard_bands,
+    guard_bits,
+    make_inputs,
+    make_outputs,
+    relocate,
+)
+from conformance.ground.outcome import PropertyFailure, Unsupported
+from conformance.ground.tables import TILE_M
+from kernels.base import CompileDelta, KernelResult
+
+pytest_plugins = ["pytester"]
+
+DENSE = [
+    Case(s_q=5, s_kv=7, memory="bshd", bias="float16", sinks=True, seq_q_lens=(3,), seq_kv_lens=(4,)),
+    Case(batch=2, h_q=4, h_kv=2, s_q=3, s_kv=9, d_qk=72, d_v=40, memory="bshd_padded", bias="float32", seq_kv_lens=(9, 2)),
+    Case(dtype="bfloat16", s_q=4, s_kv=4, memory="bhsd"),
+]
+THD = [Case(layout="thd", q_lens=(3, 0, 5), kv_lens=(2, 4, 1), q_base=2, kv_slack=3, sinks=True)]
+
+
+def _intact(t: torch.Tensor) -> bool:
+    front, back, want = guard_bits(t)
+    return bool((front == want).all()) and bool((back == want).all())
+
+
+# ------------------------------------------------------------------ layout
+@pytest.mark.parametrize("case", DENSE + THD, ids=lambda c: f"{c.layout}-{c.memory}")
+def test_every_buffer_sits_inside_guard_bands(case):
+    inputs = make_inputs(case)
+    o, lse = make_outputs(case)
+    buffers = {**inputs.buffers(), "o": o, "lse": lse}
+    assert {"q", "k", "v", "o", "lse"} <= set(buffers)
+    for name, t in buffers.items():
+        bands = guard_bands(t)
+        assert bands is not None, name
+        g, n, total = bands
+        size = t.element_size()
+        assert g * size >= GUARD_MIN_BYTES and (g * size) % GUARD_ALIGN == 0, name
+        assert g * size <= GUARD_MAX_BYTES and g >= min(TILE_M, GUARD_MAX_BYTES // size), name
+        # The body keeps the allocation's own alignment (16-byte vectors need it).
+        assert (t.data_ptr() - flat_storage(t).data_ptr()) % GUARD_ALIGN == 0 and t.data_ptr() % 16 == 0, name
+        assert _intact(t), name
+        if not t.dtype.is_floating_point:
+            assert guard_bits(t)[2] == INT_SENTINEL
+
+
+def test_a_band_holds_tile_m_token_rows():
+    case = Case(h_q=2, h_kv=2, s_q=3, s_kv=3, d_qk=64, d_v=64, memory="bshd")
+    q = make_inputs(case).q  # BSHD: a token row is H * D elements
+    assert guard_bands(q)[0] == TILE_M * 2 * 64
+    lse = make_outputs(case)[1]
+    assert guard_bands(lse)[0] * 4 == max(GUARD_MIN_BYTES, TILE_M * 4)
+
+
+def test_inputs_still_regenerate_bit_for_bit_from_the_seed():
+    case = DENSE[0]
+    digest = lambda t: hashlib.sha256(b"".join(x.contiguous().view(-1).view(torch.uint8).numpy().tobytes() for x in t.buffers().values())).hexdigest()  # noqa: E731
+    assert digest(make_inputs(case)) == digest(make_inputs(case))
+    # The values are the seeded draws, whatever the storage around them.
+    g = torch.Generator().manual_seed(case.seed)
+    want_q = torch.randn(1, 1, 5, 64, generator=g).to(torch.float16)
+    got = make_inputs(case, poison=False).q
+    assert torch.equal(got.view(torch.int16), want_q.view(torch.int16))
+
+
+@pytest.mark.parametrize("pad_fill", [float("nan"), FINITE_PAD])
+def test_the_bias_is_poisoned_where_every_batch_entry_is_padded(pad_fill):
+    case = Case(batch=2, s_q=6, s_kv=9, bias="float32", seq_q_lens=(2, 4), seq_kv_lens=(3, 5))
+    assert bias_dead(case) == (4, 5)
+    bias = make_inputs(case, pad_fill=pad_fill).bias
+    dead = torch.zeros(bias.shape, dtype=torch.bool)
+    dead[:, :, 4:, :] = True
+    dead[:, :, :, 5:] = True
+    fill = torch.full_like(bias, pad_fill)
+    assert torch.equal(bias[dead].isnan(), fill[dead].isnan()) and bool(torch.isfinite(bias[~dead]).all())
+    if pad_fill == FINITE_PAD:
+        assert bool((bias[dead] == FINITE_PAD).all())
+    clean = make_inputs(case, poison=False).bias
+    assert torch.equal(bias[~dead], clean[~dead]) and bool(torch.isfinite(clean).all())
+    # Without padding no cell is dead.
+    assert bool(torch.isfinite(make_inputs(case.replace(seq_q_lens=None, seq_kv_lens=None)).bias).all())
+
+
+def test_the_reference_ignores_the_poisoned_bias_cells():
+    from reference.attention import reference_for_case
+
+    case = Case(batch=2, s_q=6, s_kv=9, bias="float16", seq_q_lens=(2, 4), seq_kv_lens=(3, 5), causal=True, bottom_right=True)
+    o, lse = reference_for_case(case, make_inputs(case))
+    o_clean, lse_clean = reference_for_case(case, make_inputs(case, poison=False))
+    assert torch.equal(o, o_clean) and torch.equal(lse, lse_clean)
+
+
+# ------------------------------------------------------------- moving
+def test_guards_survive_moving_the_tensors():
+    inputs = make_inputs(THD[0])
+    for name, t in inputs.buffers().items():
+        moved = relocate(t, "cpu")  # the copy CaseTensors.to makes for another device
+        assert moved.untyped_storage().data_ptr() != t.untyped_storage().data_ptr()
+        assert guard_bands(moved) == guard_bands(t) and _intact(moved), name
+        assert torch.equal(flat_storage(moved).view(torch.uint8), flat_storage(t).view(torch.uint8)), name
+    meta = make_inputs(DENSE[1]).to("meta")
+    for name, t in meta.buffers().items():
+        assert guard_bands(t) == guard_bands(getattr(make_inputs(DENSE[1]), name)), name
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU found")
+def test_guards_survive_the_move_to_the_gpu():
+    for case in DENSE + THD:
+        inputs = make_inputs(case).to("cuda")
+        o, lse = make_outputs(case, "cuda")
+        for name, t in {**inputs.buffers(), "o": o, "lse": lse}.items():
+            assert t.is_cuda and _intact(t), name
+            assert t.data_ptr() % 16 == 0, name
+
+
+# ------------------------------------------------------- staging copies
+def test_staging_copies_sit_inside_guard_bands():
+    from kernels.prepared import _stage_contiguous, _stage_dense, _stage_packed
+
+    case = Case(s_q=3, s_kv=3, d_qk=20, d_v=20, memory="bshd")
+    q = make_inputs(case).q
+    staged = _stage_dense(q, 24)
+    assert staged is not q and guard_bands(staged) is not None and _intact(staged)
+    assert torch.equal(staged[..., :20], q) and bool((staged[..., 20:] == 0).all())
+    t = make_inputs(THD[0]).v
+    packed = _stage_packed(t, 128)
+    assert guard_bands(packed) is not None and _intact(packed)
+    lse = make_outputs(THD[0])[1]
+    assert _stage_contiguous(lse) is lse
+    copy = _stage_contiguous(lse.t().contiguous().t())
+    assert guard_bands(copy) is not None and _intact(copy)
+
+
+# ------------------------------------------------------------ fake kernels
+class FakeKernel:
+    """Computes the reference and writes it where a kernel would; ``mischief``
+    adds one out-of-bounds access."""
+
+    name = label = "fake"
+    supports = frozenset({"caller-outputs", "no-init"})
+    lacks: dict = {}
+
+    def __init__(self, mischief=None):
+        self.mischief = mischief
+
+    def run(self, case, inputs, outputs=None, *, initialize_outputs=True, tamper=None):
+        from reference.attention import attention, reference_for_case
+
+        o, lse = outputs
+        if self.mischief == "read past K":  # one key row past the end of K (and V): the guard band
+            ext = lambda t: t.as_strided((*t.shape[:2], t.shape[2] + 1, t.shape[3]), t.stride(), t.storage_offset())  # noqa: E731
+            ref_o, ref_lse = attention(inputs.q, ext(inputs.k), ext(inputs.v), scale=case.softmax_scale)
+        else:
+            ref_o, ref_lse = reference_for_case(case, inputs)
+        if case.is_thd:
+            live = inputs.q_live
+            if initialize_outputs:
+                o.zero_(), lse.zero_()
+            o[live] = ref_o[live].to(o.dtype)
+            lse[:, live] = ref_lse[:, live]
+        else:
+            o.copy_(ref_o)
+            lse.copy_(ref_lse)
+        g, n, _ = guard_bands(o)
+        if self.mischief == "write past O":
+            flat_storage(o)[g + n] = 0.0
+        if self.mischief == "write before LSE":
+            flat_storage(lse)[guard_bands(lse)[0] - 1] = 0.0
+        notes = {"adapter": self.name, "initialize_outputs": initialize_outputs} if case.is_thd else {"adapter": self.name}
+        return KernelResult(o, lse, CompileDelta(), notes, {"o": o, "lse": lse, **inputs.buffers()})
+
+
+@pytest.fixture
+def on_cpu(monkeypatch):
+    """The launching properties on the CPU (their device() refuses otherwise)."""
+    from conformance.properties import compile_cache, numerics, rejection, tails
+
+    for module in (numerics, tails, compile_cache, rejection):
+        monkeypatch.setattr(module, "device", lambda: torch.device("cpu"))
+
+
+NUMERIC_CASES = [Case(s_q=3, s_kv=5, memory="bshd_padded", bias="float32", seq_kv_lens=(4,)), Case(layout="thd", q_lens=(2, 3), kv_lens=(4, 1), q_slack=2)]
+
+
+@pytest.mark.parametrize("case", NUMERIC_CASES, ids=["dense", "thd"])
+def test_an_honest_fake_kernel_passes(case, on_cpu):
+    from conformance.properties import check_numerics, check_tails
+
+    assert check_numerics(case, FakeKernel()).outcome == "passed"
+    assert check_tails(case, FakeKernel()).outcome == "passed"
+
+
+@pytest.mark.parametrize("case", NUMERIC_CASES, ids=["dense", "thd"])
+def test_a_write_one_element_past_o_is_named(case, on_cpu):
+    from conformance.properties import check_numerics, check_tails
+
+    n = guard_bands(make_outputs(case)[0])[1]
+    for check in (check_numerics, check_tails):
+        with pytest.raises(PropertyFailure) as failure:
+            check(case, FakeKernel("write past O"))
+        f = failure.value
+        assert f"out-of-bounds write: o: 1 element(s) after the end in elements [{n}, {n + 1})" in f.summary
+        (hit,) = f.detail["guards"]
+        assert hit["buffer"] == "o" and hit["elements"] == [n, n + 1] and hit["bytes"] == [2 * n, 2 * n + 2]
+        assert hit["found_bits"] == ["0x0"] and hit["sentinel_bits"] == "0x7e00"
+
+
+def test_a_write_before_lse_is_named(on_cpu):
+    from conformance.properties import check_numerics
+
+    with pytest.raises(PropertyFailure, match=r"lse: 1 element\(s\) before the start in elements \[-1, 0\) \(bytes -4\.\.\+0, 0x"):
+        check_numerics(NUMERIC_CASES[0], FakeKernel("write before LSE"))
+
+
+def test_a_read_past_k_picks_up_the_guard_nan(on_cpu):
+    from conformance.properties import check_numerics
+
+    case = Case(s_q=3, s_kv=5, memory="bhsd")
+    assert check_numerics(case, FakeKernel()).outcome == "passed"
+    with pytest.raises(PropertyFailure, match="exceeds bound") as failure:
+        check_numerics(case, FakeKernel("read past K"))
+    assert any(w["got"] != w["got"] for w in failure.value.detail["worst"])  # NaN reached O
+
+
+def test_compile_reuse_and_rejection_check_the_guards(on_cpu):
+    from conformance.ground.contracts import PREPARED, RULES
+    from conformance.properties import check_compile_reuse, check_rejection
+
+    class Writes(FakeKernel):
+        def run(self, case, inputs, outputs=None, **kw):
+            result = super().run(case, inputs, outputs, **kw)
+            result.compile = CompileDelta()
+            return result
+
+    check_compile_reuse(NUMERIC_CASES[1], Writes())
+    with pytest.raises(PropertyFailure, match="out-of-bounds write: o"):
+        check_compile_reuse(NUMERIC_CASES[1], Writes("write past O"))
+
+    class RefusesAfterWriting(FakeKernel):
+        name = "prepared"
+
+        def run(self, case, inputs, outputs=None, **kw):
+            flat_storage(outputs[0])[guard_bands(outputs[0])[0] - 1] = 0.0
+            raise ValueError("refused")
+
+    rule = next(r for r in RULES if PREPARED in r.expect and not r.expect[PREPARED].known_finding and not r.expect[PREPARED].unsafe_launch)
+    case = rule.transform(Case(s_q=3, s_kv=5) if rule.layout == "dense" else NUMERIC_CASES[1])
+    with pytest.raises(PropertyFailure, match=r"out-of-bounds write: o: 1 element\(s\) before the start"):
+        check_rejection(case, RefusesAfterWriting(), entry=PREPARED)
+
+
+def test_a_buffer_without_guard_bands_is_a_suite_bug():
+    from conformance.properties import judge
+
+    with pytest.raises(ValueError, match="buffer 'x'.*no guard bands"):
+        judge.guards_intact("numerics", Case(), {"x": torch.zeros(4)})
+
+
+# ------------------------------------------------------------ capabilities
+class OwnsItsOutputs(FakeKernel):
+    """Like the public wrapper: allocates and returns its own O/LSE, THD always initialized."""
+
+    supports = frozenset()
+    lacks = {"no-init": "always zero-initializes", "caller-outputs": "returns its own buffers"}
+
+    def __init__(self, tail=0.0):
+        super().__init__()
+        self.tail = tail
+
+    def run(self, case, inputs, outputs=None, *, initialize_outputs=True, tamper=None):
+        own = make_outputs(case, fill=0.0)
+        result = super().run(case, inputs, own, initialize_outputs=True)
+        outputs[0].copy_(own[0]), outputs[1].copy_(own[1])  # a copy for the caller: NOT what tails judges
+        own[0][~inputs.q_live] = self.tail  # what the entry point itself left in its capacity tail
+        return KernelResult(own[0], own[1], CompileDelta(), result.notes, {k: v for k, v in result.handed.items() if k not in ("o", "lse")})
+
+
+def test_tails_refuses_a_mode_the_adapter_lacks_before_launching(on_cpu, monkeypatch):
+    from conformance.properties import check_tails, recorder
+
+    case = NUMERIC_CASES[1]
+    adapter = OwnsItsOutputs()
+    monkeypatch.setattr(adapter, "run", lambda *a, **k: pytest.fail("launched"))
+    with pytest.raises(Unsupported, match="adapter 'fake' cannot run the THD tails with initialize_outputs=False: no 'no-init'.*always zero-initializes"):
+        check_tails(case, adapter, initialize_outputs=False)
+    assert recorder.last_begun() is None or recorder.last_begun().property != "tails"
+
+
+def test_tails_never_substitutes_the_mode_an_adapter_ran(on_cpu):
+    from conformance.properties import check_tails
+
+    class Liar(FakeKernel):
+        def run(self, case, inputs, outputs=None, *, initialize_outputs=True, tamper=None):
+            return super().run(case, inputs, outputs, initialize_outputs=True)
+
+    with pytest.raises(RuntimeError, match="ran initialize_outputs=True when asked for False"):
+        check_tails(NUMERIC_CASES[1], Liar(), initialize_outputs=False)
+
+
+def test_tails_judges_the_memory_the_entry_point_returned(on_cpu):
+    from conformance.properties import check_tails
+
+    assert check_tails(NUMERIC_CASES[1], OwnsItsOutputs(tail=0.0)).outcome == "passed"
+    # The caller's copy is clean; the returned buffer's tail is not zeroed.
+    with pytest.raises(PropertyFailure, match="O capacity outside the live tokens"):
+        check_tails(NUMERIC_CASES[1], OwnsItsOutputs(tail=5.0))
+
+
+def test_the_real_adapters_declare_their_capabilities():
+    from conformance.ground.tables import CAPABILITIES
+    from kernels.prepared import PreparedAdapter
+    from kernels.wrapper import WrapperAdapter
+
+    assert PreparedAdapter.supports == set(CAPABILITIES)
+    assert not WrapperAdapter.supports and set(WrapperAdapter.lacks) == set(CAPABILITIES)
+    # The wrapper refuses THD no-init itself, before it needs a device.
+    with pytest.raises(Unsupported, match="adapter 'wrapper' cannot run THD with initialize_outputs=False"):
+        WrapperAdapter().run(NUMERIC_CASES[1], make_inputs(NUMERIC_CASES[1]), initialize_outputs=False)
+
+
+CONFTEST = """
+def pytest_addhooks(pluginmanager):
+    if not pluginmanager.has_plugin("sdpa_conformance"):
+        import conformance.plugin
+        pluginmanager.register(conformance.plugin, "sdpa_conformance")
+"""
+
+SKIPPING = """
+from hypothesis import given, strategies as st
+from conformance.ground.outcome import Unsupported
+
+CALLS = []
+
+@given(st.integers())
+def test_no_init(i):
+    CALLS.append(i)
+    assert len(CALLS) == 1, "Hypothesis retried or shrank an Unsupported example"
+    raise Unsupported("wrapper", "no-init", "the THD tails with initialize_outputs=False", "always zero-initializes")
+"""
+
+
+def test_unsupported_skips_the_test_with_the_reason(pytester, monkeypatch):
+    for var in ("SDPA_ADAPTER", "SDPA_SM80_COMPAT", "SDPA_KERNELS_SOURCE"):
+        monkeypatch.delenv(var, raising=False)
+    profile = settings.get_current_profile_name()
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_skip=SKIPPING)
+    try:
+        result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:benchmark", "-rs")
+    finally:
+        settings.load_profile(profile)
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*adapter 'wrapper' cannot run the THD tails with initialize_outputs=False: no 'no-init'*always zero-initializes*"])
