@@ -11,9 +11,10 @@ rewrites) runs until a property fails; Hypothesis shrinks the failing case.
 Verdicts: ``killed`` (a PropertyFailure), ``error`` (the mutated kernel
 raised or crashed: killed by crash, listed apart), ``survived`` (nothing
 failed within the budget), ``stale`` (a rewrite does not match exactly once:
-never counted). Known findings stay excused: a property turns a failure on
-one into an ``xfailed`` observation, and a failure in a test the findings
-file selects by node id is excused here too. The control must survive
+never counted). Known findings (the file's, conformance.ground.findings)
+excuse exactly the failures they describe, as in a pytest run: a property
+whose failed checks are all excused returns an ``xfailed`` observation; any
+other failure of the same example kills. The control must survive
 everything, else the run is invalid. Kill rate = (killed + error) /
 (mutants - stale). Writes mutants.json and mutants.md to --report-dir.
 Exit: 0 control survived and kill rate >= --goal; 1 otherwise (or --list
@@ -35,7 +36,7 @@ from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Tuple
 
 from conformance.ground.case import Case
-from conformance.ground.tables import NO_GPU, flavor_of as pick_flavor, stratum_id
+from conformance.ground.tables import NO_GPU
 from kernels.mutants import MUTANTS, Mutant
 
 DEFAULT_REPORT_DIR = "sdpa-report"
@@ -52,13 +53,12 @@ GRACE_S = 150  # a worker's start-up, first compiles and overshoot past its budg
 @dataclass(frozen=True)
 class Kind:
     """One property search: the property, its keyword arguments, the example
-    budget kind of strategies.profiles, the pytest node id of the matching
-    test (for node-id known findings) and the strategy the test draws from."""
+    budget kind of strategies.profiles and the strategy the pytest test
+    draws from."""
 
     name: str
     property: str
     examples: str
-    node: str
     strategy: Callable  # flavors -> SearchStrategy[Case]
     params: dict = field(default_factory=dict)
 
@@ -96,24 +96,17 @@ def _layout(layout: str):
     return strategy
 
 
-_NUM, _TAILS, _COMP = "conformance/test_numerics.py", "conformance/test_tails.py", "conformance/test_compile.py"
 KINDS: Tuple[Kind, ...] = (
-    Kind("numerics_dense", "numerics", "numerics", _NUM + "::test_numerics_dense[{stratum}]", _dense()),
-    Kind("numerics_thd", "numerics", "numerics", _NUM + "::test_numerics_thd[{stratum}]", _thd),
-    Kind("tails_thd_init", "tails", "tails", _TAILS + "::test_tails_thd[{stratum}-init]", _thd, {"initialize_outputs": True}),
-    Kind("tails_thd_noinit", "tails", "tails", _TAILS + "::test_tails_thd[{stratum}-no-init]", _thd, {"initialize_outputs": False}),
-    Kind("tails_dense", "tails", "tails", _TAILS + "::test_tails_dense[{stratum}]", _dense(memory=("bshd_padded",), padding=False)),
-    Kind("padding_poison", "tails", "tails", _TAILS + "::test_padding_poison[{stratum}-{padded}]", _padding_poison),
-    Kind("compile_reuse_dense", "compile_reuse", "tails", _COMP + "::test_runtime_facts_mint_no_compile[dense]", _layout("dense")),
-    Kind("compile_reuse_thd", "compile_reuse", "tails", _COMP + "::test_runtime_facts_mint_no_compile[thd]", _layout("thd")),
+    Kind("numerics_dense", "numerics", "numerics", _dense()),
+    Kind("numerics_thd", "numerics", "numerics", _thd),
+    Kind("tails_thd_init", "tails", "tails", _thd, {"initialize_outputs": True}),
+    Kind("tails_thd_noinit", "tails", "tails", _thd, {"initialize_outputs": False}),
+    Kind("tails_dense", "tails", "tails", _dense(memory=("bshd_padded",), padding=False)),
+    Kind("padding_poison", "tails", "tails", _padding_poison),
+    Kind("compile_reuse_dense", "compile_reuse", "tails", _layout("dense")),
+    Kind("compile_reuse_thd", "compile_reuse", "tails", _layout("thd")),
 )
 KIND_NAMES = tuple(k.name for k in KINDS)
-
-
-def node_id(kind: Kind, case: Case) -> str:
-    stratum = stratum_id(pick_flavor(case.d_qk, case.d_v), case.dtype)
-    padded = "q" if case.seq_q_lens is not None else "kv"
-    return kind.node.format(stratum=stratum, padded=padded)
 
 
 def flavors_for(mutant: Mutant) -> Tuple[str, ...]:
@@ -170,7 +163,7 @@ def _settings(profile: str, kind: Kind):
 class _Search:
     examples: int = 0  # checked before the first failure
     shrinks: int = 0  # checked after it (Hypothesis shrinking)
-    excused: int = 0  # xfailed observations and node-id findings
+    excused: int = 0  # xfailed observations: every failed check excused by a known finding
     cut: bool = False
     first: Optional[tuple] = None  # (case, failure, seconds since the mutant started)
     last: Optional[tuple] = None  # the shrunk one: Hypothesis replays it last
@@ -181,7 +174,6 @@ def search(kind: Kind, adapter, flavors, *, profile: str, until: float, t0: floa
     failure was seen (then Hypothesis shrinks, within MAX_SHRINKING_SECONDS)."""
     from hypothesis import given, strategies as st, target
 
-    from conformance.ground import findings
     from conformance.properties import NoGPU
 
     state, strategy = _Search(), kind.strategy(flavors)
@@ -202,9 +194,6 @@ def search(kind: Kind, adapter, flavors, *, profile: str, until: float, t0: floa
         except NoGPU:
             raise
         except Exception as failure:  # noqa: BLE001 - a crash of the mutated kernel is a verdict
-            if findings.match_node(node_id(kind, case)):  # the plugin marks that whole test xfail
-                state.excused += 1
-                return
             hit = (case, failure, time.perf_counter() - t0)
             state.first, state.last = state.first or hit, hit
             raise

@@ -55,14 +55,14 @@ def check_tails(case: Case, adapter, *, initialize_outputs: bool = True) -> Obse
             want = tail_expectation(init)
             for quantity, got in (("o", result.o), ("lse", result.lse)):
                 dead = ~row_mask(case, inputs, quantity, got.shape)
-                judge.exactly("tails", case, quantity, got, torch.full_like(got, want), dead, f"{quantity.upper()} capacity outside the live tokens", regions)
+                judge.exactly("tails", case, quantity, got, torch.full_like(got, want), dead, f"{quantity.upper()} capacity outside the live tokens", regions, check="capacity")
         else:
             pad = _storage_outside_view(result.o)
             flat = flat_storage(result.o)
-            judge.exactly("tails", case, "o", flat, torch.full_like(flat, float("nan")), pad, "O pad columns (never written)")
+            judge.exactly("tails", case, "o", flat, torch.full_like(flat, float("nan")), pad, "O pad columns (never written)", check="pad columns")
         for quantity, got in (("o", result.o), ("lse", result.lse)):
             live = row_mask(case, inputs, quantity, got.shape)
-            judge.exactly("tails", case, quantity, torch.isnan(got), torch.zeros_like(got, dtype=torch.bool), live, "live outputs (poison left or NaN produced)", regions)
+            judge.exactly("tails", case, quantity, torch.isnan(got), torch.zeros_like(got, dtype=torch.bool), live, "live outputs (poison left or NaN produced)", regions, check="no nan")
         return {}
 
     return finish("tails", case, start, judged, compile=result.compile.to_dict(), notes={**result.notes, "initialize_outputs": init})
