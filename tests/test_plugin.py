@@ -212,14 +212,18 @@ def test_another_case():
     assert entry["exercised"] == 3 and entry["repro"].startswith("sdpa-conformance repro ")
 
 
-def test_a_stale_finding_fails_the_run_naming_the_entry(project):
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "xdist"])
+def test_a_stale_finding_fails_the_run_naming_the_entry(project, workers):
     project.makefile(".toml", known_findings=PADDED_Q_FINDING)
     project.makepyfile(test_toy=TOY + f"""
 def test_padded_rows_are_fine_now():
     assert nan_rows({PADDED}).outcome == "passed"  # exercises the finding: there are padded rows to show it on
+
+def test_something_else():
+    assert nan_rows(Case(s_q=2, s_kv=2)).outcome == "passed"
 """)
-    result = _run(project)  # strict by default, no -W option
-    result.assert_outcomes(passed=1)
+    result = _run(project, *workers)  # strict by default, no -W option
+    result.assert_outcomes(passed=2)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["ERROR stale known finding: known_findings.toml:3: known finding 'padded-q-nan' did not reproduce: 1 example(s) it selects ran*"])
     s = _report(project)
