@@ -175,15 +175,18 @@ def repro(args) -> int:
         raise Usage(f"{args.file}: case file field 'property': {prop!r} is not one of {', '.join(PROPERTIES)}")
     import kernels
 
+    from conformance.ground import findings
+
     adapter = kernels.get_adapter(adapter_name)
     try:
-        obs = PROPERTIES[prop](case, adapter=adapter, **params)
+        with findings.applied([]):  # repro applies no findings: it shows every discrepancy
+            obs = PROPERTIES[prop](case, adapter=adapter, **params)
     except PropertyFailure as failure:
         print(f"\nFAIL {prop}: {failure.summary}")
         for line in format_detail(failure.detail):
             print(line)
-        _known_finding_note(prop, case)
-        print("\nstill fails (exit 1)")
+        covered = _known_finding_note(failure, params)
+        print("\nstill fails" + (", as the known findings describe" if covered else "") + " (exit 1)")
         return 1
     except (NoGPU, Unsupported) as e:  # Unsupported: this adapter cannot run what the case file asks (--adapter)
         raise Usage(str(e)) from None
@@ -193,27 +196,30 @@ def repro(args) -> int:
         traceback.print_exc()
         print(f"\nFAIL {prop}: raised {type(e).__name__}: {e}\n\nstill fails (exit 1)")
         return 1
-    if obs.outcome == "xfailed":  # a finding declared in code (contract table) still reproduces
-        print(f"\nXFAIL {prop} (known finding {obs.finding}): {obs.notes.get('summary', '')}\n\nstill fails, as known (exit 1)")
-        return 1
     ratios = "   ".join(f"{q} error/bound {_fmt(r)}" for q, r in (obs.ratios or {}).items())
     print(f"\nPASS {prop}" + (f": {ratios}" if ratios else "") + "\n\npasses now (exit 0)")
     return 0
 
 
-def _known_finding_note(prop: str, case) -> None:
-    """Say so when the failure is an expected one (repro itself applies no findings)."""
+def _known_finding_note(failure, params: dict) -> bool:
+    """Name the known finding (./known_findings.toml) that describes each
+    failed check, if any; True when every failed check has one."""
     from conformance.ground import findings
 
     path = "known_findings.toml"
-    if os.path.isfile(path):
-        try:
-            entries = findings.load(path)
-        except findings.FindingsError:
-            return
-        for f in entries:
-            if f.matches(prop, case):
-                print(f"  known finding {f.id}: {f.reason}")
+    if not os.path.isfile(path):
+        return False
+    try:
+        entries = findings.load(path)
+    except findings.FindingsError as e:
+        print(f"  ({e})")
+        return False
+    verdict = findings.judge(failure.property, failure.case, failure.failures, entry=params.get("entry"), entries=entries)
+    for x, f in verdict.excused:
+        print(f"  {x.check}: known finding {f.id} ({f.source}): {f.reason}")
+    for x in verdict.unexcused:
+        print(f"  {x.check}: no known finding describes it")
+    return not verdict.unexcused
 
 
 # ----------------------------------------------------------------- report
@@ -226,7 +232,7 @@ def report(args) -> int:
     summary, paths = reports.build(args.dir)
     for w in summary["warnings"]:
         print(f"warning: {w}", file=sys.stderr)
-    failing = sum(1 for f in summary["failures"] if not f.get("finding"))
+    failing = len(summary["failures"])
     print(f"{summary['run']['examples']} examples, {summary['tests']['total']} tests, {failing} failing case(s)")
     for p in paths.values():
         print(display_path(p))

@@ -12,9 +12,10 @@ runs until a property fails; Hypothesis shrinks the failing case.
 Verdicts: ``killed`` (a PropertyFailure), ``error`` (the mutated kernel
 raised or crashed: killed by crash, listed apart), ``survived`` (nothing
 failed within the budget), ``stale`` (a rewrite does not match exactly once:
-never counted). Known findings stay excused: a property turns a failure on
-one into an ``xfailed`` observation, and a failure in a test the findings
-file selects by node id is excused here too. The control must survive
+never counted). Known findings (the file's, conformance.ground.findings)
+excuse exactly the failures they describe, as in a pytest run: a property
+whose failed checks are all excused returns an ``xfailed`` observation; any
+other failure of the same example kills. The control must survive
 everything, else the run is invalid. Kill rate = (killed + error) /
 (mutants - stale). Writes mutants.json and mutants.md to --report-dir.
 Exit: 0 control survived and kill rate >= --goal; 1 otherwise (or --list
@@ -165,7 +166,7 @@ def _settings(profile: str, kind: Kind):
 class _Search:
     examples: int = 0  # checked before the first failure
     shrinks: int = 0  # checked after it (Hypothesis shrinking)
-    excused: int = 0  # xfailed observations and node-id findings
+    excused: int = 0  # xfailed observations: every failed check excused by a known finding
     cut: bool = False
     first: Optional[tuple] = None  # (case, failure, seconds since the mutant started)
     last: Optional[tuple] = None  # the shrunk one: Hypothesis replays it last
@@ -176,7 +177,6 @@ def search(kind: Kind, adapter, flavors, *, profile: str, until: float, t0: floa
     failure was seen (then Hypothesis shrinks, within MAX_SHRINKING_SECONDS)."""
     from hypothesis import given, strategies as st, target
 
-    from conformance.ground import findings
     from conformance.ground.outcome import Unsupported
     from conformance.properties import NoGPU
 
@@ -198,9 +198,6 @@ def search(kind: Kind, adapter, flavors, *, profile: str, until: float, t0: floa
         except (NoGPU, Unsupported):  # the adapter cannot run this kind: no verdict, not a kill
             raise
         except Exception as failure:  # noqa: BLE001 - a crash of the mutated kernel is a verdict
-            if findings.match_node(node_id(kind, case, drawn)):  # the plugin marks that whole test xfail
-                state.excused += 1
-                return
             hit = (case, failure, time.perf_counter() - t0)
             state.first, state.last = state.first or hit, hit
             raise

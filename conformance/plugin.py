@@ -1,14 +1,16 @@
 """The pytest plugin of sdpa-conformance (pytest11 entry point ``sdpa_conformance``).
 
-Options, the environment header, the ``adapter`` and ``gpu`` fixtures, known
-findings at collection, and the recording of every run:
+Options, the environment header, the ``adapter`` and ``gpu`` fixtures, the
+known findings in force (conformance.ground.findings), and the recording of
+every run:
 
 - every process (xdist controller and workers) appends to its own shard
   (conformance.properties.recorder); properties record their examples there;
 - the process that runs a failing test writes the case file of the failing
   case and appends its one-line repro command to the failure report;
 - the controller alone records test outcomes (it sees every report exactly
-  once) and, at the end, merges the shards and renders the reports.
+  once) and, at the end, merges the shards, renders the reports, and fails
+  the run if a known finding its examples exercised never reproduced (stale).
 
 Nothing here imports torch or cudnn at import time: ``--kernels-source``
 must be applied before cudnn is first imported, and CPU-only runs stay fast.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -35,12 +38,7 @@ from reports import casefile, shards
 
 DEFAULT_REPORT_DIR = "sdpa-report"
 FINDINGS_FILE = "known_findings.toml"
-XFAIL_PREFIX = "known finding "
 PATH_OPTIONS = ("--report-dir", "--kernels-source", "--known-findings")
-
-
-class UnmatchedFindingWarning(pytest.PytestWarning):
-    """A known finding matched nothing in the run (``-W error::...`` makes CI strict)."""
 
 
 @dataclass
@@ -169,7 +167,7 @@ def pytest_configure(config):
     loaded = []
     if run.findings_file is not None:
         try:
-            loaded = findings.load(run.findings_file)
+            loaded = findings.load(run.findings_file, name=casefile.display_path(run.findings_file))
         except findings.FindingsError as e:
             raise pytest.UsageError(str(e)) from None
     previous_findings = findings.activate(loaded)
@@ -291,11 +289,6 @@ def _adapter_used(item, run: Run) -> dict:
     return {"adapter": run.adapter, "sm80_compat": run.sm80_compat}
 
 
-def _finding_id(reason: str) -> Optional[str]:
-    m = re.match(re.escape(XFAIL_PREFIX) + r"(\S+?):", reason or "")
-    return m.group(1) if m else None
-
-
 def _outcome(report, so_far: Optional[str]) -> Optional[str]:
     wasxfail = hasattr(report, "wasxfail")
     if report.when in ("call", "???"):  # "???": xdist's report for a test whose worker crashed
@@ -311,22 +304,13 @@ def _outcome(report, so_far: Optional[str]) -> Optional[str]:
     return "error" if report.failed else so_far  # teardown
 
 
-def _entry_location(path: Optional[Path], finding_id: str) -> tuple:
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, AttributeError):
-        return str(path or FINDINGS_FILE), 0
-    pattern = re.compile(r"""["']?id["']?\s*[=:]\s*["']""" + re.escape(finding_id) + """["']""")
-    return str(path), next((n for n, line in enumerate(lines, 1) if pattern.search(line)), 0)
-
-
 class Recording:
     """The run-time hooks of one run, bound to its config."""
 
     def __init__(self, config, run: Run):
         self.config, self.run = config, run
         self.controller = run.worker is None
-        self.errors = []  # unmatched known findings, when that warning is an error
+        self.errors = []  # stale known findings: they fail the run
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node):
@@ -340,13 +324,10 @@ class Recording:
         if self.run.recording:
             recorder.close_shard(previous_recorder)
 
-    @pytest.hookimpl(tryfirst=True)  # before -k/-m deselection: a deselected test still keeps its entry live
+    @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(self, items):
         mapping = {}
         for item in items:
-            for f in findings.match_node(item.nodeid):
-                recorder.note_finding(f.id, "test")
-                item.add_marker(pytest.mark.xfail(reason=f"{XFAIL_PREFIX}{f.id}: {f.reason}", strict=False))
             mapping[item.nodeid] = _property_of(item)
         recorder.write({"kind": "collected", "tests": mapping})
 
@@ -370,17 +351,16 @@ class Recording:
             return report
         exc = call.excinfo.value
         text = "\n".join([*getattr(exc, "__notes__", []), getattr(item, "hypothesis_report_information", ""), str(report.longrepr)])
-        finding = _finding_id(report.wasxfail) if xfailed else None
         cases = _failing_cases(exc)
         env = dict(environment(self.run), **_adapter_used(item, self.run))
         hyp, commands = _hypothesis(item, text), []
         for prop, case, params, summary, detail in cases:
             path = casefile.write(self.run.report_dir, property=prop, case=case.to_dict(), params=params, summary=summary, detail=detail, nodeid=item.nodeid,
-                                  environment=env, hypothesis=hyp, finding=finding, digest=casefile.inputs_digest(case),
+                                  environment=env, hypothesis=hyp, digest=casefile.inputs_digest(case),
                                   needs_gpu="gpu" in getattr(item, "fixturenames", ()))
             cmd = casefile.repro_command(path)
             recorder.write({"kind": "failure", "nodeid": item.nodeid, "property": prop, "case": case.to_dict(), "params": params, "summary": summary,
-                            "case_file": str(path), "repro": cmd, "finding": finding, "hypothesis": hyp})
+                            "case_file": str(path), "repro": cmd, "hypothesis": hyp})
             commands.append(cmd if len(cases) == 1 else f"{cmd}    # {prop}: {summary[:120]}")
         if commands and report.failed:
             title, body = "sdpa-conformance: reproduce with", "\n".join(commands)
@@ -395,12 +375,9 @@ class Recording:
         (its own, or the ones xdist forwards from workers)."""
         if not (self.controller and self.run.recording):
             return
-        st = self.run.pending.setdefault(report.nodeid, {"outcome": None, "duration": 0.0, "message": "", "findings": []})
+        st = self.run.pending.setdefault(report.nodeid, {"outcome": None, "duration": 0.0, "message": ""})
         st["outcome"] = _outcome(report, st["outcome"])
         st["duration"] += getattr(report, "duration", 0.0) or 0.0
-        fid = _finding_id(getattr(report, "wasxfail", ""))
-        if fid:
-            st["findings"] = [fid]
         if report.failed and not st["message"]:
             crash = getattr(report.longrepr, "reprcrash", None)
             st["message"] = (crash.message if crash is not None else str(report.longrepr))[:500]
@@ -417,10 +394,17 @@ class Recording:
             return
         for nodeid in list(run.pending):  # interrupted (-x, Ctrl-C) before teardown
             self._flush_test(nodeid)
+        # Strict known findings, judged on the examples of every process (not
+        # on the rendered report: a report that fails to render hides nothing).
+        if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+            records, _ = shards.read(run.report_dir, run.run_id)
+            self.errors = findings.stale(findings.statuses(findings.active(), (r for r in records if r.get("kind") == "obs")))
+            if self.errors:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
         end = time.time()
         env = environment(run)
         recorder.write({"kind": "session", "environment": env, "start": run.start, "end": end, "wall_seconds": end - run.start,
-                        "exitstatus": int(exitstatus), "findings": [f.to_dict() for f in findings.active()],
+                        "exitstatus": int(session.exitstatus), "findings": [f.to_dict() for f in findings.active()],
                         "findings_file": str(run.findings_file) if run.findings_file else None, "args": list(self.config.invocation_params.args)})
         import reports
 
@@ -428,28 +412,19 @@ class Recording:
             run.summary, run.paths = reports.build(run.report_dir, run.run_id)
         except Exception as e:  # noqa: BLE001 - a broken report must not hide the test results
             warnings.warn(pytest.PytestWarning(f"sdpa-conformance: rendering the report failed: {type(e).__name__}: {e}"))
-            return
-        for entry in run.summary["findings"]["unmatched"]:
-            # Pointed at the entry's line, so the warnings summary says where to edit.
-            filename, lineno = _entry_location(run.findings_file, entry["id"])
-            try:
-                warnings.warn_explicit(UnmatchedFindingWarning(entry["message"]), None, filename, lineno)
-            except UnmatchedFindingWarning as e:  # -W error::...: a stale entry fails the run, without a traceback
-                self.errors.append(f"{filename}:{lineno}: {e}")
-        if self.errors and session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter):
-        s = self.run.summary
-        if s is None:
+        s, tr = self.run.summary, terminalreporter
+        if s is None and not self.errors:
             return
-        tr, rate = terminalreporter, s["run"]["examples_per_minute"]
         tr.write_sep("-", "sdpa-conformance")
-        failing = sum(1 for f in s["failures"] if not f.get("finding"))
-        tr.write_line(f"{s['run']['examples']} examples" + (f" ({rate:.0f}/min)" if rate else "")
-                      + f", {failing} failing case(s); report: {casefile.display_path(self.run.paths['html'])}")
-        for f in s["failures"]:
-            tag = f"known finding {f['finding']}" if f.get("finding") else f["property"]
-            tr.write_line(f"  {f['repro']}    # {tag}: {(f.get('summary') or '')[:100]}")
-        for e in self.errors:
-            tr.write_line(f"ERROR {e}", red=True)
+        if s is not None:
+            rate = s["run"]["examples_per_minute"]
+            counts = {k: sum(1 for e in s["findings"]["entries"] if e["status"] == k) for k in (findings.REPRODUCED, findings.STALE, findings.NOT_EXERCISED)}
+            tr.write_line(f"{s['run']['examples']} examples" + (f" ({rate:.0f}/min)" if rate else "")
+                          + f", {len(s['failures'])} failing case(s); known findings: " + ", ".join(f"{n} {k}" for k, n in counts.items())
+                          + f"; report: {casefile.display_path(self.run.paths['html'])}")
+            for f in s["failures"]:
+                tr.write_line(f"  {f['repro']}    # {f['property']}: {(f.get('summary') or '')[:100]}")
+        for e in self.errors:  # stale known findings: they failed the run
+            tr.write_line(f"ERROR stale known finding: {e}", red=True)

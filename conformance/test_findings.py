@@ -1,8 +1,13 @@
-"""Each recorded finding still reproduces from its saved case file.
+"""Each recorded finding still reproduces from its saved case file, exactly.
 
-A finding is a real kernel discrepancy kept as an expected failure
-(known_findings.toml); its shrunk case lives in findings/. When the kernel
-is fixed this test fails, and the finding (entry and file) must go.
+A finding is a real kernel discrepancy kept in known_findings.toml; its
+shrunk case lives in findings/. Replayed with no finding in force, the
+property must fail, and every check that fails must be one this finding
+excuses (the finding describes the whole discrepancy of the case, nothing
+else fails); replayed with the finding in force, the example is an xfailed
+observation naming exactly it. When the kernel is fixed this test fails,
+and the finding (entry and file) must go. (tests/test_known_findings.py
+checks on CPU that each file names an entry that selects its case.)
 """
 
 import glob
@@ -10,6 +15,7 @@ import os
 
 import pytest
 
+from conformance.ground import findings
 from conformance.ground.case import load_case_file
 from conformance.ground.outcome import PropertyFailure
 from conformance.properties import PROPERTIES
@@ -20,10 +26,19 @@ FILES = sorted(glob.glob(os.path.join(ROOT, "findings", "*.json")))
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("path", FILES, ids=[os.path.basename(p)[:-5] for p in FILES])
-def test_finding_reproduces(path, gpu):
+def test_finding_reproduces_exactly(path, gpu):
     from kernels import get_adapter
 
     case, doc = load_case_file(path)
-    with pytest.raises(PropertyFailure) as failure:
-        PROPERTIES[doc["property"]](case, get_adapter(doc["adapter"]), **doc["params"])
-    print(f"{doc['finding']}: {failure.value.summary}")
+    (entry,) = [f for f in findings.load(os.path.join(ROOT, "known_findings.toml")) if f.id == doc["finding"]]
+    check, adapter, params = PROPERTIES[doc["property"]], get_adapter(doc["adapter"]), doc["params"]
+
+    with findings.applied([]), pytest.raises(PropertyFailure) as failure:
+        check(case, adapter, **params)
+    verdict = findings.judge(doc["property"], case, failure.value.failures, entry=params.get("entry"), entries=[entry])
+    assert verdict.excused and not verdict.unexcused, [x.summary for x in verdict.unexcused]
+
+    with findings.applied([entry]):
+        obs = check(case, adapter, **params)
+    assert obs.outcome == "xfailed" and obs.findings == [entry.id], (obs.outcome, obs.findings)
+    print(f"{entry.id}: {failure.value.summary}")

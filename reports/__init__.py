@@ -27,14 +27,11 @@ def build(report_dir, run_id=None) -> tuple:
         path = casefile.write(report_dir, property=b["property"], case=b["case"], params=b.get("params"), summary=text, nodeid=u["nodeid"],
                               environment=env | (b.get("context") or {}))
         s["failures"].append({"kind": "failure", "nodeid": u["nodeid"], "property": b["property"], "case": b["case"], "summary": text, "case_file": str(path), "repro": casefile.repro_command(path)})
-    # One replayable example per known finding: an xfailed test's case file,
-    # else (case-level findings) the first xfailed example's, written here.
-    xfailed_tests = {f["finding"]: f for f in reversed(s["failures"]) if f.get("finding")}
+    # One replayable example per reproduced known finding: the first example
+    # it excused, written here.
     for e in s["findings"]["entries"]:
         r = s["_first_xfailed"].get(e["id"])
-        if e["id"] in xfailed_tests:
-            e["repro"] = xfailed_tests[e["id"]]["repro"]
-        elif r is not None:
+        if r is not None:
             why = (r.get("notes") or {}).get("summary") or e["reason"]
             path = casefile.write(report_dir, property=r["property"], case=r["case"], params=r.get("params"), summary=why, nodeid=r.get("test"),
                                   environment=env | (r.get("context") or {}), finding=e["id"])

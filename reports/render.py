@@ -59,7 +59,7 @@ def _run(s: dict) -> list:
 
 
 def _failures(s: dict) -> list:
-    real = [f for f in s["failures"] if not f.get("finding")]
+    real = s["failures"]
     out = [("h", 2, f"Failures ({len(real)})")]
     for f in real:
         hyp = f.get("hypothesis") or {}
@@ -69,23 +69,16 @@ def _failures(s: dict) -> list:
     return out if real else out + [("p", "None.")]
 
 
-def _selector(e: dict) -> str:
-    if e.get("nodeid"):
-        return e["nodeid"]
-    parts = [f"rule {e['rule']}"] if e.get("rule") else []
-    parts += [f"property {e['property']}"] if e.get("property") else []
-    parts += [f"{k}={v!r}" for k, v in (e.get("when") or {}).items()]
-    return ", ".join(parts) or e.get("kind", "")
-
-
 def _findings(s: dict) -> list:
     fnd = s["findings"]
     out = [("h", 2, "Known findings" + (f" ({fnd['file']})" if fnd.get("file") else ""))]
     if not fnd["entries"]:
-        return out + [("p", "No known findings loaded or matched.")]
-    rows = [[e["id"], _selector(e), e["status"], f"{e['xfailed_tests']}" + (f" ({e['xpassed_tests']} xpassed)" if e["xpassed_tests"] else ""),
-             e["xfailed_examples"], e["reason"], e.get("repro") or "-"] for e in fnd["entries"]]
-    return out + [("table", ["id", "selects", "status", "xfailed tests", "xfailed examples", "reason", "repro"], rows)]
+        return out + [("p", "No known findings in force.")]
+    rows = [[e["id"], e.get("source") or "-", e.get("selects") or "-", e["status"], e["exercised"], e["reproduced"], e["reason"], e.get("repro") or "-"]
+            for e in fnd["entries"]]
+    return out + [("table", ["id", "entry", "excuses", "status", "examples exercising it", "examples it excused", "reason", "repro"], rows),
+                  ("p", "reproduced: it excused the failure it describes; stale: examples exercised it and none failed so "
+                        "(the run fails: remove or correct the entry); not exercised: no example of this run could show it.")]
 
 
 def _properties(s: dict) -> list:

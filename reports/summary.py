@@ -6,14 +6,15 @@ Who writes what (so that nothing is counted twice):
   property check it raised; the case file is already written).
 - ``collected``: each process that collected tests (xdist workers all
   collect the same items: merged as a mapping, not summed).
-- ``finding``: any process where a known finding matched (merged as a set).
+- known findings: each ``obs`` lists the findings it exercised and the ones
+  that excused a failed check; conformance.ground.findings.statuses turns
+  them into reproduced / stale / not exercised (the rule the plugin enforces).
 - ``test`` and ``session``: only the controller, which sees every test
   report exactly once (its own, or the one forwarded by a worker).
 """
 
 from __future__ import annotations
 
-import fnmatch
 import math
 from collections import Counter, defaultdict
 from typing import Dict, List, Optional
@@ -50,7 +51,7 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
     props: Dict[str, dict] = defaultdict(lambda: {"examples": 0, "passed": 0, "failed": 0, "xfailed": 0, "ratios": defaultdict(list), "compile": Counter(), "seconds": 0.0})
     test_props: Dict[str, set] = defaultdict(set)
     last_begin: Dict[str, dict] = {}
-    begun, obs_list, collected, matched = [], [], {}, set()
+    begun, obs_list, collected = [], [], {}
     tests: Dict[str, dict] = {}
     failures: Dict[tuple, dict] = {}
     times = []
@@ -76,12 +77,8 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
                     p["compile"][k] += v
             p["seconds"] += r.get("seconds") or 0.0
             obs_list.append(r)
-            if r.get("finding"):
-                matched.add(r["finding"])
         elif kind == "collected":
             collected.update(r.get("tests", {}))
-        elif kind == "finding":
-            matched.add(r["id"])
         elif kind == "test":
             tests[r["nodeid"]] = r  # the controller writes one per test; last wins if re-run
         elif kind == "failure":
@@ -127,11 +124,11 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
     if wall is None and times:
         wall = max(times) - min(times)
     slowest = sorted(obs_list, key=lambda r: -(r.get("seconds") or 0.0))[:SLOWEST]
-    xfailed = [r for r in obs_list if r.get("outcome") == "xfailed" and r.get("finding")]
-    first_xfailed = {}
-    for r in xfailed:
-        first_xfailed.setdefault(r["finding"], r)
-    findings = _findings(session, matched, begun, collected, tests, xfailed, first_xfailed, warnings)
+    first_xfailed = {}  # finding id -> the first example it excused
+    for r in obs_list:
+        for fid in r.get("findings") or ():
+            first_xfailed.setdefault(fid, r)
+    findings = _findings(session, obs_list, warnings)
     return {
         "schema": 1,
         "environment": session.get("environment", {}),
@@ -151,7 +148,7 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
             {"property": r["property"], "test": r.get("test"), "seconds": r.get("seconds"), "outcome": r.get("outcome"), "compile_seconds": (r.get("compile") or {}).get("seconds"), "case": r["case"]}
             for r in slowest
         ],
-        "failures": sorted(failures.values(), key=lambda f: (f.get("finding") is not None, f.get("property") or "", f.get("nodeid") or "")),
+        "failures": sorted(failures.values(), key=lambda f: (f.get("property") or "", f.get("nodeid") or "")),
         "unrecorded_failures": unrecorded,
         "findings": findings,
         "warnings": warnings,
@@ -166,54 +163,12 @@ def _compile(c: Counter) -> dict:
     return {"compiles": c.get("misses", 0), "hits": c.get("hits", 0), "memo_hits": c.get("memo_hits", 0), "thd_lru_misses": c.get("thd_lru_misses", 0), "modules": c.get("modules", 0), "seconds": c.get("seconds", 0.0)}
 
 
-def _findings(session: dict, matched: set, begun: list, collected: dict, tests: dict, xfailed: list, first_xfailed: dict, warnings: list) -> dict:
-    """Loaded entries, which matched, and the ones to warn about.
+def _findings(session: dict, observations: list, warnings: list) -> dict:
+    """The run's known findings with their status (conformance.ground.findings.statuses):
+    reproduced, stale (exercised, never reproduced: the plugin failed the
+    run), or not exercised (a subset or CPU-only run)."""
+    from conformance.ground.findings import STALE, stale, statuses
 
-    Warned: a node-id entry that selected no test of a module the run
-    collected (renamed or removed test), and an example entry whose selected
-    examples ran without the discrepancy showing (the kernel may be fixed).
-    An entry with nothing of its to look at (its module not collected, none
-    of its examples drawn: a subset run, a CPU-only run) is listed as not
-    exercised, not warned.
-    """
-    from conformance.ground.findings import FindingsError, parse
-
-    entries = session.get("findings", [])
-    try:
-        loaded = parse({"finding": [{k: v for k, v in e.items() if k != "kind"} for e in entries]}, "session findings")
-    except FindingsError as e:
-        warnings.append(f"known findings recorded by the run cannot be read back: {e}")
-        loaded = []
-    by_test = defaultdict(Counter)  # finding id -> test outcomes of the tests it marked
-    for t in tests.values():
-        for fid in t.get("findings", []):
-            by_test[fid][t["outcome"]] += 1
-    by_example = Counter(r["finding"] for r in xfailed)
-    out, unmatched = [], []
-    for f in loaded:
-        if f.nodeid:  # the collected tests of the module(s) its node id names
-            module = f.nodeid.split("::", 1)[0]
-            selected = sum(1 for n in collected if n.split("::", 1)[0] == module or fnmatch.fnmatchcase(n.split("::", 1)[0], module))
-        else:
-            selected = sum(1 for prop, c in begun if f.matches(prop, c))
-        status = "matched" if f.id in matched else ("not exercised" if selected == 0 else "unmatched")
-        out.append(f.to_dict() | {
-            "status": status,
-            "xfailed_tests": by_test[f.id]["xfailed"],
-            "xpassed_tests": by_test[f.id]["xpassed"],
-            "xfailed_examples": by_example[f.id],
-            "selected": selected,  # collected tests of its module / examples it selects
-        })
-        if status == "unmatched":
-            why = (f"selects none of the {selected} collected tests of its module (renamed or removed?)" if f.nodeid
-                   else f"{selected} selected example(s) ran and none failed (fixed? then remove the entry)")
-            msg = f"known finding {f.id!r} ({f.describe()}) matched nothing in this run: {why}"
-            unmatched.append({"id": f.id, "message": msg})
-            warnings.append(msg)
-    # Findings declared in code (e.g. the contract table's "contract:<rule>@<entry>")
-    # reach the report only through their xfailed examples.
-    for fid in sorted(set(by_example) - {f.id for f in loaded}):
-        reason = (first_xfailed[fid].get("notes") or {}).get("summary") or "(declared in code, not in the findings file)"
-        out.append({"id": fid, "kind": "declared in code", "reason": reason, "status": "matched",
-                    "xfailed_tests": 0, "xpassed_tests": 0, "xfailed_examples": by_example[fid], "selected": None})
-    return {"file": session.get("findings_file"), "entries": out, "unmatched": unmatched}
+    entries = statuses(session.get("findings", []), observations)
+    warnings.extend(stale(entries))
+    return {"file": session.get("findings_file"), "entries": entries, "stale": [e["id"] for e in entries if e["status"] == STALE]}

@@ -133,3 +133,33 @@ def test_report_subcommand(tmp_path, capsys):
     assert "not a directory" in capsys.readouterr().err
     assert cli.main(["report", str(tmp_path)]) == 0
     assert "report.html" in capsys.readouterr().out and (tmp_path / "report.json").is_file()
+
+
+def test_repro_applies_no_finding_but_names_the_one_describing_each_failed_check(tmp_path, capsys, monkeypatch):
+    import torch
+
+    import kernels
+    from conformance import properties
+    from conformance.ground import findings
+
+    padded = Case(s_q=3, s_kv=3, seq_q_lens=(1,))
+
+    def toy(case, adapter=None):
+        assert findings.active() == []  # nothing in force while replaying
+        nan = torch.zeros(1, 1, 3, 64, dtype=torch.bool)
+        nan[0, 0, 1:] = True  # O rows past seq_q_len
+        live = PropertyFailure("tails", case, "LSE row 0 NaN", {"quantity": "lse"}, check="no nan", where=torch.tensor([[[True, False, False]]]))
+        failure = PropertyFailure("tails", case, "O padded rows NaN", {"quantity": "o"}, check="no nan", where=nan)
+        failure.failures = [failure, live]
+        raise failure
+
+    (tmp_path / "known_findings.toml").write_text('[[finding]]\nid = "q-rows"\nreason = "padded rows NaN"\nproperty = "tails"\n'
+                                                   'check = "no nan"\nquantity = "o"\nregion = "padded_q_rows"\n')
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(properties.PROPERTIES, "tails", toy)
+    monkeypatch.setattr(kernels, "get_adapter", lambda name=None, **kw: _Adapter())
+    path = casefile.write(tmp_path, property="tails", case=padded.to_dict(), params={}, summary="was bad", environment={"mode": "compile-only (no GPU)"}, needs_gpu=False)
+    assert cli.main(["repro", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "no nan: known finding q-rows (known_findings.toml:1): padded rows NaN" in out
+    assert "no nan: no known finding describes it" in out and "still fails (exit 1)" in out

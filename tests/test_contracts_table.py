@@ -11,7 +11,7 @@ import re
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from conformance.ground import contracts
+from conformance.ground import contracts, findings
 from conformance.ground.contracts import CONFIG, ENTRY_POINTS, RULES, TAMPERS, WRAPPER, Rule, broken_rules
 from kernels.config import run_config
 from strategies import cases, violating_cases
@@ -22,6 +22,17 @@ IDS = [r.name for r in RULES]
 
 def _base(r: Rule):
     return cases(layouts=(r.layout,) if r.layout else ("dense", "thd"))
+
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+FINDINGS = findings.load(ROOT / "known_findings.toml")
+
+
+def _rejects_finding(name: str, entry: str):
+    """The known finding of what ``entry`` does instead of rejecting rule ``name`` (None: it conforms)."""
+    found = [f for f in FINDINGS if f.rule == name and f.entry == entry and f.check == "rejects"]
+    assert len(found) <= 1, [f.id for f in found]
+    return found[0] if found else None
 
 
 # ---------------------------------------------------------------- well-formed
@@ -53,10 +64,9 @@ def test_rule_is_well_formed(r: Rule):
     for target, e in r.expect.items():
         assert isinstance(e.exception, type) and issubclass(e.exception, Exception), target
         assert e.fragment.strip(), f"{target}: empty fragment"
-        if e.known_finding is None:
-            assert e.observed is None and not e.unsafe_launch, f"{target}: observed/unsafe_launch without a finding"
-        else:
-            assert len(e.known_finding) > 40 and re.search(r"\.py:\d+", e.known_finding), f"{target}: finding cites no source"
+        if e.unsafe_launch:  # only what the kernels accept is unsafe to launch
+            f = _rejects_finding(r.name, target)
+            assert f is not None and f.observed == findings.ACCEPTED, f"{target}: unsafe_launch without an 'accepted' known finding"
     assert r.tamper is None or r.tamper in TAMPERS
     assert set(r.params) <= {f.name for f in dataclasses.fields(TemplateParams)}
     if r.params or r.flavor:
@@ -66,11 +76,18 @@ def test_rule_is_well_formed(r: Rule):
         assert r.tamper or r.params or r.flavor
 
 
+def test_contract_findings_cite_their_source():
+    contract = [f for f in FINDINGS if f.rule is not None]
+    assert len(contract) >= 19
+    for f in contract:
+        assert len(f.reason) > 40 and re.search(r"cudnn/[\w/]+\.py[^:]*:\d+", f.reason), f"{f.id}: cites no source"
+
+
 def test_cited_source_lines_exist():
     import cudnn
 
     site = pathlib.Path(cudnn.__file__).resolve().parents[1]
-    texts = [r.why for r in RULES] + [e.known_finding or "" for r in RULES for e in r.expect.values()]
+    texts = [r.why for r in RULES] + [f.reason for f in FINDINGS]
     cited = {(m[0], int(m[1])) for t in texts for m in re.findall(r"(cudnn/[\w/]+\.py)[^:]*?:(\d+)", t)}
     assert cited
     for path, line in cited:
@@ -122,19 +139,21 @@ CONFIG_RULES = [r for r in RULES if CONFIG in r.expect]
 @pytest.mark.parametrize("r", CONFIG_RULES, ids=[r.name for r in CONFIG_RULES])
 def test_config_rule_on_cpu(r: Rule):
     e = r.expect[CONFIG]
+    finding = _rejects_finding(r.name, CONFIG)
 
     @settings(max_examples=6, **FIXED)
     @given(_base(r))
     def check(valid):
         bad = r.transform(valid)
-        if e.known_finding and e.observed is None:
+        if finding is not None and finding.observed == findings.ACCEPTED:
             run_config(r, bad)  # the finding: accepted
             return
-        expected = e.observed if e.known_finding else e.exception
-        with pytest.raises(expected) as info:
+        with pytest.raises(Exception) as info:
             run_config(r, bad)
-        if not e.known_finding:
-            assert e.fragment in str(info.value)
+        if finding is not None:  # the finding: this exception type instead
+            assert type(info.value).__name__ == finding.observed
+        else:
+            assert isinstance(info.value, e.exception) and e.fragment in str(info.value)
 
     check()
 
@@ -191,13 +210,12 @@ def _bind_bias(bias_shape, bias_dtype, item):
 @pytest.mark.parametrize("name,dtype,size", [("bias_dtype_float64", "float64", 8), ("bias_dtype_int32", "int32", 4), ("bias_dtype_other_half", "bfloat16", 2)])
 def test_wrapper_bias_dtype_rules_on_the_binder(name, dtype, size):
     e = contracts.rule(name).expect[WRAPPER]
-    assert e.known_finding is None
+    assert _rejects_finding(name, WRAPPER) is None  # the wrapper rejects these (late: a compiles-first finding)
     with pytest.raises(e.exception, match=e.fragment):
         _bind_bias((1, 2, 4, 4), dtype, size)
 
 
 def test_wrapper_bias_batch_finding_on_the_binder():
-    e = contracts.rule("bias_batch_gt_1").expect[WRAPPER]
-    assert e.known_finding and e.observed is None
+    assert _rejects_finding("bias_batch_gt_1", WRAPPER).observed == findings.ACCEPTED
     _bind_bias((1, 2, 4, 4), "float16", 2)  # the declared shape binds
     _bind_bias((2, 2, 4, 4), "float16", 2)  # the finding: a batch-2 bias binds too

@@ -1,5 +1,7 @@
 """The pytest plugin, driven through pytester on tiny generated test files
-whose "property" is a stand-in that records through the real recorder."""
+whose "property" is a stand-in judged and recorded through the real judge,
+finish() and recorder; known findings end to end (exactly the described
+failure is excused, strict by default, subset runs, malformed files)."""
 
 from __future__ import annotations
 
@@ -24,27 +26,62 @@ def pytest_addhooks(pluginmanager):
 """
 
 TOY = """
+import time
+
 import pytest
+import torch
 from hypothesis import Phase, given, settings, strategies as st
-from conformance.ground import findings
-from conformance.properties import recorder
+from conformance.properties import judge, recorder
+from conformance.properties.common import finish
 from conformance.ground.case import Case
-from conformance.ground.outcome import Observation, PropertyFailure
+from conformance.ground.outcome import PropertyFailure
 
 def check(case):
     recorder.begin("toy", case, limit=3)
-    obs = Observation("toy", case, ratios={"o": case.s_q / 4})
-    if case.s_q > 3:
-        obs.notes["summary"] = "s_q > 3"
-        known = findings.match("toy", case)
-        if known is None:
-            obs.outcome = "failed"
-            recorder.observe(obs)
+
+    def judged():
+        if case.s_q > 3:
             raise PropertyFailure("toy", case, f"O: s_q {case.s_q} > 3", {"quantity": "o", "worst": []})
-        obs.outcome, obs.finding = "xfailed", known.id
-    recorder.observe(obs)
-    return obs
+        return {"o": case.s_q / 4}
+
+    return finish("toy", case, time.perf_counter(), judged)
+
+def nan_rows(case, *where):
+    # A stand-in tails property judged through the real judge and finish: NaN
+    # in the O rows past seq_q_len ("padded"), in the first live row of every
+    # batch entry ("live"), in LSE row 0 ("lse").
+    recorder.begin("tails", case)
+    o = torch.zeros(case.batch, case.h_q, case.s_q, 2)
+    lse = torch.zeros(case.batch, case.h_q, case.s_q)
+    for b, n in enumerate(case.q_lengths()):
+        if "padded" in where:
+            o[b, :, n:] = float("nan")
+        if "live" in where and n:
+            o[b, :, 0] = float("nan")
+    if "lse" in where:
+        lse[0, 0, 0] = float("nan")
+
+    def judged():
+        for quantity, got in (("o", o), ("lse", lse)):
+            nan = torch.isnan(got)
+            judge.exactly("tails", case, quantity, nan, torch.zeros_like(nan), torch.ones_like(nan), "live outputs", check="no nan")
+        return {}
+
+    return finish("tails", case, time.perf_counter(), judged)
 """
+
+# One finding: NaN in the O rows past seq_q_len (the shape of dense-padded-q-rows-nan).
+PADDED_Q_FINDING = """# known findings of the toy project
+
+[[finding]]
+id = "padded-q-nan"
+reason = "O rows past seq_q_len come out NaN"
+property = "tails"
+check = "no nan"
+quantity = "o"
+region = "padded_q_rows"
+"""
+PADDED = "Case(s_q=4, s_kv=4, batch=2, seq_q_lens=(2, 4))"  # batch 0 has padded Q rows 2 and 3
 
 
 @pytest.fixture
@@ -101,42 +138,6 @@ def test_needs_gpu(gpu):
     assert sum(s["properties"]["toy"]["tests"].values()) == 2 and list(s["properties"]) == ["toy"]
 
 
-def test_known_findings_xfail_tests_and_stale_entries_warn(project):
-    project.makefile(".toml", known_findings="""
-[[finding]]
-id = "toy-big"
-reason = "the toy kernel fails on s_q 9"
-nodeid = "test_toy.py::test_known_*"
-
-[[finding]]
-id = "toy-six"
-reason = "s_q 6 is a known discrepancy"
-property = "toy"
-when = { s_q = 6 }
-
-[[finding]]
-id = "stale"
-reason = "fixed long ago"
-nodeid = "test_toy.py::test_removed"
-""")
-    project.makepyfile(test_toy=TOY + """
-def test_known_bad():
-    check(Case(s_q=9, s_kv=9))
-
-def test_example_finding():
-    assert check(Case(s_q=6, s_kv=6)).outcome == "xfailed"
-""")
-    result = _run(project)
-    result.assert_outcomes(passed=1, xfailed=1)
-    result.stdout.fnmatch_lines(["*known_findings.toml:13: UnmatchedFindingWarning: known finding 'stale'*"])
-    s = _report(project)
-    status = {e["id"]: e["status"] for e in s["findings"]["entries"]}
-    assert status == {"toy-big": "matched", "toy-six": "matched", "stale": "unmatched"}
-    assert s["tests"]["xfailed"] == 1 and s["properties"]["toy"]["xfailed"] == 1
-    (known,) = [f for f in s["failures"] if f.get("finding") == "toy-big"]
-    assert load_case_file(known["case_file"])[0].s_q == 9
-
-
 def test_xdist_run_merges_every_shard_without_loss(project):
     project.makepyfile(test_toy=TOY + """
 @pytest.mark.parametrize("i", range(6))
@@ -161,7 +162,7 @@ def test_one_fails():
 @pytest.mark.parametrize("args, env, message", [
     ([], {"SDPA_ADAPTER": "bogus"}, "SDPA_ADAPTER='bogus': expected one of prepared, wrapper"),
     (["--known-findings", "nope.toml"], {}, "--known-findings nope.toml: no such file"),
-    (["--known-findings", "bad.toml"], {}, "finding 'x': unknown key 'nodeids'"),
+    (["--known-findings", "bad.toml"], {}, "bad.toml:1: finding 'x': unknown key 'nodeids'"),
     (["--adapter", "bogus"], {}, "invalid choice: 'bogus'"),
 ])
 def test_bad_options_are_usage_errors(project, monkeypatch, args, env, message):
@@ -184,33 +185,110 @@ def test_a_path_option_value_taken_for_the_rootdir_is_refused(project):
     assert _run(project, f"--report-dir={elsewhere}").ret == pytest.ExitCode.OK
 
 
-# ------------------------------------------------------------- findings file
+# ------------------------------------------------------------- known findings
+def test_a_finding_excuses_only_the_failure_it_describes(project):
+    project.makefile(".toml", known_findings=PADDED_Q_FINDING)
+    project.makepyfile(test_toy=TOY + f"""
+def test_only_padded_rows():
+    assert nan_rows({PADDED}, "padded").outcome == "xfailed"
+
+def test_a_live_row_too():
+    nan_rows({PADDED}, "padded", "live")  # the same check fails outside the finding's region too
+
+def test_another_check_of_the_same_example():
+    nan_rows({PADDED}, "padded", "lse")  # the O check is excused, the LSE check is not
+
+def test_another_case():
+    nan_rows(Case(s_q=4, s_kv=4), "live")  # no padded rows at all
+""")
+    result = _run(project)
+    result.assert_outcomes(passed=1, failed=3)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    out = result.stdout.str()
+    # Padded rows 2, 3 of batch 0 and live row 0 of both batch entries, 2 dims each: one failure, not excused.
+    assert "[tails] O: 8 element(s) of live outputs differ from the contract" in out
+    assert "[tails] LSE: 1 element(s) of live outputs differ from the contract (+excused: no nan: known finding padded-q-nan)" in out
+    s = _report(project)
+    assert (s["properties"]["tails"]["xfailed"], s["properties"]["tails"]["failed"], s["tests"]["failed"]) == (1, 3, 3)
+    (entry,) = s["findings"]["entries"]
+    assert (entry["id"], entry["status"], entry["reproduced"], entry["source"]) == ("padded-q-nan", "reproduced", 2, "known_findings.toml:3")
+    assert entry["exercised"] == 3 and entry["repro"].startswith("sdpa-conformance repro ")
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "xdist"])
+def test_a_stale_finding_fails_the_run_naming_the_entry(project, workers):
+    project.makefile(".toml", known_findings=PADDED_Q_FINDING)
+    project.makepyfile(test_toy=TOY + f"""
+def test_padded_rows_are_fine_now():
+    assert nan_rows({PADDED}).outcome == "passed"  # exercises the finding: there are padded rows to show it on
+
+def test_something_else():
+    assert nan_rows(Case(s_q=2, s_kv=2)).outcome == "passed"
+""")
+    result = _run(project, *workers)  # strict by default, no -W option
+    result.assert_outcomes(passed=2)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["ERROR stale known finding: known_findings.toml:3: known finding 'padded-q-nan' did not reproduce: 1 example(s) it selects ran*"])
+    s = _report(project)
+    assert s["findings"]["stale"] == ["padded-q-nan"] and s["run"]["exitstatus"] == pytest.ExitCode.TESTS_FAILED
+
+
+def test_an_unexercised_finding_does_not_fail_a_subset_run(project):
+    project.makefile(".toml", known_findings=PADDED_Q_FINDING)
+    project.makepyfile(test_toy=TOY + f"""
+def test_padded():
+    assert nan_rows({PADDED}, "padded").outcome == "xfailed"
+
+def test_unpadded():
+    assert nan_rows(Case(s_q=4, s_kv=4)).outcome == "passed"  # no padded rows: nothing to show the finding on
+""")
+    subset = _run(project, "-k", "unpadded")
+    subset.assert_outcomes(passed=1)
+    assert subset.ret == pytest.ExitCode.OK
+    subset.stdout.fnmatch_lines(["*known findings: 0 reproduced, 0 stale, 1 not exercised*"])
+    assert [e["status"] for e in _report(project)["findings"]["entries"]] == ["not exercised"]
+    whole = _run(project)
+    whole.assert_outcomes(passed=2)
+    assert whole.ret == pytest.ExitCode.OK and [e["status"] for e in _report(project)["findings"]["entries"]] == ["reproduced"]
+
+
 @pytest.mark.parametrize("entry, message", [
-    ({"id": "a", "reason": "r", "property": "numerics"}, "needs 'nodeid', 'rule', or 'property' with a non-empty 'when'"),
-    ({"id": "a", "reason": "r", "property": "numerics", "when": {"heads": 2}}, "'when' key 'heads' is not a Case field"),
-    ({"id": "a", "reason": "r", "property": "numerics", "when": {"causal": "yes"}}, "'causal': expected true/false"),
-    ({"id": "a", "reason": "r", "nodeid": "t.py::*", "rule": "x"}, "cannot be combined"),
-    ({"id": "a", "nodeid": "t.py::*"}, "key 'reason' is required"),
+    ('region = "padded_q_rows"\nnodeid = "test_toy.py::*"', "known_findings.toml:3: finding 'bad': key 'nodeid': node-id selectors are gone"),
+    ('region = "padded_rows"', "known_findings.toml:3: finding 'bad': key 'region': 'padded_rows' is not one of padded_q_rows, live_rows_loading_padded_kv"),
+    ("", "known_findings.toml:3: finding 'bad': key 'region' is required for the row check 'no nan'"),
+], ids=["nodeid", "unknown-region", "no-region"])
+def test_a_malformed_findings_file_is_a_usage_error_naming_entry_and_key(project, entry, message):
+    project.makefile(".toml", known_findings=PADDED_Q_FINDING.replace('id = "padded-q-nan"', 'id = "bad"').replace('region = "padded_q_rows"', entry))
+    project.makepyfile(test_nothing="def test_x():\n    pass\n")
+    result = _run(project)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert message in result.stderr.str()
+
+
+# ------------------------------------------------------------- findings file
+ROW = {"property": "tails", "check": "no nan", "quantity": "o", "region": "padded_q_rows"}
+REJECTS = {"property": "rejection", "check": "rejects", "observed": "accepted"}
+
+
+@pytest.mark.parametrize("entry, message", [
+    ({"id": "a", "reason": "r", "property": "numerics", "check": "error model"}, "finding 'a': key 'quantity' is required for the row check 'error model'"),
+    ({"id": "a", "reason": "r", **ROW, "property": "speed"}, "finding 'a': key 'property': 'speed' is not one of numerics, tails"),
+    ({"id": "a", "reason": "r", **ROW, "check": "nan"}, "finding 'a': key 'check': 'nan' is not one of capacity, pad columns, no nan"),
+    ({"id": "a", "reason": "r", **ROW, "check": "pad columns"}, "finding 'a': key 'check': tails check 'pad columns' judges whole storage"),
+    ({"id": "a", "reason": "r", **ROW, "when": {"heads": 2}}, "finding 'a': key 'when': 'heads' is not a Case field nor a derived fact"),
+    ({"id": "a", "reason": "r", **ROW, "when": {"causal": "yes"}}, "finding 'a': key 'when': case field 'causal': expected true/false"),
+    ({"id": "a", "reason": "r", **ROW, "when": {"off_envelope": 1}}, "finding 'a': key 'when': 'off_envelope': expected true/false"),
+    ({"id": "a", "reason": "r", **ROW, "observed": "accepted"}, "finding 'a': key 'observed': check 'no nan' has no observed outcome"),
+    ({"id": "a", "reason": "r", **REJECTS}, "finding 'a': key 'rule' is required for a rejection finding"),
+    ({"id": "a", "reason": "r", **REJECTS, "rule": "thd_bias"}, "finding 'a': key 'entry' is required with 'rule'"),
+    ({"id": "a", "reason": "r", **REJECTS, "observed": None, "rule": "thd_bias", "entry": "prepared"}, "finding 'a': key 'observed' must be a non-empty string"),
+    ({"id": "a", "reason": "r", **REJECTS, "rule": "no_rule", "entry": "config"}, "finding 'a': key 'rule': 'no_rule' is not one of"),
+    ({"id": "a", "reason": "r", **REJECTS, "rule": "flavor_unknown", "entry": "wrapper"}, "finding 'a': key 'entry': rule 'flavor_unknown' targets config, not 'wrapper'"),
+    ({"id": "a", "reason": "r", "property": "compile_reuse", "check": "compile budget"}, "finding 'a': key 'when' (or 'rule') is required"),
+    ({"id": "a", "reason": "r", **ROW, "nodeid": "t.py::*"}, "finding 'a': key 'nodeid': node-id selectors are gone"),
+    ({"id": "a", **ROW}, "finding 'a': key 'reason' is required"),
 ])
 def test_findings_entries_are_validated(entry, message):
-    with pytest.raises(findings.FindingsError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        findings.parse({"finding": [entry]}, "kf.toml")
-
-
-def test_findings_match_examples_and_node_ids(tmp_path):
-    path = tmp_path / "kf.json"
-    path.write_text(json.dumps({"finding": [
-        {"id": "bf16-causal", "reason": "r", "property": "numerics", "when": {"dtype": "bfloat16", "causal": True}},
-        {"id": "rule", "reason": "r", "rule": "bias_batch_mismatch"},
-        {"id": "node", "reason": "r", "nodeid": "conformance/test_numerics.py::test_numerics_dense[qwen-bf16]"},
-    ]}))
-    previous = findings.activate(findings.load(path))
-    try:
-        assert findings.match("numerics", Case(dtype="bfloat16", causal=True)).id == "bf16-causal"
-        assert findings.match("tails", Case(dtype="bfloat16", causal=True)) is None
-        assert findings.match("numerics", Case(dtype="float16", causal=True)) is None
-        assert findings.match("rejection", Case(violation="bias_batch_mismatch")).id == "rule"
-        # An exact node id matches literally, brackets included (they are fnmatch classes otherwise).
-        assert [f.id for f in findings.match_node("conformance/test_numerics.py::test_numerics_dense[qwen-bf16]")] == ["node"]
-    finally:
-        findings.activate(previous)
+    with pytest.raises(findings.FindingsError) as e:
+        findings.parse({"finding": [entry]}, "kf.toml", [7])
+    assert str(e.value).startswith("kf.toml:7: ") and message in str(e.value), str(e.value)

@@ -13,6 +13,7 @@ import json
 import pytest
 
 import reports
+from conformance.ground import findings
 from conformance.properties import recorder
 from conformance.ground.case import Case, load_case_file
 from conformance.ground.outcome import Observation
@@ -37,11 +38,11 @@ def _worker(report_dir, name, tests, run=RUN):
             for prop, case, outcome, ratio in examples:
                 recorder.begin(prop, case, launch=True)
                 if outcome is not None:
+                    # Tails examples exercise "f-example" and "f-stale"; only the xfailed one reproduced a finding.
+                    exercised = ["f-example", "f-stale"] if prop == "tails" else []
                     recorder.observe(Observation(prop, case, ratios={"o": ratio, "lse": ratio / 2}, outcome=outcome,
-                                                 finding="f-example" if outcome == "xfailed" else None,
+                                                 findings=["f-example"] if outcome == "xfailed" else [], exercised=exercised,
                                                  compile={"misses": 1, "hits": 2, "memo_hits": 0, "seconds": 0.5}, seconds=0.1))
-                if outcome == "xfailed":
-                    recorder.note_finding("f-example", "example")
             last = recorder.last_begun()
             if any(o == "failed" for _, _, o, _ in examples):
                 path = casefile.write(report_dir, property=last.property, case=last.case.to_dict(), params=last.params,
@@ -53,19 +54,18 @@ def _worker(report_dir, name, tests, run=RUN):
         recorder.close_shard(previous)
 
 
-FINDINGS = [
-    {"id": "f-example", "reason": "r", "property": "tails", "when": {"layout": "thd"}},
-    {"id": "f-stale", "reason": "r", "nodeid": "t.py::test_renamed"},
-    {"id": "f-other-module", "reason": "r", "nodeid": "conformance/test_tails.py::*"},
-    {"id": "f-not-run", "reason": "r", "property": "numerics", "when": {"dtype": "bfloat16", "sinks": True}},
-]
+FINDINGS = [f.to_dict() for f in findings.parse({"finding": [
+    {"id": "f-example", "reason": "r", "property": "tails", "check": "no nan", "quantity": "o", "region": "padded_q_rows"},
+    {"id": "f-stale", "reason": "r", "property": "tails", "check": "no nan", "quantity": "lse", "region": "padded_q_rows"},
+    {"id": "f-not-run", "reason": "r", "property": "numerics", "check": "error model", "quantity": "lse", "region": "padded_q_rows", "when": {"sinks": True}},
+]}, "kf.toml", [3, 10, 17])]
 
 
 def _controller(report_dir, tests, examples_ran=True, run=RUN):
     previous = recorder.open_shard(str(report_dir / shards.SHARDS / run / "main-1.jsonl"))
     try:
         for nodeid, outcome, message in tests:
-            recorder.write({"kind": "test", "nodeid": nodeid, "outcome": outcome, "duration": 1.0, "message": message, "findings": []})
+            recorder.write({"kind": "test", "nodeid": nodeid, "outcome": outcome, "duration": 1.0, "message": message})
         recorder.write({"kind": "session", "environment": {"mode": "compile-only (no GPU)", "adapter": "prepared", "gpu": None, "versions": {}},
                         "start": 0.0, "end": 30.0, "wall_seconds": 30.0, "exitstatus": 1, "findings": FINDINGS if examples_ran else [], "findings_file": "kf.toml"})
     finally:
@@ -110,12 +110,16 @@ def test_merge_counts_every_example_failure_and_test_once(two_workers):
     assert crashed == CASES["thd"].replace(seed=77) and doc["params"] == {"launch": True} and "crashed" in doc["summary"]
     assert failures["t.py::test_b"]["repro"].startswith("sdpa-conformance repro ")
 
+    # Known findings: reproduced (excused a failure), stale (exercised, never
+    # reproduced: the plugin fails such a run), not exercised (no example could show it).
     f = {e["id"]: e for e in s["findings"]["entries"]}
-    assert f["f-example"]["status"] == "matched" and f["f-example"]["xfailed_examples"] == 1 and "repro" in f["f-example"]
-    assert f["f-stale"]["status"] == "unmatched" and f["f-not-run"]["status"] == "not exercised"
-    assert f["f-other-module"]["status"] == "not exercised"  # a subset run that did not collect its module
-    assert [u["id"] for u in s["findings"]["unmatched"]] == ["f-stale"]
-    assert any("f-stale" in w for w in s["warnings"])
+    assert (f["f-example"]["status"], f["f-example"]["exercised"], f["f-example"]["reproduced"]) == ("reproduced", 4, 1) and "repro" in f["f-example"]
+    assert (f["f-stale"]["status"], f["f-stale"]["exercised"], f["f-stale"]["reproduced"]) == ("stale", 4, 0)
+    assert f["f-not-run"]["status"] == "not exercised" and f["f-stale"]["source"] == "kf.toml:10"
+    assert s["findings"]["stale"] == ["f-stale"]
+    assert any(w.startswith("kf.toml:10: known finding 'f-stale' did not reproduce") for w in s["warnings"])
+    _, doc = load_case_file(f["f-example"]["repro"].split()[-1])  # the finding's first excused example, replayable
+    assert doc["finding"] == "f-example" and doc["property"] == "tails"
 
     # Re-rendering from the same shards (sdpa-conformance report DIR) gives the same counts.
     again, _ = reports.build(two_workers)
@@ -130,7 +134,7 @@ def test_rendering_writes_three_files_with_an_embedded_png(two_workers):
     png = html.split("data:image/png;base64,", 1)[1].split('"', 1)[0]
     assert base64.b64decode(png)[:8] == b"\x89PNG\r\n\x1a\n"
     md = paths["md"].read_text()
-    for text in ("compile-only (no GPU)", "sdpa-conformance repro", "f-stale", "examples / min", "Coverage", "Slowest examples"):
+    for text in ("compile-only (no GPU)", "sdpa-conformance repro", "f-stale", "stale", "not exercised", "kf.toml:10", "examples / min", "Coverage", "Slowest examples"):
         assert text in md and text in html
     assert (two_workers / "plots" / "ratios-numerics.png").is_file()
 

@@ -3,12 +3,12 @@
 One ``Rule`` per contract. ``transform`` turns a valid Case into the violating
 one (``case.violation = rule.name``); ``expect`` maps each targeted entry point
 to the exception it must raise and a message fragment naming the offending
-argument. Where the installed kernels break the contract, ``known_finding``
-says what happens instead (``observed``: the exception they raise, or None
-when they accept the call), citing the installed source (paths relative to
-site-packages, cudnn-frontend 1.32.0). ``unsafe_launch`` marks findings whose
-launch would address memory out of bounds or mis-map tiles: check acceptance,
-do not launch them.
+argument: the contract, not what the installed kernels do. Where they break
+it, a known finding in known_findings.toml (``rule`` + ``entry``) says what
+happens instead, citing the installed source (conformance.ground.findings).
+``unsafe_launch`` marks rules the kernels accept where a launch would
+address memory out of bounds or mis-map tiles: the rejection property checks
+acceptance by compiling only, never launching them.
 
 Entry points:
 - ``wrapper``: ``cudnn.sdpa.fwd.api_dsl.sdpa_fwd_wrapper_sm80``.
@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from .case import Case
-from .tables import off_envelope
 
 WRAPPER, PREPARED, CONFIG = "wrapper", "prepared", "config"
 ENTRY_POINTS = {
@@ -58,27 +57,13 @@ TAMPERS = {
 
 _API = "cudnn/sdpa/fwd/api_dsl.py"
 _CFG = "cudnn/sdpa/fwd/config_sm80.py"
-_HOST = "cudnn/sdpa/fwd/kernels/sm80/prepared_host.py"
-_KERNEL = "cudnn/sdpa/fwd/kernels/sm80/prefill_f16.py (prefill_d256_f16.py alike)"
 
 
 @dataclass(frozen=True)
 class Expect:
     exception: type
     fragment: str  # names the offending argument
-    known_finding: Optional[str] = None
-    observed: Optional[type] = None  # with a finding: what is raised instead (None: accepted)
-    unsafe_launch: bool = False
-    # A finding of its own: the entry point rejects, but only after asking for
-    # a compile (or a staging copy). The reason, and the Cases it holds for
-    # (None: every Case of the rule).
-    compiles_first: Optional[str] = None
-    compiles_first_when: Optional[Callable[[Case], bool]] = None
-
-    def compiles_first_for(self, case: Case) -> Optional[str]:
-        if self.compiles_first and (self.compiles_first_when is None or self.compiles_first_when(case)):
-            return self.compiles_first
-        return None
+    unsafe_launch: bool = False  # accepted by the kernels and unsafe to launch: compile only
 
 
 @dataclass(frozen=True)
@@ -105,23 +90,6 @@ class Rule:
         if self.detect is None:
             return case.violation == self.name
         return self.detect(case)
-
-
-# ------------------------------------------------- rejected only after compiling
-# Measured on the H200 (sm80 code on sm_90), cudnn-frontend 1.32.0.
-_BIAS_DTYPE_LATE = (
-    "the dense wrapper checks the bias dtype only in the native binder at execute "
-    f"(prepared_sm80.bind via SdpaFwdDslSm80.execute, {'cudnn/sdpa/fwd/api_dsl.py'}:7071-7081), after check_support "
-    "loaded the template and compile() built the kernel: a rejected call compiles"
-)
-_CU_AFTER_STAGING = (
-    "the THD wrapper pads off-envelope head dims (copy_packed_half: a compiled copy kernel, launched) "
-    f"before it checks cu_seqlens ({'cudnn/sdpa/fwd/api_dsl.py'}:7119-7136): a rejected call compiles and launches a copy"
-)
-
-
-def _off_envelope(case: Case) -> bool:
-    return off_envelope(case.d_qk, case.d_v)
 
 
 # ------------------------------------------------------------------ transforms
@@ -172,49 +140,6 @@ def _is_dense(case: Case) -> bool:
     return not case.is_thd
 
 
-# -------------------------------------------------------------------- findings
-_BIAS_BATCH = (
-    "accepted: the bias operand is declared [1, H, SQ, SKV] (cudnn/sdpa/fwd/prepared_sm80.py:83) but the "
-    "native binder checks its dtype, not its batch extent (probed on CPU through prepared_sm80.bind with "
-    f"CUDA-typed facts: a (2, H, SQ, SKV) bias binds), and the kernel offsets the bias by head only "
-    f"({_KERNEL}:410), so every batch entry silently uses bias[0]"
-)
-_BIAS_BATCH_PREPARED = (
-    f"accepted: compile_host/compile_thd_host take pointers and a geometry and check nothing ({_HOST}:157); "
-    f"the kernel offsets the bias by head only ({_KERNEL}:410), so every batch entry uses bias[0]"
-)
-_BIAS_DTYPE_PREPARED = (
-    f"accepted: the pointer ABI declares the bias as the I/O dtype unless bias_is_fp32 ({_HOST}:131) and "
-    "never sees the buffer's dtype, so its bytes are reinterpreted"
-)
-_GQA_PREPARED = (
-    f"accepted: no head-count check in the compile entry points ({_HOST}:157, 250) or validate_params; the "
-    f"kernel maps kv_head = head // (H // H_kv) ({_KERNEL}:399-400), e.g. H=3, H_kv=2 reads K/V head 2 of 2: "
-    "out of bounds"
-)
-_RIGHT_BAND_PREPARED = (
-    f"accepted: compile_host takes right_bound unchecked ({_HOST}:157) and the kernel adds it to the diagonal "
-    f"only under MASK_CAUSAL ({_KERNEL}:530-550): the band is silently ignored"
-)
-_THD_RIGHT_BAND = (
-    f"accepted: the wrapper's THD branch returns ({_API}:7264) before the dense branch's window_size_right "
-    f"check ({_API}:7293) and _sm80_thd_forward keeps the band only when is_causal ({_API}:7125): silently ignored"
-)
-_THD_SCHED = (
-    f"accepted: validate_params checks rope/bias/dense lengths for THD but not sched_policy ({_CFG}:147); the "
-    f"THD host launches the 3-D varlen grid ({_KERNEL}:1615) while an LPT kernel decodes its tile from "
-    f"block_idx.x alone with B = 1 ({_KERNEL}:279-296), so heads and sequences are mis-mapped"
-)
-_TILE_M_ZERO = (
-    f"accepted: validate_params only checks tile_m % (num_warps * 16) ({_CFG}:131), which 0 and negative "
-    f"multiples pass; the host then divides by tile_m ({_KERNEL}:1608)"
-)
-_FLAVOR_UNKNOWN = (
-    f"params_for_flavor indexes a dict literal ({_CFG}:153): a bare KeyError('<name>') that names neither "
-    "the argument nor the supported flavors"
-)
-
-
 def _ve(fragment: str, **kw) -> Expect:
     return Expect(ValueError, fragment, **kw)
 
@@ -241,25 +166,25 @@ RULES: Tuple[Rule, ...] = (
     # ---- bias
     Rule(
         "bias_batch_gt_1", "dense", _batched_bias,
-        {WRAPPER: _ve("bias", known_finding=_BIAS_BATCH), PREPARED: _ve("bias", known_finding=_BIAS_BATCH_PREPARED)},
+        {WRAPPER: _ve("bias"), PREPARED: _ve("bias")},
         detect=lambda c: c.bias is not None and c.bias_batch > 1,
         why="the kernels apply one [1, H, SQ, SKV] bias to every batch entry",
     ),
     Rule(
         "bias_dtype_float64", "dense", _set(bias="float64", bias_batch=1),
-        {WRAPPER: _ve("bias", compiles_first=_BIAS_DTYPE_LATE), PREPARED: _ve("bias", known_finding=_BIAS_DTYPE_PREPARED)},
+        {WRAPPER: _ve("bias"), PREPARED: _ve("bias")},
         detect=lambda c: c.bias == "float64",
         why="bias must be fp32 or the I/O dtype; the native binder raises 'sdpa_fwd_sm80: bias must be <dtype>'",
     ),
     Rule(
         "bias_dtype_int32", "dense", _set(bias="int32", bias_batch=1),
-        {WRAPPER: _ve("bias", compiles_first=_BIAS_DTYPE_LATE), PREPARED: _ve("bias", known_finding=_BIAS_DTYPE_PREPARED)},
+        {WRAPPER: _ve("bias"), PREPARED: _ve("bias")},
         detect=lambda c: c.bias == "int32",
         why="as bias_dtype_float64",
     ),
     Rule(
         "bias_dtype_other_half", "dense", _other_half,
-        {WRAPPER: _ve("bias", compiles_first=_BIAS_DTYPE_LATE), PREPARED: _ve("bias", known_finding=_BIAS_DTYPE_PREPARED)},
+        {WRAPPER: _ve("bias"), PREPARED: _ve("bias")},
         detect=lambda c: c.bias in ("float16", "bfloat16") and c.bias != c.dtype,
         why="an fp16 bias on bf16 inputs (or the reverse) is neither fp32 nor the I/O dtype",
     ),
@@ -271,27 +196,27 @@ RULES: Tuple[Rule, ...] = (
     ),
     # ---- THD cumulative offsets (tensor tampering)
     Rule(
-        "thd_cu_k_missing", "thd", _same, {WRAPPER: _ve("cu_seqlens_k", compiles_first=_CU_AFTER_STAGING, compiles_first_when=_off_envelope)}, tamper="cu_k_missing",
+        "thd_cu_k_missing", "thd", _same, {WRAPPER: _ve("cu_seqlens_k")}, tamper="cu_k_missing",
         why=f"'cu_seqlens_q / cu_seqlens_k length mismatch' ({_API}:7130)",
     ),
     Rule(
-        "thd_cu_k_length", "thd", _same, {WRAPPER: _ve("cu_seqlens_k", compiles_first=_CU_AFTER_STAGING, compiles_first_when=_off_envelope)}, tamper="cu_k_length",
+        "thd_cu_k_length", "thd", _same, {WRAPPER: _ve("cu_seqlens_k")}, tamper="cu_k_length",
         why=f"'cu_seqlens_q / cu_seqlens_k length mismatch' ({_API}:7130)",
     ),
     Rule(
-        "thd_cu_q_short", "thd", _same, {WRAPPER: _ve("cu_seqlens_q", compiles_first=_CU_AFTER_STAGING, compiles_first_when=_off_envelope)}, tamper="cu_q_short",
+        "thd_cu_q_short", "thd", _same, {WRAPPER: _ve("cu_seqlens_q")}, tamper="cu_q_short",
         why=f"'cu_seqlens_q must have >= 2 entries' ({_API}:7128)",
     ),
     # ---- heads
     Rule(
         "gqa_non_integral", "dense", _non_integral_gqa,
-        {WRAPPER: _ve("H_kv"), PREPARED: _ve("H_kv", known_finding=_GQA_PREPARED, unsafe_launch=True)},
+        {WRAPPER: _ve("H_kv"), PREPARED: _ve("H_kv", unsafe_launch=True)},
         detect=lambda c: _is_dense(c) and c.h_q % c.h_kv != 0,
         why=f"'H_q (..) must be divisible by H_kv (..)' in check_support ({_API}:6613)",
     ),
     Rule(
         "thd_gqa_non_integral", "thd", _non_integral_gqa,
-        {WRAPPER: _ve("integral GQA"), PREPARED: _ve("H_kv", known_finding=_GQA_PREPARED, unsafe_launch=True)},
+        {WRAPPER: _ve("integral GQA"), PREPARED: _ve("H_kv", unsafe_launch=True)},
         detect=lambda c: c.is_thd and c.h_q % c.h_kv != 0,
         why=f"'... and integral GQA' in _sm80_thd_forward ({_API}:7105)",
     ),
@@ -311,15 +236,15 @@ RULES: Tuple[Rule, ...] = (
     # ---- masks
     Rule(
         "window_right_without_causal", "dense", _right_band_alone,
-        {WRAPPER: _nie("window_size_right"), PREPARED: _nie("window_size_right", known_finding=_RIGHT_BAND_PREPARED)},
+        {WRAPPER: _nie("window_size_right"), PREPARED: _nie("window_size_right")},
         detect=lambda c: _is_dense(c) and c.window_right >= 0 and not c.causal, tamper="raw_right_bound",
         why=f"a right band widens the causal diagonal; without causal there is none ({_API}:7293)",
     ),
     Rule(
         "thd_window_right_without_causal", "thd", _right_band_alone,
         {
-            WRAPPER: _nie("window_size_right", known_finding=_THD_RIGHT_BAND),
-            PREPARED: _nie("window_size_right", known_finding=_RIGHT_BAND_PREPARED),
+            WRAPPER: _nie("window_size_right"),
+            PREPARED: _nie("window_size_right"),
         },
         detect=lambda c: c.is_thd and c.window_right >= 0 and not c.causal, tamper="raw_right_bound",
         why="as window_right_without_causal, on the THD path",
@@ -353,7 +278,7 @@ RULES: Tuple[Rule, ...] = (
         "thd_scheduler", "thd", _same,
         {
             WRAPPER: _nie("scheduler"),
-            CONFIG: _ve("sched_policy", known_finding=_THD_SCHED, unsafe_launch=True),
+            CONFIG: _ve("sched_policy", unsafe_launch=True),
         },
         tamper="scheduler", params={"sched_policy": _SCHED_LPT},
         why=f"the varlen grid is 3-D: natural scheduler only ({_API}:7250-7257)",
@@ -361,13 +286,13 @@ RULES: Tuple[Rule, ...] = (
     # ---- config: flavor table and TemplateParams
     Rule(
         "flavor_unknown", None, _same,
-        {CONFIG: _ve("flavor", known_finding=_FLAVOR_UNKNOWN, observed=KeyError)},
+        {CONFIG: _ve("flavor")},
         flavor="mistral", why="params_for_flavor('mistral') should name the supported flavors",
     ),
     _params_rule("params_tile_n", {"tile_n": 32}, "tile_n"),
     _params_rule("params_num_warps", {"num_warps": 2}, "num_warps"),
     _params_rule("params_tile_m", {"tile_m": 96}, "tile_m"),
-    _params_rule("params_tile_m_zero", {"tile_m": 0}, "tile_m", known_finding=_TILE_M_ZERO),
+    _params_rule("params_tile_m_zero", {"tile_m": 0}, "tile_m"),
     _params_rule("params_d_qk", {"d_qk": 72}, "d_qk"),
     _params_rule("params_d_v", {"d_v": 72}, "d_v"),
     _params_rule("params_envelope", {"d_qk": 64, "d_v": 128}, "(d_qk, d_v)"),

@@ -1,82 +1,340 @@
-"""Known findings: real kernel discrepancies the suite expects, with the reason.
+"""Known findings: real discrepancies of the kernels under test, each excusing
+exactly the failure it describes.
 
-A findings file (TOML, or JSON with the same shape) holds ``[[finding]]``
-entries; docs/known_findings.md describes the format. Each entry selects
-either
+This module is the whole concept, with one rule: the findings file and its
+validation (``load``/``parse``), the selector model (``Finding``), the
+findings in force (``activate``/``applied``), the verdict of one example
+(``judge``: which check failures are excused, by which finding) and the
+status of every entry at the end of a run (``statuses``: reproduced, stale,
+not exercised). docs/known_findings.md documents the format.
 
-- tests: ``nodeid`` = a pytest node id or glob (fnmatch; an exact node id
-  also matches literally, brackets included). The plugin marks the matching
-  tests xfail at collection.
-- examples: ``rule`` = a contract rule name (matches cases whose
-  ``violation`` is that rule), and/or ``property`` with ``when`` = Case facts
-  that must all be equal. Properties ask ``match(property, case)`` when they
-  fail and turn a match into an ``xfailed`` Observation.
+What a property reports. Every check that fails on an example is a
+``PropertyFailure`` with a structured key: the property, the check (one of
+``CHECKS``), the quantity (o / lse) and what failed: the failing elements
+(``where``, a bool mask over the quantity) or the observed outcome
+(``observed``, e.g. "accepted" where a rejection was due). The properties
+judge every check of an example (a failing check does not stop the others).
 
-An entry that matches nothing by the end of a run is reported (pytest warning
-and report): the kernel was fixed, or the entry is stale.
+The rule. A finding excuses a check failure iff
+
+1. it selects the example: the same property; its Case facts (``when``)
+   hold; for a contract finding, the Case breaks its ``rule`` at its
+   ``entry`` point;
+2. it names the same check (and quantity);
+3. what failed lies inside what it describes: every failing element sits in
+   an output row of its ``region`` (``REGIONS``), or the observed outcome is
+   its ``observed``.
+
+An example whose failures are all excused is an ``xfailed`` observation
+naming the findings; one failure that no finding excuses fails the example.
+
+Strictness. A finding is *exercised* by an example it selects on which the
+failure it describes can occur (its region holds rows of the Case); it is
+*reproduced* by an example where it excused a failure. At the end of a run a
+finding that was exercised and never reproduced is *stale*: the run fails
+naming the entry and its line (the kernel changed: remove or fix the entry).
+A finding no example exercised (a subset or CPU-only run) is *not
+exercised*, which fails nothing.
 """
 
 from __future__ import annotations
 
-import builtins
-import dataclasses
-import fnmatch
 import json
 import os
+import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from conformance.ground.case import Case, _FIELD_TYPES, _coerce, CaseFileError
+import torch
 
-KEYS = {"id", "reason", "nodeid", "rule", "property", "when", "link"}
+from . import contracts
+from .case import Case, CaseFileError, _FIELD_TYPES, _coerce
+from .tables import FLAVORS, TILE_N, flavor_of, off_envelope
+
+# ------------------------------------------------------------------- checks
+# How a check's failure says what failed, which is what a finding must bound:
+ROWS = "rows"  # ``where``: a mask over an output quantity; a finding names a row region
+STORAGE = "storage"  # a mask over whole flat storage (no rows): no finding can bound it
+OUTCOME = "outcome"  # ``observed``: what the call did; a finding names that outcome
+PLAIN = "plain"  # the check as a whole; a finding needs Case facts or a contract rule
+
+# property -> check id -> (kind, what the check asserts). Properties name
+# their failures with these ids (conformance.properties.judge ``check=``).
+# Every property that launches checks the guard bands around every buffer.
+_GUARDS = {"guards": (STORAGE, "the guard bands around every buffer are untouched (no out-of-bounds write)")}
+CHECKS: Dict[str, Dict[str, Tuple[str, str]]] = {
+    "numerics": {
+        "error model": (ROWS, "O and LSE within the error model of the fp32 reference on every row the contract defines"),
+        **_GUARDS,
+    },
+    "tails": {
+        "capacity": (ROWS, "THD O/LSE capacity outside the live tokens: zeroed when the host initializes outputs, untouched otherwise"),
+        "pad columns": (STORAGE, "dense O pad columns (bshd_padded) never written"),
+        "no nan": (ROWS, "every output row the contract defines is written and free of NaN (dense padded rows: O 0, LSE -inf)"),
+        **_GUARDS,
+    },
+    "rejection": {
+        "rejects": (OUTCOME, "the entry point raises the stated exception naming the argument"),
+        "outputs untouched": (STORAGE, "a rejected call writes nothing to the caller's outputs"),
+        "compiles nothing": (PLAIN, "a rejected call asks for no compile, template module or staging kernel"),
+        **_GUARDS,
+    },
+    "compile_reuse": {
+        "compile budget": (PLAIN, "runtime-only variants mint no compile and no template module"),
+        **_GUARDS,
+    },
+    "disk_reuse": {
+        "cold first process": (PLAIN, "the first process on a fresh cache directory compiles"),
+        "compile budget": (PLAIN, "a second process on the same on-disk cache compiles nothing"),
+        "disk hit": (PLAIN, "the second process reads the on-disk cache"),
+    },
+    "compiles": {},
+}
+QUANTITIES = ("o", "lse")
+ACCEPTED = "accepted"  # the ``observed`` outcome of a call that returned normally
+
+
+# ------------------------------------------------------------------ regions
+# A region is a set of output rows, in one canonical layout: dense (B, H_q,
+# S_q), THD (H_q, T_q) (the LSE layouts). An O element lies in a region when
+# its row does.
+@dataclass(frozen=True)
+class Region:
+    doc: str
+    rows: Callable[[Case], torch.Tensor]
+
+
+def row_shape(case: Case) -> Tuple[int, ...]:
+    return (case.h_q, case.t_q) if case.is_thd else (case.batch, case.h_q, case.s_q)
+
+
+def _dense_rows(case: Case, per_batch_row: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """Dense rows selected by ``per_batch_row(token (1, S), batch (B, 1))`` for every head; THD none."""
+    if case.is_thd:
+        return torch.zeros(row_shape(case), dtype=torch.bool)
+    token, batch = torch.arange(case.s_q)[None, :], torch.arange(case.batch)[:, None]
+    return per_batch_row(token, batch)[:, None, :].expand(row_shape(case)).clone()
+
+
+def _padded_q_rows(case: Case) -> torch.Tensor:
+    if case.seq_q_lens is None:
+        return _dense_rows(case, lambda t, b: torch.zeros(case.batch, case.s_q, dtype=torch.bool))
+    q_len = torch.tensor(case.q_lengths())
+    return _dense_rows(case, lambda t, b: t >= q_len[b])
+
+
+def _live_rows_loading_padded_kv(case: Case) -> torch.Tensor:
+    if case.seq_kv_lens is None:
+        return _dense_rows(case, lambda t, b: torch.zeros(case.batch, case.s_q, dtype=torch.bool))
+    kv_len, q_len = torch.tensor(case.seq_kv_lens), torch.tensor(case.q_lengths())
+    # The last KV tile the kernel keeps is ceil(seq_kv_len / TILE_N) - 1; its
+    # rows past seq_kv_len (up to the physical S_KV) are loaded.
+    reaches_padding = (kv_len > 0) & (kv_len < case.s_kv) & (kv_len % TILE_N != 0)
+    return _dense_rows(case, lambda t, b: (t < q_len[b]) & reaches_padding[b])
+
+
+REGIONS: Dict[str, Region] = {
+    "padded_q_rows": Region(
+        "dense output rows past seq_q_len[b] (the contract: O 0, LSE -inf)",
+        _padded_q_rows,
+    ),
+    "live_rows_loading_padded_kv": Region(
+        f"dense live output rows (token < seq_q_len[b]) of the batch entries whose last KV tile "
+        f"(TILE_N = {TILE_N}) reaches past seq_kv_len[b] into the padding: 0 < seq_kv_len[b] < S_KV "
+        f"and seq_kv_len[b] % {TILE_N} != 0",
+        _live_rows_loading_padded_kv,
+    ),
+}
+
+
+def failing_rows(case: Case, quantity: Optional[str], where) -> Optional[torch.Tensor]:
+    """The output rows holding a failing element of ``where`` (a mask over O
+    or LSE in the suite layouts), canonical layout; None when ``where`` is no
+    such mask (flat storage, another width)."""
+    if where is None or quantity not in QUANTITIES or not isinstance(where, torch.Tensor):
+        return None
+    w = where.detach().to("cpu", torch.bool)
+    if quantity == "o":
+        if w.dim() < 1:
+            return None
+        w = w.any(-1)
+        if case.is_thd and w.dim() == 2:
+            w = w.transpose(0, 1)  # (T_q, H) -> (H, T_q)
+    return w if tuple(w.shape) == row_shape(case) else None
+
+
+# --------------------------------------------------------- derived Case facts
+# ``when`` keys beyond the Case fields: facts the ground tables derive.
+DERIVED: Dict[str, Tuple[Callable[[Case], Any], Callable[[Any], bool], str]] = {
+    "off_envelope": (lambda c: off_envelope(c.d_qk, c.d_v), lambda v: isinstance(v, bool), "true/false"),
+    "flavor": (lambda c: flavor_of(c.d_qk, c.d_v), lambda v: v in FLAVORS + ("none",), f"one of {', '.join(FLAVORS + ('none',))}"),
+}
+
+
+def _fact(case: Case, name: str):
+    return DERIVED[name][0](case) if name in DERIVED else getattr(case, name)
+
+
+# ------------------------------------------------------------------ entries
+KEYS = ("id", "reason", "property", "check", "quantity", "region", "observed", "rule", "entry", "when", "link")
 
 
 class FindingsError(ValueError):
     """A findings file that cannot be used; the message names file, entry and key."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Finding:
     id: str
     reason: str
-    nodeid: Optional[str] = None
+    property: str
+    check: str
+    quantity: Optional[str] = None
+    region: Optional[str] = None
+    observed: Optional[str] = None
     rule: Optional[str] = None
-    property: Optional[str] = None
-    when: dict = field(default_factory=dict)
+    entry: Optional[str] = None
+    when: Mapping[str, Any] = field(default_factory=dict)
     link: Optional[str] = None
+    source: str = ""  # "<file>:<line>" of the entry
 
-    @builtins.property  # the field 'property' shadows the builtin in this class body
-    def kind(self) -> str:
-        return "nodeid" if self.nodeid else ("rule" if self.rule else "property")
+    # -- selection
+    def selects(self, property: str, case: Case, entry: Optional[str] = None) -> bool:
+        """The example (property, Case, entry point) is one this finding is about."""
+        if property != self.property:
+            return False
+        if self.rule is not None and (case.violation != self.rule or entry != self.entry):
+            return False
+        return all(_fact(case, k) == v for k, v in self.when.items())
 
-    def matches_node(self, nodeid: str) -> bool:
-        return self.nodeid is not None and (nodeid == self.nodeid or fnmatch.fnmatchcase(nodeid, self.nodeid))
+    def exercised_by(self, property: str, case: Case, entry: Optional[str] = None) -> bool:
+        """Selected, and the failure it describes can occur on this Case (its region has rows)."""
+        if not self.selects(property, case, entry):
+            return False
+        return self.region is None or bool(REGIONS[self.region].rows(case).any())
 
-    def matches(self, property: str, case: Case) -> bool:
-        if self.nodeid is not None:
+    # -- the rule
+    def excuses(self, failure, entry: Optional[str] = None) -> bool:
+        """``failure`` (a PropertyFailure) is exactly the failure this finding describes."""
+        if not self.selects(failure.property, failure.case, entry) or getattr(failure, "check", None) != self.check:
             return False
-        if self.rule is not None and case.violation != self.rule:
+        if self.quantity is not None and failure.detail.get("quantity") != self.quantity:
             return False
-        if self.property is not None and property != self.property:
-            return False
-        return all(getattr(case, k) == v for k, v in self.when.items())
+        if self.observed is not None:
+            return getattr(failure, "observed", None) == self.observed
+        if self.region is not None:
+            rows = failing_rows(failure.case, failure.detail.get("quantity"), getattr(failure, "where", None))
+            return rows is not None and bool(rows.any()) and not bool((rows & ~REGIONS[self.region].rows(failure.case)).any())
+        return True  # a plain check, narrowed by its Case facts / rule (parse insists)
 
     def describe(self) -> str:
-        if self.nodeid:
-            return f"tests {self.nodeid}"
-        sel = [f"rule {self.rule}"] if self.rule else []
-        if self.property:
-            sel.append(f"property {self.property}")
+        parts = [f"{self.property}: {self.check}"]
+        if self.quantity:
+            parts.append(self.quantity.upper())
+        if self.region:
+            parts.append(f"rows in {self.region}")
+        if self.observed:
+            parts.append(f"observed {self.observed}")
+        if self.rule:
+            parts.append(f"rule {self.rule}@{self.entry}")
         if self.when:
-            sel.append(", ".join(f"{k}={v!r}" for k, v in self.when.items()))
-        return "; ".join(sel)
+            parts.append(", ".join(f"{k}={v!r}" for k, v in self.when.items()))
+        return "; ".join(parts)
 
     def to_dict(self) -> dict:
-        return {k: v for k, v in dataclasses.asdict(self).items() if v not in (None, {})} | {"kind": self.kind}
+        out = {k: getattr(self, k) for k in KEYS if getattr(self, k) not in (None, {})}
+        out["when"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.when.items()}
+        return out | {"source": self.source, "selects": self.describe()}
 
 
-def parse(doc: Any, source: str = "findings") -> List[Finding]:
-    """Validate a parsed findings document ({"finding": [entry, ...]})."""
+def _refuse_selector(where: str, entry: dict) -> None:
+    if "nodeid" in entry:
+        raise FindingsError(f"{where}: key 'nodeid': node-id selectors are gone (they excused whole tests); "
+                            "name the property, check and region of the failure instead (docs/known_findings.md)")
+
+
+def _string(where: str, entry: dict, key: str, choices: Optional[Sequence[str]] = None, required: bool = False) -> Optional[str]:
+    if key not in entry:
+        if required:
+            hint = f" (one of: {', '.join(choices)})" if choices else ""
+            raise FindingsError(f"{where}: key {key!r} is required{hint}")
+        return None
+    value = entry[key]
+    if not isinstance(value, str) or not value.strip():
+        raise FindingsError(f"{where}: key {key!r} must be a non-empty string")
+    if choices is not None and value not in choices:
+        raise FindingsError(f"{where}: key {key!r}: {value!r} is not one of {', '.join(choices) or '(none)'}")
+    return value
+
+
+def _when(where: str, entry: dict) -> dict:
+    when = entry.get("when", {})
+    if not isinstance(when, dict):
+        raise FindingsError(f"{where}: key 'when' must be a table of Case facts")
+    facts = {}
+    for name, value in when.items():
+        if name in DERIVED:
+            if not DERIVED[name][1](value):
+                raise FindingsError(f"{where}: key 'when': {name!r}: expected {DERIVED[name][2]}, got {value!r}")
+            facts[name] = value
+        elif name in _FIELD_TYPES:
+            try:
+                facts[name] = _coerce(name, value, _FIELD_TYPES[name])
+            except CaseFileError as e:
+                raise FindingsError(f"{where}: key 'when': {e}") from None
+        else:
+            raise FindingsError(f"{where}: key 'when': {name!r} is not a Case field nor a derived fact ({', '.join(DERIVED)})")
+    return facts
+
+
+def _entry(where: str, entry: dict, source: str) -> Finding:
+    _refuse_selector(where, entry)
+    unknown = sorted(set(entry) - set(KEYS))
+    if unknown:
+        raise FindingsError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(KEYS)})")
+    fid = _string(where, entry, "id", required=True)
+    reason = _string(where, entry, "reason", required=True)
+    prop = _string(where, entry, "property", tuple(CHECKS), required=True)
+    check = _string(where, entry, "check", tuple(CHECKS[prop]), required=True)
+    kind = CHECKS[prop][check][0]
+    quantity = _string(where, entry, "quantity", QUANTITIES)
+    region = _string(where, entry, "region", tuple(REGIONS))
+    observed = _string(where, entry, "observed")
+    rule = _string(where, entry, "rule", tuple(contracts.RULES_BY_NAME))
+    entry_point = _string(where, entry, "entry", tuple(contracts.ENTRY_POINTS))
+    when = _when(where, entry)
+    link = _string(where, entry, "link")
+    # Specific by construction: a finding bounds what failed.
+    if kind == STORAGE:
+        raise FindingsError(f"{where}: key 'check': {prop} check {check!r} judges whole storage; no finding can bound it to a region")
+    if kind == ROWS:
+        for key, value in (("quantity", quantity), ("region", region)):
+            if value is None:
+                raise FindingsError(f"{where}: key {key!r} is required for the row check {check!r} (the failing elements must lie in the region)")
+    elif region is not None or quantity is not None:
+        raise FindingsError(f"{where}: key {'region' if region is not None else 'quantity'!r}: check {check!r} has no output rows")
+    if kind == OUTCOME and observed is None:
+        raise FindingsError(f"{where}: key 'observed' is required for the check {check!r} (e.g. {ACCEPTED!r} or an exception type name)")
+    if kind != OUTCOME and observed is not None:
+        raise FindingsError(f"{where}: key 'observed': check {check!r} has no observed outcome")
+    if kind == PLAIN and not (when or rule):
+        raise FindingsError(f"{where}: key 'when' (or 'rule') is required: the check {check!r} as a whole is too broad to be one finding")
+    if (rule is None) != (entry_point is None):
+        raise FindingsError(f"{where}: key {'entry' if entry_point is None else 'rule'!r} is required with {'rule' if entry_point is None else 'entry'!r}: a contract finding names the rule and the entry point")
+    if prop == "rejection" and rule is None:
+        raise FindingsError(f"{where}: key 'rule' is required for a rejection finding (with 'entry')")
+    if rule is not None:
+        if prop != "rejection":
+            raise FindingsError(f"{where}: key 'rule': only the rejection property runs contract-violating Cases")
+        if entry_point not in contracts.RULES_BY_NAME[rule].expect:
+            raise FindingsError(f"{where}: key 'entry': rule {rule!r} targets {', '.join(contracts.RULES_BY_NAME[rule].targets)}, not {entry_point!r}")
+    return Finding(fid, reason, prop, check, quantity, region, observed, rule, entry_point, when, link, source)
+
+
+def parse(doc: Any, source: str = "findings", lines: Sequence[int] = ()) -> List[Finding]:
+    """Validate a parsed findings document ({"finding": [entry, ...]});
+    ``lines``: the line of each entry in ``source`` (for messages)."""
     if not isinstance(doc, dict) or set(doc) - {"finding"}:
         extra = sorted(set(doc) - {"finding"}) if isinstance(doc, dict) else []
         raise FindingsError(f"{source}: top level must hold only [[finding]] entries" + (f" (found {extra[0]!r})" if extra else ""))
@@ -85,59 +343,40 @@ def parse(doc: Any, source: str = "findings") -> List[Finding]:
         raise FindingsError(f"{source}: 'finding' must be an array of tables ([[finding]])")
     out, seen = [], set()
     for i, entry in enumerate(entries):
+        at = f"{source}:{lines[i]}" if i < len(lines) else source
         if not isinstance(entry, dict):
-            raise FindingsError(f"{source}: finding #{i + 1}: must be a table")
+            raise FindingsError(f"{at}: finding #{i + 1}: must be a table")
         named = isinstance(entry.get("id"), str) and entry["id"].strip()
-        where = f"{source}: finding {entry['id']!r}" if named else f"{source}: finding #{i + 1}"
-        unknown = sorted(set(entry) - KEYS)
-        if unknown:
-            raise FindingsError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(KEYS))})")
-        for key in ("id", "reason"):
-            if not isinstance(entry.get(key), str) or not entry[key].strip():
-                raise FindingsError(f"{where}: key {key!r} is required (a non-empty string)")
-        if entry["id"] in seen:
-            raise FindingsError(f"{where}: duplicate id")
-        seen.add(entry["id"])
-        for key in ("nodeid", "rule", "property", "link"):
-            if key in entry and (not isinstance(entry[key], str) or not entry[key]):
-                raise FindingsError(f"{where}: key {key!r} must be a non-empty string")
-        when = entry.get("when", {})
-        if not isinstance(when, dict):
-            raise FindingsError(f"{where}: key 'when' must be a table of Case fields")
-        facts = {}
-        for name, value in when.items():
-            if name not in _FIELD_TYPES:
-                raise FindingsError(f"{where}: 'when' key {name!r} is not a Case field")
-            try:
-                facts[name] = _coerce(name, value, _FIELD_TYPES[name])
-            except CaseFileError as e:
-                raise FindingsError(f"{where}: 'when' {e}") from None
-        if "nodeid" in entry:
-            if {"rule", "property", "when"} & set(entry):
-                raise FindingsError(f"{where}: 'nodeid' selects tests; it cannot be combined with 'rule'/'property'/'when'")
-        elif "rule" not in entry and not ("property" in entry and facts):
-            # A bare property would hide every failure of it: too broad to be a finding.
-            raise FindingsError(f"{where}: needs 'nodeid', 'rule', or 'property' with a non-empty 'when'")
-        out.append(Finding(entry["id"], entry["reason"], entry.get("nodeid"), entry.get("rule"), entry.get("property"), facts, entry.get("link")))
+        where = f"{at}: finding {entry['id']!r}" if named else f"{at}: finding #{i + 1}"
+        f = _entry(where, entry, at)
+        if f.id in seen:
+            raise FindingsError(f"{where}: key 'id': duplicate id")
+        seen.add(f.id)
+        out.append(f)
     return out
 
 
-def load(path) -> List[Finding]:
-    """Read a findings file (.toml, else JSON)."""
+def load(path, name: Optional[str] = None) -> List[Finding]:
+    """Read a findings file (.toml, else JSON); FindingsError names file
+    (as ``name``, default the path), line, entry and key."""
     path = os.fspath(path)
+    name = name or path
     try:
         with open(path, "rb") as f:
             raw = f.read()
     except OSError as e:
-        raise FindingsError(f"{path}: cannot read known findings ({e.strerror})") from None
+        raise FindingsError(f"{name}: cannot read known findings ({e.strerror})") from None
+    text = raw.decode("utf-8", errors="replace")
     try:
         if path.endswith(".json"):
             doc = json.loads(raw)
+            lines: List[int] = []
         else:
-            doc = _toml().loads(raw.decode("utf-8"))
+            doc = _toml().loads(text)
+            lines = [n for n, line in enumerate(text.splitlines(), 1) if re.match(r"\s*\[\[\s*finding\s*\]\]", line)]
     except ValueError as e:  # JSONDecodeError and TOMLDecodeError are ValueErrors
-        raise FindingsError(f"{path}: not valid {'JSON' if path.endswith('.json') else 'TOML'}: {e}") from None
-    return parse(doc, path)
+        raise FindingsError(f"{name}: not valid {'JSON' if path.endswith('.json') else 'TOML'}: {e}") from None
+    return parse(doc, name, lines)
 
 
 def _toml():
@@ -151,29 +390,89 @@ def _toml():
     return tomllib
 
 
-# ---------------------------------------------------- the run's active entries
-_active: List[Finding] = []
+# ----------------------------------------------------- the findings in force
+_in_force: List[Finding] = []
 
 
-def activate(findings: List[Finding]) -> List[Finding]:
-    """Make ``findings`` the ones match() consults; returns the previous list."""
-    global _active
-    previous, _active = _active, list(findings)
+def activate(entries: Iterable[Finding]) -> List[Finding]:
+    """Put ``entries`` in force (the plugin, per run); returns the previous ones."""
+    global _in_force
+    previous, _in_force = _in_force, list(entries)
     return previous
 
 
 def active() -> List[Finding]:
-    return list(_active)
+    return list(_in_force)
 
 
-def match(property: str, case: Case) -> Optional[Finding]:
-    """The known finding that explains ``property`` failing on ``case``, or None."""
-    for f in _active:
-        if f.matches(property, case):
-            return f
-    return None
+@contextmanager
+def applied(entries: Iterable[Finding]):
+    """``entries`` in force within the block (repro: none; the kill-rate harness: the file's)."""
+    previous = activate(entries)
+    try:
+        yield
+    finally:
+        activate(previous)
 
 
-def match_node(nodeid: str) -> List[Finding]:
-    """Node-id entries selecting this test (the plugin marks it xfail)."""
-    return [f for f in _active if f.matches_node(nodeid)]
+# ------------------------------------------------------------- one example
+@dataclass
+class Verdict:
+    excused: List[Tuple[Any, Finding]]  # (failure, the finding that excuses it)
+    unexcused: List[Any]
+    exercised: List[str]  # ids of the findings in force this example exercised
+
+    @property
+    def reproduced(self) -> List[str]:
+        return sorted({f.id for _, f in self.excused})
+
+
+def judge(property: str, case: Case, failures: Sequence, *, entry: Optional[str] = None, entries: Optional[Sequence[Finding]] = None) -> Verdict:
+    """Partition the check failures of one example: each is excused by the
+    first finding (in force, or ``entries``) that describes it exactly, or
+    not at all."""
+    entries = _in_force if entries is None else entries
+    excused, unexcused = [], []
+    for failure in failures:
+        known = next((f for f in entries if f.excuses(failure, entry)), None)
+        if known is not None:
+            excused.append((failure, known))
+        else:
+            unexcused.append(failure)
+    exercised = [f.id for f in entries if f.exercised_by(property, case, entry)]
+    for _, f in excused:  # an excused failure exercised its finding, whatever the region says
+        if f.id not in exercised:
+            exercised.append(f.id)
+    return Verdict(excused, unexcused, exercised)
+
+
+# ------------------------------------------------------------ end of a run
+REPRODUCED, STALE, NOT_EXERCISED = "reproduced", "stale", "not exercised"
+
+
+def statuses(entries: Sequence[Any], observations: Iterable[dict]) -> List[dict]:
+    """Each entry (a Finding or its to_dict()) with its status over the
+    observation records of a run (``exercised`` / ``findings`` id lists)."""
+    exercised, reproduced = {}, {}
+    for obs in observations:
+        for fid in obs.get("exercised") or ():
+            exercised[fid] = exercised.get(fid, 0) + 1
+        for fid in obs.get("findings") or ():
+            reproduced[fid] = reproduced.get(fid, 0) + 1
+    out = []
+    for e in entries:
+        d = e.to_dict() if isinstance(e, Finding) else dict(e)
+        n_ex, n_rep = exercised.get(d["id"], 0), reproduced.get(d["id"], 0)
+        status = REPRODUCED if n_rep else (STALE if n_ex else NOT_EXERCISED)
+        d.update(status=status, exercised=n_ex, reproduced=n_rep)
+        if status == STALE:
+            d["message"] = (f"{d.get('source') or 'known findings'}: known finding {d['id']!r} did not reproduce: "
+                            f"{n_ex} example(s) it selects ran ({d.get('selects', '')}) and none failed as it describes; "
+                            "the kernel changed: remove the entry (and its case file) or correct it")
+        out.append(d)
+    return out
+
+
+def stale(statuses_: Sequence[dict]) -> List[str]:
+    """The messages of the stale entries (they fail the run)."""
+    return [s["message"] for s in statuses_ if s["status"] == STALE]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import unittest
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, List, Optional
 
 from conformance.ground.case import Case
 
@@ -21,8 +21,9 @@ class Observation:
     ratios: dict = field(default_factory=dict)
     compile: Optional[dict] = None  # kernels.base.CompileDelta.to_dict()
     seconds: float = 0.0
-    outcome: str = "passed"  # passed | failed | xfailed (a known finding)
-    finding: Optional[str] = None  # the known finding's id when xfailed
+    outcome: str = "passed"  # passed | failed | xfailed (every failed check excused by a known finding)
+    findings: list = field(default_factory=list)  # ids of the known findings that excused a failed check
+    exercised: list = field(default_factory=list)  # ids of the known findings this example exercised
     notes: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -33,7 +34,8 @@ class Observation:
             "compile": self.compile,
             "seconds": self.seconds,
             "outcome": self.outcome,
-            "finding": self.finding,
+            "findings": self.findings,
+            "exercised": self.exercised,
             "notes": self.notes,
         }
 
@@ -44,15 +46,27 @@ class PropertyFailure(AssertionError):
     ``summary`` is one line (observed vs expected); ``detail`` holds the
     worst elements with their coordinates and the region they sit in (see
     conformance.properties.judge), for the repro command and the case file.
+
+    The structured key a known finding is matched against
+    (conformance.ground.findings): ``check`` (the check's id), the quantity
+    (``detail["quantity"]``), and what failed: ``where`` (a bool mask of the
+    failing elements over the quantity) or ``observed`` (the outcome seen).
+    ``failures``: every failed check of the example that no finding excuses
+    (this one first).
     """
 
-    def __init__(self, property: str, case: Case, summary: str, detail: Optional[dict] = None, observation: Optional[Observation] = None):
+    def __init__(self, property: str, case: Case, summary: str, detail: Optional[dict] = None, observation: Optional[Observation] = None,
+                 *, check: Optional[str] = None, where: Any = None, observed: Optional[str] = None):
         super().__init__(f"[{property}] {summary}")
         self.property = property
         self.case = case
         self.summary = summary
         self.detail = detail or {}
         self.observation = observation
+        self.check = check
+        self.where = where
+        self.observed = observed
+        self.failures: List["PropertyFailure"] = [self]
 
 
 class Unsupported(unittest.SkipTest):

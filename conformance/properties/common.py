@@ -4,7 +4,7 @@ where an output row sits (for failure reports)."""
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 
@@ -24,35 +24,59 @@ def device() -> torch.device:
     return torch.device("cuda", torch.cuda.current_device())
 
 
-def finish(name: str, case: Case, start: float, run, *, finding_of=None, **fields) -> Observation:
-    """Run ``run()`` (the judging), turning a failure on a known finding into
-    an xfailed Observation; record the Observation either way. ``finding_of``
-    maps a failure to a finding id (default: the known-findings file)."""
+def finish(name: str, case: Case, start: float, run, *, entry: Optional[str] = None, **fields) -> Observation:
+    """Judge one example and record its Observation. ``run()`` (the judging)
+    runs every check (conformance.properties.judge collects the failing ones;
+    a PropertyFailure raised directly ends it); conformance.ground.findings
+    then excuses each failure that a known finding in force describes
+    exactly. Any other failure is raised (the first, naming the rest); if all
+    were excused the Observation is ``xfailed``. ``entry``: the entry point
+    the example ran against (contract findings select by it)."""
     from conformance.ground import findings
+    from conformance.properties import judge
 
     obs = Observation(name, case, **fields)
-    try:
-        obs.ratios = run() or {}
-    except PropertyFailure as failure:
-        if finding_of is not None:
-            known = finding_of(failure)
-        else:
-            entry = findings.match(name, case)
-            known = entry.id if entry is not None else None
-            if entry is not None:
-                recorder.note_finding(entry.id, "example")
-        obs.notes["summary"] = failure.summary
-        obs.seconds = time.perf_counter() - start
-        if known is None:
-            failure.observation = obs
-            obs.outcome = "failed"
-            recorder.observe(obs)
-            raise
-        obs.outcome, obs.finding = "xfailed", known
+    with judge.collecting() as failures:
+        try:
+            obs.ratios = run() or {}
+        except PropertyFailure as failure:
+            failures.append(failure)
+    verdict = findings.judge(name, case, failures, entry=entry)
+    obs.exercised, obs.findings = verdict.exercised, verdict.reproduced
     obs.seconds = time.perf_counter() - start
+    if verdict.excused:
+        obs.notes["excused"] = [{"finding": f.id, "check": x.check, "summary": x.summary} for x, f in verdict.excused]
+    if verdict.unexcused:
+        failure = _raised(verdict)
+        obs.notes["summary"] = failure.summary
+        failure.observation = obs
+        obs.outcome = "failed"
+        recorder.observe(obs)
+        raise failure
+    if verdict.excused:
+        obs.outcome = "xfailed"
+        obs.notes["summary"] = "; ".join(f"known finding {f.id}: {x.summary}" for x, f in verdict.excused)
     recorder.observe(obs)
     return obs
 
+
+def _raised(verdict) -> PropertyFailure:
+    """The failure to raise: the first unexcused one, naming the others."""
+    first, rest = verdict.unexcused[0], verdict.unexcused[1:]
+    if not rest and not verdict.excused:
+        return first
+    more = [f"{x.check}: {x.summary}" for x in rest]
+    known = [f"{x.check}: known finding {f.id}" for x, f in verdict.excused]
+    summary = first.summary + "".join(f" (+{label}: {'; '.join(items)})" for label, items in (("also failed", more), ("excused", known)) if items)
+    detail = dict(first.detail)
+    if rest:
+        detail["also_failed"] = [{"check": x.check, "summary": x.summary, **({"worst": x.detail["worst"]} if "worst" in x.detail else {})} for x in rest]
+    if known:
+        detail["excused"] = known
+    failure = PropertyFailure(first.property, first.case, summary, detail, check=first.check, where=first.where, observed=first.observed)
+    failure.failures = list(verdict.unexcused)
+    failure.__cause__ = first.__cause__
+    return failure
 
 
 # ------------------------------------------------------------------ regions

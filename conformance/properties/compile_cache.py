@@ -134,13 +134,13 @@ def check_disk_reuse(case: Case, adapter, *, prelude: str = "") -> Observation:
 
         def judged():
             if first.get("misses", 0) < 1:
-                raise PropertyFailure("disk_reuse", case, f"the first process found {where} warm: {first}", {"first": first})
+                raise PropertyFailure("disk_reuse", case, f"the first process found {where} warm: {first}", {"first": first}, check="cold first process")
             second = seen["second process"] = _launch_in_new_process(case, adapter, where, prelude)
             # Only compiles count: a new process's in-process memos (the THD lrus,
             # the template modules) start empty, so they miss once per key by design.
             judge.compile_delta("disk_reuse", case, second, {"misses": 0}, "a second process on the same on-disk cache")
             if second.get("hits", 0) < 1:
-                raise PropertyFailure("disk_reuse", case, f"the second process neither compiled nor read the on-disk cache: {second}", {"second": second})
+                raise PropertyFailure("disk_reuse", case, f"the second process neither compiled nor read the on-disk cache: {second}", {"second": second}, check="disk hit")
             return {}
 
         return finish("disk_reuse", case, start, judged, compile=first, notes=seen)

@@ -9,11 +9,19 @@ returns what the report records.
 - ``compile_delta``: compile counters around one call against a budget.
 - ``guards_intact``: every buffer's guard bands still hold their sentinels
   (no out-of-bounds write).
+
+Each failure carries its structured key (``check``, the quantity, ``where``
+or ``observed``: see PropertyFailure) for conformance.ground.findings.
+Inside ``collecting()`` (a property judging one example) a failing check is
+recorded and the helper returns, so every check of the example is judged;
+outside it the helper raises.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Callable, List, Mapping, Optional, Sequence
 
 import torch
 
@@ -23,6 +31,25 @@ from conformance.ground.outcome import PropertyFailure
 from conformance.ground.tolerances import abs_diff, bound, max_abs_error
 
 WORST = 5  # elements listed in a failure
+
+_SINK: ContextVar[Optional[List[PropertyFailure]]] = ContextVar("judge_sink", default=None)
+
+
+@contextmanager
+def collecting():
+    """Within the block, failing checks are appended to the yielded list instead of raised."""
+    token = _SINK.set([])
+    try:
+        yield _SINK.get()
+    finally:
+        _SINK.reset(token)
+
+
+def _fail(failure: PropertyFailure) -> None:
+    sink = _SINK.get()
+    if sink is None:
+        raise failure
+    sink.append(failure)
 
 
 # ----------------------------------------------------------------- locating
@@ -76,7 +103,7 @@ def worst_elements(case: Case, quantity: str, got: torch.Tensor, want: torch.Ten
 
 
 # ------------------------------------------------------------------- checks
-def within_model(property: str, case: Case, quantity: str, got, ref, lowp, live, regions=None) -> float:
+def within_model(property: str, case: Case, quantity: str, got, ref, lowp, live, regions=None, *, check: str = "error model") -> float:
     """Assert max|got - ref| <= bound(...) over ``live``; return error/bound."""
     err = max_abs_error(got, ref, live)
     lowp_err = max_abs_error(lowp, ref, live)
@@ -85,61 +112,72 @@ def within_model(property: str, case: Case, quantity: str, got, ref, lowp, live,
     b = bound(quantity, case.dtype, lowp_err, amax)
     ratio = err / b if b > 0 else (0.0 if err == 0 else float("inf"))
     if not err <= b:
-        raise PropertyFailure(
+        _fail(PropertyFailure(
             property,
             case,
             f"{quantity.upper()} max|kernel - ref32| = {err:.3g} exceeds bound {b:.3g} (lowp error {lowp_err:.3g}; ratio {ratio:.3g})",
             {"quantity": quantity, "error": err, "bound": b, "lowp_error": lowp_err, "ratio": ratio, "worst": worst_elements(case, quantity, got, ref, live, regions)},
-        )
+            check=check, where=live & ~(abs_diff(got, ref) <= b),
+        ))
     return ratio
 
 
-def exactly(property: str, case: Case, quantity: str, got, want, where, what: str, regions=None) -> None:
+def exactly(property: str, case: Case, quantity: str, got, want, where, what: str, regions=None, *, check: Optional[str] = None) -> None:
     """Assert ``got`` equals ``want`` bit for bit on ``where`` (NaN == NaN)."""
     g, w = got.to(torch.float64), want.to(torch.float64)
     bad = where & ~((g == w) | (torch.isnan(g) & torch.isnan(w)))
     if bool(bad.any()):
-        raise PropertyFailure(
+        _fail(PropertyFailure(
             property,
             case,
             f"{quantity.upper()}: {int(bad.sum())} element(s) of {what} differ from the contract",
             {"quantity": quantity, "what": what, "count": int(bad.sum()), "worst": worst_elements(case, quantity, got, want, bad, regions)},
-        )
+            check=check or what, where=bad,
+        ))
 
 
-def raises_contract(property: str, case: Case, call: Callable[[], object], exc_type, fragment: str) -> BaseException:
-    """Assert ``call`` raises ``exc_type`` with ``fragment`` in its message."""
+def raises_contract(property: str, case: Case, call: Callable[[], object], exc_type, fragment: str, *, check: str = "rejects") -> Optional[BaseException]:
+    """Assert ``call`` raises ``exc_type`` with ``fragment`` in its message.
+    ``observed`` on failure: "accepted", the exception type's name, or
+    "<type> not naming <fragment>"."""
     try:
         call()
     except BaseException as e:  # noqa: BLE001 - judged below
         if isinstance(e, exc_type) and fragment.lower() in str(e).lower():
             return e
-        raise PropertyFailure(
+        failure = PropertyFailure(
             property,
             case,
             f"rule {case.violation!r}: expected {exc_type.__name__} naming {fragment!r}, got {type(e).__name__}: {str(e)[:300]}",
             {"expected": exc_type.__name__, "fragment": fragment, "got_type": type(e).__name__, "got_message": str(e)[:2000]},
-        ) from e
-    raise PropertyFailure(
+            check=check, observed=type(e).__name__ if not isinstance(e, exc_type) else f"{type(e).__name__} not naming {fragment}",
+        )
+        failure.__cause__ = e
+        _fail(failure)
+        return e
+    _fail(PropertyFailure(
         property,
         case,
         f"rule {case.violation!r}: expected {exc_type.__name__} naming {fragment!r}, but the call returned normally",
         {"expected": exc_type.__name__, "fragment": fragment},
-    )
+        check=check, observed="accepted",
+    ))
+    return None
 
 
-def compile_delta(property: str, case: Case, delta, budget: dict, what: str) -> None:
+def compile_delta(property: str, case: Case, delta, budget: dict, what: str, *, check: str = "compile budget") -> None:
     """Assert one call's counter deltas stay within ``budget`` (counter name ->
     maximum), e.g. {"misses": 0, "thd_lru_misses": 0, "modules": 0}."""
     d = delta.to_dict() if hasattr(delta, "to_dict") else dict(delta)
     over = {k: d.get(k, 0) for k, most in budget.items() if d.get(k, 0) > most}
     if over:
-        raise PropertyFailure(
+        _fail(PropertyFailure(
             property,
             case,
             f"{what}: counters over budget {over} (budget {budget})",
             {"delta": d, "budget": budget, "what": what},
-        )
+            check=check,
+        ))
 
 
 def guards_intact(property: str, case: Case, buffers: Mapping[str, torch.Tensor]) -> int:
@@ -191,5 +229,5 @@ def guards_intact(property: str, case: Case, buffers: Mapping[str, torch.Tensor]
             f"(bytes {h['bytes'][0]:+d}..{h['bytes'][1]:+d}, {h['addresses'][0]}-{h['addresses'][1]}; the buffer has {h['length']} {h['dtype']} elements)"
             for h in hits
         )
-        raise PropertyFailure(property, case, f"out-of-bounds write: {said}", {"guards": hits})
+        _fail(PropertyFailure(property, case, f"out-of-bounds write: {said}", {"guards": hits}, check="guards"))
     return len(seen)

@@ -45,7 +45,6 @@ class _State:
     test: Optional[str] = None
     context: dict = field(default_factory=dict)  # how the current test runs the property (adapter, ...)
     last: Optional[Begun] = None
-    noted_findings: set = field(default_factory=set)
 
 
 _state = _State()
@@ -99,14 +98,6 @@ def set_test(nodeid: Optional[str], **context) -> None:
     _state.test = nodeid
     _state.context = context
     _state.last = None
-
-
-def note_finding(finding_id: str, how: str) -> None:
-    """A known finding matched something (once per process and id is enough:
-    the report only needs to know which entries matched at all)."""
-    if (finding_id, how) not in _state.noted_findings:
-        _state.noted_findings.add((finding_id, how))
-        write({"kind": "finding", "id": finding_id, "how": how})
 
 
 def write(record: dict) -> None:

@@ -72,7 +72,7 @@ def check_tails(case: Case, adapter, *, initialize_outputs: bool = True) -> Obse
             for quantity, got in (("o", result.o), ("lse", result.lse)):
                 dead = ~row_mask(case, inputs, quantity, got.shape)
                 checked[f"{quantity} capacity tail"] = int(dead.sum())
-                judge.exactly("tails", case, quantity, got, torch.full_like(got, want), dead, f"{quantity.upper()} capacity outside the live tokens", regions)
+                judge.exactly("tails", case, quantity, got, torch.full_like(got, want), dead, f"{quantity.upper()} capacity outside the live tokens", regions, check="capacity")
         else:
             # The pad columns of the O the kernel was handed: the caller's when
             # it went natively; a compact staging copy or the wrapper's own O
@@ -81,10 +81,10 @@ def check_tails(case: Case, adapter, *, initialize_outputs: bool = True) -> Obse
             pad = _storage_outside_view(handed)
             flat = body_storage(handed)
             checked["o pad columns"] = int(pad.sum())
-            judge.exactly("tails", case, "o", flat, torch.full_like(flat, float("nan")), pad, "O pad columns (never written)")
+            judge.exactly("tails", case, "o", flat, torch.full_like(flat, float("nan")), pad, "O pad columns (never written)", check="pad columns")
         for quantity, got in (("o", result.o), ("lse", result.lse)):
             live = row_mask(case, inputs, quantity, got.shape)
-            judge.exactly("tails", case, quantity, torch.isnan(got), torch.zeros_like(got, dtype=torch.bool), live, "live outputs (poison left or NaN produced)", regions)
+            judge.exactly("tails", case, quantity, torch.isnan(got), torch.zeros_like(got, dtype=torch.bool), live, "live outputs (poison left or NaN produced)", regions, check="no nan")
         return {}
 
     notes = {**result.notes, "initialize_outputs": initialize_outputs, "checked_elements": checked}

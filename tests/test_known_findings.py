@@ -1,0 +1,204 @@
+"""Known findings, the model (conformance.ground.findings) on CPU: a finding
+excuses exactly the failure it describes, the properties judge every check
+of an example, the regions of the padding findings, contract findings
+through the real rejection property, run statuses, and the repository's
+known_findings.toml against its case files.
+
+(The plugin end to end, strict by default: tests/test_plugin.py. The case
+files replayed on a GPU: conformance/test_findings.py.)"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import pathlib
+import re
+import time
+
+import pytest
+import torch
+
+from conformance.ground import findings
+from conformance.ground.case import Case, load_case_file
+from conformance.ground.contracts import CONFIG, rule
+from conformance.ground.outcome import PropertyFailure
+from conformance.ground.tables import TILE_N
+from conformance.properties import check_rejection, judge
+from conformance.properties.common import finish
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+FILE = findings.load(ROOT / "known_findings.toml")
+BY_ID = {f.id: f for f in FILE}
+CASE_FILES = sorted(glob.glob(str(ROOT / "findings" / "*.json")))
+
+
+def _copy(fid: str, **changes) -> findings.Finding:
+    """A repository finding under another id: these tests run inside a suite
+    run, whose strictness counts the file's ids."""
+    return dataclasses.replace(BY_ID[fid], id="test-copy:" + fid, **changes)
+
+
+def _nan_failure(case: Case, rows: torch.Tensor, quantity: str = "o") -> PropertyFailure:
+    """The failure the tails NaN check raises when the given rows (canonical
+    layout: dense (B, H, S)) of O / LSE hold NaN."""
+    where = rows[..., None].expand(*rows.shape, case.d_v) if quantity == "o" else rows
+    return PropertyFailure("tails", case, "NaN", {"quantity": quantity}, check="no nan", where=where)
+
+
+def _rows(case: Case, *coords) -> torch.Tensor:
+    rows = torch.zeros(findings.row_shape(case), dtype=torch.bool)
+    for c in coords:
+        rows[c] = True
+    return rows
+
+
+# --------------------------------------------------------------- the rule
+Q_CASE = Case(s_q=6, s_kv=6, batch=2, h_q=2, h_kv=2, seq_q_lens=(4, 6))  # batch 0: rows 4, 5 padded
+KV_CASE = Case(s_q=3, s_kv=70, batch=3, seq_kv_lens=(5, 64, 70))  # batch 0: V rows 5..63 loaded past seq_kv_len
+
+
+def test_a_failure_inside_the_region_is_excused_and_one_row_outside_is_not():
+    q = BY_ID["dense-padded-q-rows-nan"]
+    padded = findings.REGIONS["padded_q_rows"].rows(Q_CASE)
+    assert padded.sum() == 2 * 2 and padded[0, :, 4:].all()
+    assert q.excuses(_nan_failure(Q_CASE, padded))
+    assert q.excuses(_nan_failure(Q_CASE, _rows(Q_CASE, (0, 1, 5))))  # part of the region is enough
+    assert not q.excuses(_nan_failure(Q_CASE, padded | _rows(Q_CASE, (0, 0, 3))))  # the last live row of batch 0
+    assert not q.excuses(_nan_failure(Q_CASE, _rows(Q_CASE, (1, 0, 5))))  # batch 1 has no padding
+    assert not q.excuses(_nan_failure(Q_CASE, padded, "lse"))  # another quantity
+    other_check = _nan_failure(Q_CASE, padded)
+    other_check.check = "capacity"
+    assert not q.excuses(other_check)
+    assert not q.excuses(PropertyFailure("numerics", Q_CASE, "x", {"quantity": "o"}, check="no nan", where=other_check.where))
+    flat = PropertyFailure("tails", Q_CASE, "x", {"quantity": "o"}, check="no nan", where=torch.ones(100, dtype=torch.bool))
+    assert not q.excuses(flat)  # not a mask over O: nothing to bound
+
+
+def test_the_kv_region_is_the_live_rows_behind_a_padded_last_kv_tile():
+    kv = BY_ID["dense-padded-kv-rows-nan"]
+    rows = findings.REGIONS["live_rows_loading_padded_kv"].rows(KV_CASE)
+    # Batch 0 (seq_kv_len 5: its last tile holds rows 5..63 of padding) only;
+    # batch 1 ends on a tile edge (64), batch 2 is not padded.
+    assert rows[0].all() and not rows[1:].any()
+    assert kv.excuses(_nan_failure(KV_CASE, rows))
+    assert not kv.excuses(_nan_failure(KV_CASE, rows | _rows(KV_CASE, (1, 0, 0))))
+    assert not BY_ID["dense-padded-q-rows-nan"].excuses(_nan_failure(KV_CASE, rows))
+    for lens, hit in (((0,), False), ((TILE_N - 1,), True), ((TILE_N,), False), ((TILE_N + 1,), True), ((100,), False)):
+        case = Case(s_q=2, s_kv=100, seq_kv_lens=lens, seq_q_lens=(1,))
+        region = findings.REGIONS["live_rows_loading_padded_kv"].rows(case)
+        assert bool(region.any()) is hit, lens
+        assert not region[0, :, 1].any()  # a padded Q row is not a live row
+    assert not findings.REGIONS["live_rows_loading_padded_kv"].rows(Case(layout="thd", q_lens=(3,), kv_lens=(5,), kv_slack=4)).any()
+
+
+def test_exercised_means_the_described_failure_can_occur_on_the_case():
+    q = BY_ID["dense-padded-q-rows-nan"]
+    assert q.exercised_by("tails", Q_CASE)
+    assert not q.exercised_by("tails", Q_CASE.replace(seq_q_lens=(6, 6)))  # no padded row
+    assert not q.exercised_by("tails", Case(s_q=6, s_kv=6))
+    assert not q.exercised_by("numerics", Q_CASE)
+    first = BY_ID["contract:thd_cu_k_missing@wrapper:compiles-first"]
+    thd = Case(layout="thd", q_lens=(2,), kv_lens=(2,), violation="thd_cu_k_missing")
+    assert first.exercised_by("rejection", thd.replace(d_qk=40, d_v=40), "wrapper")  # off the envelope
+    assert not first.exercised_by("rejection", thd, "wrapper")  # 64 x 64: the gptoss envelope
+    assert not first.exercised_by("rejection", thd.replace(d_qk=40, d_v=40), "prepared")
+
+
+# ------------------------------------------------- every check is judged
+def test_every_failing_check_of_an_example_is_judged_and_only_the_described_one_excused():
+    case = Q_CASE
+    o = torch.zeros(case.batch, case.h_q, case.s_q, case.d_v)
+    o[0, :, 4:] = float("nan")  # the finding
+    lse = torch.zeros(case.batch, case.h_q, case.s_q)
+    lse[1, 0, 0] = float("nan")  # something else, in the same example
+
+    def judged():
+        for quantity, got in (("o", o), ("lse", lse)):
+            nan = torch.isnan(got)
+            judge.exactly("tails", case, quantity, nan, torch.zeros_like(nan), torch.ones_like(nan), "live outputs", check="no nan")
+        return {}
+
+    with findings.applied([]), pytest.raises(PropertyFailure) as none:
+        finish("tails", case, time.perf_counter(), judged)
+    assert [f.detail["quantity"] for f in none.value.failures] == ["o", "lse"] and "also failed: no nan: LSE" in none.value.summary
+
+    q = _copy("dense-padded-q-rows-nan")
+    with findings.applied([q]), pytest.raises(PropertyFailure) as one:
+        finish("tails", case, time.perf_counter(), judged)
+    assert [f.detail["quantity"] for f in one.value.failures] == ["lse"] and f"excused: no nan: known finding {q.id}" in one.value.summary
+    assert one.value.observation.exercised == [q.id] and one.value.observation.findings == [q.id]
+
+    lse[1, 0, 0] = 0.0
+    with findings.applied([q]):
+        obs = finish("tails", case, time.perf_counter(), judged)
+    assert (obs.outcome, obs.findings) == ("xfailed", [q.id]) and q.id in obs.notes["summary"]
+
+
+def test_judge_helpers_raise_outside_a_judging():
+    nan = torch.ones(2, dtype=torch.bool)
+    with pytest.raises(PropertyFailure) as e:
+        judge.exactly("tails", Q_CASE, "o", nan, torch.zeros_like(nan), nan, "x", check="no nan")
+    assert e.value.check == "no nan" and e.value.where.tolist() == [True, True]
+
+
+# ---------------------------------------------------- contract findings (CPU)
+def test_a_contract_finding_excuses_exactly_its_observed_outcome():
+    case = rule("flavor_unknown").transform(Case())
+    known = _copy("contract:flavor_unknown@config")
+    assert known.observed == "KeyError"
+    with findings.applied([known]):
+        obs = check_rejection(case, entry=CONFIG)
+    assert (obs.outcome, obs.findings, obs.exercised) == ("xfailed", [known.id], [known.id])
+    with findings.applied([dataclasses.replace(known, observed="accepted")]), pytest.raises(PropertyFailure) as e:
+        check_rejection(case, entry=CONFIG)  # the entry point does something else than the finding says
+    assert (e.value.check, e.value.observed) == ("rejects", "KeyError")
+    with findings.applied([dataclasses.replace(known, entry="prepared")]), pytest.raises(PropertyFailure):
+        check_rejection(case, entry=CONFIG)  # another entry point's finding
+
+
+def test_an_accepted_contract_finding_and_a_conforming_rule():
+    known = _copy("contract:params_tile_m_zero@config")
+    with findings.applied([known]):
+        assert check_rejection(rule("params_tile_m_zero").transform(Case()), entry=CONFIG).findings == [known.id]
+        obs = check_rejection(rule("params_tile_n").transform(Case()), entry=CONFIG)  # a rule the kernels honour
+    assert (obs.outcome, obs.exercised) == ("passed", [])
+
+
+# ---------------------------------------------------------------- statuses
+def test_statuses_of_a_run():
+    entries = [_copy("dense-padded-q-rows-nan"), _copy("dense-padded-kv-rows-nan"), _copy("contract:flavor_unknown@config")]
+    q, kv, flavor = (e.id for e in entries)
+    observations = [{"exercised": [q, kv], "findings": [q]}, {"exercised": [kv], "findings": []}, {"exercised": [], "findings": []}]
+    got = {s["id"]: s for s in findings.statuses(entries, observations)}
+    assert (got[q]["status"], got[q]["exercised"], got[q]["reproduced"]) == ("reproduced", 1, 1)
+    assert (got[kv]["status"], got[kv]["exercised"], got[kv]["reproduced"]) == ("stale", 2, 0)
+    assert got[flavor]["status"] == "not exercised"
+    (message,) = findings.stale(got.values())
+    assert message.startswith(f"{entries[1].source}: known finding {kv!r} did not reproduce: 2 example(s)")
+
+
+# ------------------------------------------------ the repository's findings
+def test_the_repository_file_holds_the_padding_and_contract_findings():
+    assert {"dense-padded-q-rows-nan", "dense-padded-kv-rows-nan"} <= set(BY_ID)
+    contract = [f for f in FILE if f.property == "rejection"]
+    assert len(contract) == 19 and all(f.id.startswith(f"contract:{f.rule}@{f.entry}") for f in contract)
+    assert all(re.fullmatch(r"known_findings\.toml:\d+", f.source.rsplit("/", 1)[-1]) for f in FILE)
+
+
+@pytest.mark.parametrize("path", CASE_FILES, ids=[pathlib.Path(p).stem for p in CASE_FILES])
+def test_each_case_file_names_a_finding_that_selects_its_case(path):
+    case, doc = load_case_file(path)
+    entry = BY_ID[doc["finding"]]
+    assert doc["property"] == entry.property and entry.exercised_by(doc["property"], case, doc["params"].get("entry"))
+    region = findings.REGIONS[entry.region].rows(case)
+    assert entry.excuses(_nan_failure(case, region))  # NaN in all of its region's rows is what it describes
+    others = [f for f in FILE if f is not entry and f.excuses(_nan_failure(case, region))]
+    assert others == []  # and no other finding describes it
+
+
+def test_the_checks_the_properties_report_are_the_vocabulary_findings_select():
+    used = set()
+    for path in (ROOT / "conformance" / "properties").glob("*.py"):
+        used |= set(re.findall(r'check="([^"]+)"', path.read_text()))
+    declared = {c for checks in findings.CHECKS.values() for c in checks}
+    assert used <= declared and {"no nan", "rejects", "compiles nothing"} <= used
