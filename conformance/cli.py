@@ -1,6 +1,7 @@
 """The ``sdpa-conformance`` command: replay a case file, re-render a report.
 
     sdpa-conformance repro sdpa-report/cases/numerics-1a2b3c4d5e.json
+    sdpa-conformance repro sdpa-report/shards/<run>/gw3-4242.jsonl[:LINE]
     sdpa-conformance report sdpa-report
 
 Exit status: 0 the case passes now / report written; 1 the case still fails;
@@ -13,7 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
+from pathlib import Path
 from typing import List, Optional
 
 from conformance import __version__
@@ -60,10 +63,14 @@ def parser() -> argparse.ArgumentParser:
     r = sub.add_parser("repro", help="replay one case file and say where the kernel differs",
                        description="Rebuild the case's tensors bit for bit, run the property named in the file, print where "
                        "it differs. Exit 1 if it still fails, 0 if it passes now.")
-    r.add_argument("file", metavar="FILE", help="a case file, e.g. sdpa-report/cases/numerics-1a2b3c4d5e.json")
+    r.add_argument("file", metavar="FILE", help="a case file, e.g. sdpa-report/cases/numerics-1a2b3c4d5e.json; or a shard "
+                   "(sdpa-report/shards/<run>/<worker>-<pid>.jsonl[:LINE]): the example begun at LINE, default the last one begun "
+                   "(what a process that died mid-example was running)")
     r.add_argument("--adapter", choices=ADAPTERS, default=None, help="kernel entry point (default: the one recorded in the file, else $SDPA_ADAPTER, else prepared)")
     r.add_argument("--sm80-compat", action="store_true", default=None, help="run sm80 code on a newer GPU (default: as recorded, or $SDPA_SM80_COMPAT=1)")
     r.add_argument("--kernels-source", metavar="PATH", default=None, help="cudnn-frontend python/ tree to test instead of the installed wheel")
+    r.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
+                   help="a replay with no verdict after this long is a hang: say so and exit 1 (default: 300; 0: wait forever)")
     g = sub.add_parser("report", help="merge a report dir's shards and render report.json/.md/.html",
                        description="Re-render the reports of a run from the shards in its report dir.")
     g.add_argument("dir", metavar="DIR", help="a report dir (default name: sdpa-report)")
@@ -78,11 +85,14 @@ def parser() -> argparse.ArgumentParser:
 
 
 # ------------------------------------------------------------------ repro
+SHARD_LINE = re.compile(r"^(?P<path>.+\.jsonl)(?::(?P<line>\d+))?$")
+
+
 def _load(path: str):
     from conformance.ground.case import CaseFileError, load_case_file
 
     try:
-        case, doc = load_case_file(path)
+        case, doc = _load_shard_line(path) if SHARD_LINE.match(path) else load_case_file(path)
     except CaseFileError as e:
         raise Usage(f"{path}: {e}") from None
     prop = doc.get("property")
@@ -91,7 +101,83 @@ def _load(path: str):
     params = doc.get("params") or {}
     if not isinstance(params, dict):
         raise Usage(f"{path}: case file field 'params': expected an object of keyword arguments, got {params!r}")
+    _check_violation(path, case, prop, params)
     return case, doc, prop, params
+
+
+def _load_shard_line(arg: str):
+    """(Case, a case-file-like document) from a shard's ``begin`` record: the
+    line given, else the last ``begin`` of the shard. The run's environment
+    comes from its session record when the run finished (the controller's shard)."""
+    from conformance.ground.case import Case, CaseFileError
+
+    m = SHARD_LINE.match(arg)
+    path, line = m.group("path"), int(m.group("line")) if m.group("line") else None
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().split("\n")
+    except OSError as e:
+        raise CaseFileError(f"cannot read it ({e.strerror})") from None
+    if line is not None and not 1 <= line <= len(lines):
+        raise CaseFileError(f"line {line}: the shard has {len(lines)} lines")
+    numbers = [line] if line is not None else range(len(lines), 0, -1)
+    for n in numbers:
+        try:
+            rec = json.loads(lines[n - 1]) if lines[n - 1].strip() else {}
+        except json.JSONDecodeError:
+            if line is not None:
+                raise CaseFileError(f"line {n}: not a JSON record (torn by a killed process?)") from None
+            continue
+        if rec.get("kind") == "begin":
+            break
+        if line is not None:
+            raise CaseFileError(f"line {n}: a {rec.get('kind')!r} record, not a 'begin' (an example's start)")
+    else:
+        raise CaseFileError("no 'begin' record in this shard (no example started)")
+    if not isinstance(rec.get("case"), dict):
+        raise CaseFileError(f"line {n}: field 'case': expected the Case's fields, got {rec.get('case')!r}")
+    case = Case.from_dict(rec["case"])
+    context = rec.get("context") or {}
+    env = _session_environment(os.path.dirname(path))
+    doc = {"case": rec["case"], "property": rec.get("property"), "params": rec.get("params") or {}, "nodeid": rec.get("test"),
+           "adapter": context.get("adapter", env.get("adapter")), "sm80_compat": context.get("sm80_compat", env.get("sm80_compat")),
+           "mode": env.get("mode"), "gpu": env.get("gpu"), "kernels_source": env.get("kernels_source"), "planted_mutant": env.get("planted_mutant"),
+           "summary": f"example begun at {path}:{n}"}  # fmt: skip
+    return case, doc
+
+
+def _session_environment(run_dir: str) -> dict:
+    for name in sorted(os.listdir(run_dir)) if os.path.isdir(run_dir) else []:
+        if name.startswith("main-") and name.endswith(".jsonl"):
+            with open(os.path.join(run_dir, name), encoding="utf-8") as f:
+                for line in f:
+                    if '"kind": "session"' in line:
+                        try:
+                            return json.loads(line).get("environment") or {}
+                        except json.JSONDecodeError:
+                            pass
+    return {}
+
+
+def _check_violation(path: str, case, prop: str, params: dict) -> None:
+    """A contract-violating case names a known rule, and the rejection
+    property gets an entry point the rule targets (else exit 2, naming the field)."""
+    from conformance.ground import contracts
+
+    if case.violation is not None:
+        try:
+            rule = contracts.rule(case.violation)
+        except ValueError as e:
+            raise Usage(f"{path}: case file field 'case.violation': {e}") from None
+    if prop != "rejection":
+        return
+    if case.violation is None:
+        raise Usage(f"{path}: case file field 'case.violation': missing; the rejection property replays a contract-violating case "
+                    "and needs the rule it breaks (a name of conformance/ground/contracts.py)")
+    entry = params.get("entry")
+    if entry not in rule.expect:
+        got = "missing" if entry is None else repr(entry)
+        raise Usage(f"{path}: case file field 'params.entry': {got}; rule {rule.name!r} targets {', '.join(sorted(rule.expect))}")
 
 
 def _fmt(v) -> str:
@@ -140,6 +226,7 @@ def repro(args) -> int:
         print("hypothesis: " + "   ".join(x for x in (f"seed {hyp['seed']}" if hyp.get("seed") is not None else "", hyp.get("reproduce_failure") or "") if x))
     if doc.get("summary"):
         print(f"was:       {doc['summary']}")
+    _planted_note(doc)
 
     # The kernels source must be chosen before anything imports cudnn.
     # A case from a checkout run records "checkout <path>" (kernels.source.describe()).
@@ -173,11 +260,18 @@ def repro(args) -> int:
 
     if prop not in PROPERTIES:
         raise Usage(f"{args.file}: case file field 'property': {prop!r} is not one of {', '.join(PROPERTIES)}")
+    import inspect
+
+    try:
+        inspect.signature(PROPERTIES[prop]).bind(case, adapter=None, **params)
+    except TypeError as e:
+        raise Usage(f"{args.file}: case file field 'params': {e} (the keyword arguments of the {prop} property)") from None
     import kernels
 
     from conformance.ground import findings
 
     adapter = kernels.get_adapter(adapter_name)
+    _bound(args.timeout, prop)
     try:
         with findings.applied([]):  # repro applies no findings: it shows every discrepancy
             obs = PROPERTIES[prop](case, adapter=adapter, **params)
@@ -193,12 +287,47 @@ def repro(args) -> int:
     except Exception as e:  # noqa: BLE001 - an exception from the kernel is the failure being replayed
         import traceback
 
+        from conformance.properties import watchdog
+
         traceback.print_exc()
-        print(f"\nFAIL {prop}: raised {type(e).__name__}: {e}\n\nstill fails (exit 1)")
+        lost = watchdog.context_lost(e)
+        print(f"\nFAIL {prop}: raised {type(e).__name__}: {e}" + (f"\nCUDA context lost: {lost} (a sticky CUDA error)" if lost else "") + "\n\nstill fails (exit 1)")
         return 1
+    finally:
+        _unbound()
     ratios = "   ".join(f"{q} error/bound {_fmt(r)}" for q, r in (obs.ratios or {}).items())
     print(f"\nPASS {prop}" + (f": {ratios}" if ratios else "") + "\n\npasses now (exit 0)")
     return 0
+
+
+def _planted_note(doc: dict) -> None:
+    """A case recorded with a planted mutant replays the planted bug only with it planted again."""
+    from kernels.mutants import PLANT_ENV
+
+    was, now = doc.get("planted_mutant"), os.environ.get(PLANT_ENV) or None
+    if was and was != now:
+        print(f"NOTE:      recorded with the kernels deliberately broken ({PLANT_ENV}={was}); set it to replay that bug")
+    if now:
+        print(f"WARNING:   kernels deliberately broken: {PLANT_ENV}={now} (prepared adapter)")
+
+
+def _bound(seconds: float, prop: str) -> None:
+    """A replay that hangs (a kernel that never finishes) says so and exits 1."""
+    from conformance.properties import watchdog
+
+    if seconds and seconds > 0:
+        def hung(label, limit):
+            print(f"\nFAIL {prop}: no verdict within {limit:g} s: a hung kernel? (--timeout)\n\nstill fails (exit 1)", flush=True)
+
+        watchdog.start(seconds, hung, backstop=False, exit_code=1)
+        watchdog.arm("repro")
+
+
+def _unbound() -> None:
+    from conformance.properties import watchdog
+
+    watchdog.disarm()
+    watchdog.stop()
 
 
 def _known_finding_note(failure, params: dict) -> bool:
@@ -226,6 +355,12 @@ def _known_finding_note(failure, params: dict) -> bool:
 def report(args) -> int:
     if not os.path.isdir(args.dir):
         raise Usage(f"{args.dir}: not a directory")
+    from reports import shards
+
+    run = shards.latest_run(args.dir)
+    if run is None or not any((Path(args.dir) / shards.SHARDS / run).glob("*.jsonl")):
+        raise Usage(f"{args.dir}: no shards (no {shards.SHARDS}/<run>/*.jsonl): not the report dir of a run, or its shards were removed; "
+                    "run pytest with --report-dir=DIR first")
     import reports
     from reports.casefile import display_path
 

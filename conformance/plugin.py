@@ -29,7 +29,7 @@ from typing import Optional
 
 import pytest
 
-from conformance import __version__
+from conformance import __version__, isolation
 from conformance.ground import findings
 from conformance.ground.tables import ADAPTER_ENV, ADAPTERS, COMPAT_ENV, DEFAULT_ADAPTER, NO_GPU
 from conformance.properties import recorder
@@ -56,6 +56,7 @@ class Run:
     version_warnings: list = field(default_factory=list)  # mismatches allowed by $SDPA_ALLOW_VERSION_MISMATCH
     pending: dict = field(default_factory=dict)  # nodeid -> outcome so far (controller)
     restore: tuple = ()
+    hypothesis: dict = field(default_factory=dict)  # profile and seed, as strategies.profiles.describe says
     summary: Optional[dict] = None
     paths: Optional[dict] = None
 
@@ -76,6 +77,7 @@ def pytest_addoption(parser):
                 help="test the kernels of this cudnn-frontend source tree instead of site-packages (applied before cudnn is imported).")
     g.addoption("--known-findings", default=None, metavar="FILE",
                 help=f"known findings file (.toml or .json). Default: {FINDINGS_FILE} at the rootdir, if present.")
+    isolation.addoption(g, parser)
 
 
 def _check_rootdir(config) -> None:
@@ -161,9 +163,11 @@ def pytest_configure(config):
     from strategies import profiles
 
     try:
-        profiles.load_profile(config.getoption("hypothesis_profile", default=None))
+        profile = profiles.load_profile(config.getoption("hypothesis_profile", default=None))
     except ValueError as e:  # an unknown profile name
         raise pytest.UsageError(str(e)) from None
+    run.hypothesis = profiles.describe(profile, config.getoption("hypothesis_seed", default=None))
+    _check_planted_mutant()
     loaded = []
     if run.findings_file is not None:
         try:
@@ -181,6 +185,22 @@ def pytest_configure(config):
     # The run-time hooks live on an object per config: a pytester run nested
     # in a pytest run gets its own.
     config.pluginmanager.register(Recording(config, run), "sdpa_conformance_run")
+    config.pluginmanager.register(isolation.Isolation(
+        config, run, max_examples=profiles.settings().max_examples, case_env=lambda item: dict(environment(run), **_adapter_used(item, run)),
+        hypothesis_of=lambda item: _hypothesis(item, "")), "sdpa_conformance_isolation")
+
+
+def _check_planted_mutant() -> None:
+    """$SDPA_PLANT_MUTANT (a deliberately broken kernel, for demonstrations)
+    is refused where CI is set: a gate must never run on one."""
+    from kernels.mutants import PLANT_ENV, planted
+
+    try:
+        mutant = planted()
+    except ValueError as e:
+        raise pytest.UsageError(str(e)) from None
+    if mutant is not None and os.environ.get("CI"):
+        raise pytest.UsageError(f"{PLANT_ENV}={mutant.name} plants a deliberate bug in the kernels; refused because $CI is set (never gate on it)")
 
 
 # ------------------------------------------------------------ environment
@@ -199,7 +219,13 @@ def environment(run: Run) -> dict:
             "adapter": run.adapter, "sm80_compat": run.sm80_compat, "kernels_source": source.describe(),
             "report_dir": str(run.report_dir), "known_findings": str(run.findings_file) if run.findings_file else None,
             "header": kenv.header(adapter_label(run), e),
+            "hypothesis_profile": run.hypothesis.get("profile"), "hypothesis_seed": run.hypothesis.get("seed"),
         }
+        from kernels.mutants import planted
+
+        mutant = planted()
+        if mutant is not None:
+            run.env["planted_mutant"] = mutant.name
         if run.version_warnings:
             run.env["version_warnings"] = run.version_warnings
     return run.env
@@ -211,9 +237,19 @@ def pytest_report_header(config):
         return None
     n = len(findings.active())
     known = f"{casefile.display_path(run.findings_file)} ({n} entries)" if run.findings_file else "none"
-    return [environment(run)["header"], f"sdpa-conformance {__version__}: report dir {casefile.display_path(run.report_dir)} | known findings {known}"] + [
-        f"WARNING: unpinned kernel package: {w}" for w in run.version_warnings
-    ]
+    env = environment(run)
+    lines = [env["header"], f"sdpa-conformance {__version__}: report dir {casefile.display_path(run.report_dir)} | known findings {known}",
+             f"hypothesis: profile {env['hypothesis_profile']} | seed: {env['hypothesis_seed']}"]
+    iso = config.pluginmanager.get_plugin("sdpa_conformance_isolation")
+    if iso is not None:
+        lines.append(iso.header())
+    if env.get("planted_mutant"):
+        from kernels.mutants import PLANT_ENV, planted
+
+        m = planted()
+        lines.append(f"WARNING: KERNELS DELIBERATELY BROKEN: {PLANT_ENV}={m.name} is planted in the prepared adapter ({m.why}) "
+                     "-- a demonstration run, never a verdict on the kernels")
+    return lines + [f"WARNING: unpinned kernel package: {w}" for w in run.version_warnings]
 
 
 # --------------------------------------------------------------- fixtures

@@ -14,7 +14,7 @@ compiles it, and it is the kind of case that should expose the bug.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Tuple
+from typing import Optional, Tuple
 
 from kernels.source import Rewrite
 
@@ -50,6 +50,9 @@ BUG_CLASSES = {
     "gqa_mapping": "GQA head mapping wrong",
     "output_tail": "output tail left unwritten or over-written",
     "right_band": "causal right band ignored (beyond the list: a mask-family bug)",
+    # Faults (FAULTS below): what the run's isolation must contain, not what a property judges.
+    "illegal_address": "a global-memory address far out of bounds: a sticky CUDA error that kills the context",
+    "hang": "a KV loop that never ends: the launch never completes",
 }
 
 # Bugs of the list that cannot be planted in this build, and why.
@@ -257,3 +260,68 @@ MUTANTS: Tuple[Mutant, ...] = (
         dict(s_q=70, s_kv=70, causal=True, window_left=16, window_right=5),
     ),
 )
+
+
+# Planted faults, for proving the run's fault and hang isolation
+# (conformance.isolation) on a GPU: not part of the kill-rate catalogue (a
+# fault is caught by the harness, not judged by a property). Both live in
+# prefill_f16.py only (gptoss/llama/dsv3), so the qwen (d256) strata and the
+# wrapper adapter's tests of the same run stay clean: the gate must be red
+# exactly for the tests whose examples reached the fault.
+_KV_LOOP = "    iter_count = kv_right - kv_left\n"
+_KV_ADVANCE = "        v_cur_gmem = v_cur_gmem - V_STRIDE_64\n        k_next_gmem = k_next_gmem - K_STRIDE_64\n"
+FAULT_SCOPE = "f16 only: the qwen (d256) strata of the same run must stay green"
+
+FAULTS: Tuple[Mutant, ...] = (
+    Mutant(
+        "fault_v_stride_out_of_bounds",
+        "illegal_address",
+        (Rewrite("f16", "    V_STRIDE_64 = V_TILE_STRIDE_E.to(cutlass.Int64)\n",
+                 "    V_STRIDE_64 = V_TILE_STRIDE_E.to(cutlass.Int64) * cutlass.Int64(1 << 32)\n"),),
+        "numerics_dense",
+        "The V running pointer steps 2^32 tiles per KV iteration instead of one (a tile stride in the wrong units): "
+        "every CTA with two or more KV tiles (s_kv > 64 in its window) loads V terabytes below its buffer, an illegal "
+        "address that kills the CUDA context. One-tile cases run clean.",
+        dict(s_q=5, s_kv=130),
+        scope=FAULT_SCOPE,
+    ),
+    Mutant(
+        "fault_kv_loop_never_ends",
+        "hang",
+        (
+            Rewrite("f16", _KV_LOOP, _KV_LOOP + "    kv_stuck = cutlass.Int32(iter_count > cutlass.Int32(2))\n"
+                    "    kv_step = cutlass.Int32(1) - kv_stuck\n"
+                    "    iter_count = iter_count * kv_step + kv_stuck * cutlass.Int32(2147483647)\n"),
+            Rewrite("f16", "        kv_iter = prologue_kv_iter - i\n", "        kv_iter = prologue_kv_iter - i * kv_step\n"),
+            Rewrite("f16", _KV_ADVANCE, "        v_cur_gmem = v_cur_gmem - V_STRIDE_64 * kv_step.to(cutlass.Int64)\n"
+                    "        k_next_gmem = k_next_gmem - K_STRIDE_64 * kv_step.to(cutlass.Int64)\n"),
+        ),
+        "numerics_dense",
+        "A CTA with more than two KV tiles (s_kv > 128 in its window) re-reads its first KV tile 2^31 - 1 times (the "
+        "loop's bound and step come from a stuck flag): every load stays in bounds, so the launch never errors; it just "
+        "does not finish (tens of minutes per CTA at the least, far past any bound). Up to two KV tiles run clean.",
+        dict(s_q=5, s_kv=200),
+        scope=FAULT_SCOPE,
+    ),
+)
+
+# $SDPA_PLANT_MUTANT=<name>: the prepared adapter of a pytest run (or of
+# `sdpa-conformance repro`) loads the kernels with that mutant planted.
+# For demonstrations on a GPU (the run's header says so loudly); refused
+# where $CI is set.
+PLANT_ENV = "SDPA_PLANT_MUTANT"
+
+
+def by_name(name: str) -> Mutant:
+    for m in MUTANTS + FAULTS:
+        if m.name == name:
+            return m
+    raise ValueError(f"{PLANT_ENV}={name!r}: no such mutant (catalogue: {', '.join(m.name for m in MUTANTS)}; faults: {', '.join(m.name for m in FAULTS)})")
+
+
+def planted() -> Optional[Mutant]:
+    """The mutant $SDPA_PLANT_MUTANT names (None when unset or empty)."""
+    import os
+
+    name = os.environ.get(PLANT_ENV, "").strip()
+    return by_name(name) if name else None

@@ -151,14 +151,22 @@ class PreparedAdapter:
     supports = frozenset({"caller-outputs", "no-init", "compile-only"})
     lacks: dict = {}
 
-    def __init__(self, rewrites=()):
+    def __init__(self, rewrites=None):
         from kernels.source import check_rewrites
 
+        if rewrites is None:  # not chosen by the caller: $SDPA_PLANT_MUTANT's, if set (kernels.mutants.planted)
+            from kernels.mutants import planted
+
+            mutant = planted()
+            rewrites = mutant.rewrites if mutant is not None else ()
+            self.planted = mutant.name if mutant is not None else None
+        else:
+            self.planted = None
         self.rewrites = tuple(rewrites)
         check_rewrites(self.rewrites)  # a stale mutant fails here, before any compile
         self._env = None
         # For the pytest header and reports.
-        self.label = self.name if not self.rewrites else f"{self.name} ({len(self.rewrites)} source rewrites)"
+        self.label = self.name if not self.rewrites else f"{self.name} ({f'mutant {self.planted}: ' if self.planted else ''}{len(self.rewrites)} source rewrites)"
 
     # ----------------------------------------------------------- plumbing
     @property

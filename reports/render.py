@@ -17,7 +17,8 @@ from conformance.ground.case import Case, CaseFileError
 from .casefile import describe, strict
 from .plots import ratio_histogram
 
-ENV_ORDER = ("mode", "adapter", "gpu", "capability", "driver", "torch", "nvidia-cudnn-frontend", "nvidia-cutlass-dsl", "kernels_source", "report_dir", "known_findings")
+ENV_ORDER = ("mode", "adapter", "planted_mutant", "gpu", "capability", "driver", "torch", "nvidia-cudnn-frontend", "nvidia-cutlass-dsl", "kernels_source",
+             "hypothesis_profile", "hypothesis_seed", "report_dir", "known_findings")
 
 
 def _fmt(v) -> str:
@@ -53,6 +54,11 @@ def _run(s: dict) -> list:
             ("table", ["examples", "wall s", "examples / min", "tests", "passed", "failed", "xfailed", "xpassed", "skipped", "error", "shards"],
              [[run["examples"], _fmt(run["wall_seconds"]), _fmt(run["examples_per_minute"]), t["total"], t["passed"], t["failed"], t["xfailed"],
                t["xpassed"], t["skipped"], t["error"], len(run["shards"])]])]
+    if s.get("faults"):
+        out += [("h", 2, f"Processes ended by a fault ({len(s['faults'])})"),
+                ("p", "A lost CUDA context or a hang ends the process that saw it (its test fails; the following tests ran in a fresh worker)."),
+                ("list", [f"{f.get('fault')}: {f.get('nodeid') or '-'} ({f.get('worker') or 'main'}, pid {f.get('pid')}): {f.get('message')}"
+                          + (f"  {f['repro']}" if f.get("repro") else "") for f in s["faults"]])]
     if s["warnings"]:
         out += [("h", 2, "Warnings"), ("list", s["warnings"])]
     return out
@@ -86,12 +92,15 @@ def _properties(s: dict) -> list:
     for name, p in s["properties"].items():
         tt = p["tests"]
         ratios = "; ".join(f"{q} max {_fmt(r.get('max'))} p99 {_fmt(r.get('p99'))}" for q, r in p["ratios"].items()) or "-"
-        rows.append([name, p["examples"], p["passed"], p["failed"], p["xfailed"], p["errors"], f"{tt['passed']}/{tt['failed']}/{tt['xfailed']}/{tt['skipped']}", ratios])
+        rows.append([name, p["examples"], p["passed"], p["failed"], p.get("shrinking", 0), p.get("expected", 0), p["xfailed"], p["errors"],
+                     f"{tt['passed']}/{tt['failed']}/{tt['xfailed']}/{tt['skipped']}", ratios])
     if not rows:
         return [("h", 2, "Properties"), ("p", "No test ran.")]
     return [("h", 2, "Properties"),
-            ("table", ["property", "examples", "passed", "failed", "xfailed", "errors", "tests pass/fail/xfail/skip", "error/bound"], rows),
-            ("p", "Failed examples include the ones Hypothesis tried while shrinking; errors are examples that raised without a verdict.")]
+            ("table", ["property", "examples", "passed", "failed", "shrinking", "expected", "xfailed", "errors", "tests pass/fail/xfail/skip", "error/bound"], rows),
+            ("p", "failed: the failing cases the run reports (one per failure, each with its case file); shrinking: further failing "
+                  "examples Hypothesis tried while shrinking those; expected: failures a passing test asked for (the power tests run a "
+                  "property against a planted bug); xfailed: known findings; errors: examples that raised without a verdict.")]
 
 
 def _ratio_plots(s: dict) -> list:

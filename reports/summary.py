@@ -48,13 +48,15 @@ def _case(d: dict) -> Optional[Case]:
 def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
     warnings = list(warnings or [])
     session = next((r for r in reversed(records) if r.get("kind") == "session"), {})
-    props: Dict[str, dict] = defaultdict(lambda: {"examples": 0, "passed": 0, "failed": 0, "xfailed": 0, "ratios": defaultdict(list), "compile": Counter(), "seconds": 0.0})
+    props: Dict[str, dict] = defaultdict(lambda: {"examples": 0, "passed": 0, "failed": 0, "shrinking": 0, "expected": 0, "xfailed": 0,
+                                                  "ratios": defaultdict(list), "compile": Counter(), "seconds": 0.0})
+    failed_obs: Counter = Counter()  # (test, property) -> failed examples, classified once the test outcomes are known
     test_props: Dict[str, set] = defaultdict(set)
     last_begin: Dict[str, dict] = {}
     begun, obs_list, collected = [], [], {}
     tests: Dict[str, dict] = {}
     failures: Dict[tuple, dict] = {}
-    times = []
+    times, faults = [], []
     for r in records:
         kind = r.get("kind")
         if kind == "begin":
@@ -68,8 +70,10 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
             times.append(r.get("t", 0.0))
         elif kind == "obs":
             p = props[r["property"]]
-            if r.get("outcome") in ("passed", "failed", "xfailed"):
+            if r.get("outcome") in ("passed", "xfailed"):
                 p[r["outcome"]] += 1
+            elif r.get("outcome") == "failed":
+                failed_obs[(r.get("test"), r["property"])] += 1
             for quantity, ratio in (r.get("ratios") or {}).items():
                 p["ratios"][quantity].append(float(ratio))
             for k, v in (r.get("compile") or {}).items():
@@ -83,6 +87,10 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
             tests[r["nodeid"]] = r  # the controller writes one per test; last wins if re-run
         elif kind == "failure":
             failures[(r.get("nodeid"), r.get("case_file"))] = r
+        elif kind == "fatal":  # a process ended by a lost CUDA context, a hang or a test timeout (conformance.isolation)
+            faults.append({k: r.get(k) for k in ("fault", "nodeid", "message", "repro", "worker", "pid")})
+
+    _classify_failed(props, failed_obs, tests, failures)
 
     # A failed test with begun examples but no failure record: its worker died
     # mid-example (segfault, abort); the last begun case is the suspect.
@@ -104,11 +112,17 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
     properties = {}
     for name in sorted(set(props) | set(per_prop_tests), key=lambda n: (n == NO_PROPERTY, n)):
         p = props[name]
-        verdicts = p["passed"] + p["failed"] + p["xfailed"]
+        verdicts = p["passed"] + p["failed"] + p["shrinking"] + p["expected"] + p["xfailed"]
         properties[name] = {
             "examples": p["examples"],
             "passed": p["passed"],
+            # The failing cases the run reports (one per failure of a failing test).
             "failed": p["failed"],
+            # Further failing examples Hypothesis tried while shrinking those.
+            "shrinking": p["shrinking"],
+            # Failures a passing test expected (power tests: a property run
+            # against a planted bug inside pytest.raises).
+            "expected": p["expected"],
             "xfailed": p["xfailed"],
             # Begun but never observed: the check raised something other than
             # its verdict (adapter error, crash, interrupt).
@@ -150,6 +164,7 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
         ],
         "failures": sorted(failures.values(), key=lambda f: (f.get("property") or "", f.get("nodeid") or "")),
         "unrecorded_failures": unrecorded,
+        "faults": faults,
         "findings": findings,
         "warnings": warnings,
         # Raw ratios for the plots (not written to report.json).
@@ -157,6 +172,25 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
         # First xfailed example of each known finding (build() writes its case file).
         "_first_xfailed": first_xfailed,
     }
+
+
+def _classify_failed(props, failed_obs: Counter, tests: Dict[str, dict], failures: Dict[tuple, dict]) -> None:
+    """Split each test's failed examples by what the test made of them: in a
+    passing test they were expected (a planted bug the test wants caught);
+    in a test xfailed as a known finding, known; in a failing test, one per
+    failure it reports is the run's failure (the shrunk case Hypothesis
+    replays last) and the rest are examples tried while shrinking."""
+    reported = Counter((f.get("nodeid"), f.get("property")) for f in failures.values() if not f.get("finding"))
+    for (test, prop), n in failed_obs.items():
+        p, outcome = props[prop], (tests.get(test) or {}).get("outcome")
+        if outcome in ("passed", "xpassed"):
+            p["expected"] += n
+        elif outcome == "xfailed":
+            p["xfailed"] += n
+        else:  # failed, error, or no test record (an interrupted run): its failures count
+            k = min(n, max(1, reported[(test, prop)]))
+            p["failed"] += k
+            p["shrinking"] += n - k
 
 
 def _compile(c: Counter) -> dict:

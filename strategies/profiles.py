@@ -73,3 +73,20 @@ def examples(kind: str) -> int:
     if kind not in KIND_SCALE:
         raise ValueError(f"example kind {kind!r}: not one of {tuple(KIND_SCALE)}")
     return max(1, round(settings().max_examples * KIND_SCALE[kind]))
+
+
+def describe(name: str, seed=None) -> dict:
+    """What a run's header and report say about the Hypothesis search:
+    ``profile`` (name, example count, derandomized or not) and ``seed``
+    (--hypothesis-seed's value, else how the seed is chosen)."""
+    s = settings.get_profile(name)
+    profile = f"{name} ({s.max_examples} examples per test before per-property scaling" + (", derandomized)" if s.derandomize else ")")
+    if s.derandomize:
+        # Hypothesis seeds a derandomized test from its own digest, before any forced seed.
+        how = "derandomized: each test's examples are fixed by the test (the same every run)"
+        how += f"; --hypothesis-seed={seed} has no effect under this profile" if seed is not None else ""
+    elif seed is not None:
+        how = f"{seed} (--hypothesis-seed)"
+    else:
+        how = "random per test and run (a failure prints it; rerun with --hypothesis-seed=N)"
+    return {"profile": profile, "seed": how}

@@ -67,8 +67,14 @@ def _case_file(tmp_path, doc=None, text=None):
         ({"case": CASE.to_dict() | {"causal": 1}}, None, "'causal'"),
         ({"property": 3}, None, "'property'"),
         ({"params": [1]}, None, "'params'"),
+        ({"property": "rejection", "case": CASE.to_dict() | {"violation": "no_such_rule"}, "params": {"entry": "config"}}, None, "'case.violation': contract rule 'no_such_rule': unknown"),
+        ({"property": "rejection", "params": {"entry": "config"}}, None, "'case.violation': missing"),
+        ({"property": "rejection", "case": CASE.to_dict() | {"violation": "params_tile_n"}}, None, "'params.entry': missing; rule 'params_tile_n' targets config"),
+        ({"property": "rejection", "case": CASE.to_dict() | {"violation": "params_tile_n"}, "params": {"entry": "wrapper"}}, None, "'params.entry': 'wrapper'"),
+        ({"property": "compiles", "params": {"bogus": 1}, "mode": "compile-only (no GPU)"}, None, "'params': got an unexpected keyword argument 'bogus'"),
     ],
-    ids=["bad-json", "wrong-schema", "unknown-field", "wrong-type-int", "wrong-type-bool", "property", "params"],
+    ids=["bad-json", "wrong-schema", "unknown-field", "wrong-type-int", "wrong-type-bool", "property", "params",
+         "unknown-violation", "missing-violation", "missing-entry", "entry-not-targeted", "unknown-param"],
 )
 def test_malformed_case_files_exit_2_naming_the_field(tmp_path, capsys, change, text, field):
     assert cli.main(["repro", _case_file(tmp_path, change, text)]) == 2
@@ -131,6 +137,16 @@ def test_repro_replays_the_recorded_property(tmp_path, capsys, monkeypatch, fail
 def test_report_subcommand(tmp_path, capsys):
     assert cli.main(["report", str(tmp_path / "missing")]) == 2
     assert "not a directory" in capsys.readouterr().err
+    # A directory without shards is no run's report dir: saying "0 examples" would read as a green run.
+    assert cli.main(["report", str(tmp_path)]) == 2
+    assert "no shards" in capsys.readouterr().err and not (tmp_path / "report.json").exists()
+    (tmp_path / "shards" / "20261202-120000-1").mkdir(parents=True)  # a run dir whose shards were removed
+    assert cli.main(["report", str(tmp_path)]) == 2
+    from conformance.properties import recorder
+
+    previous = recorder.open_shard(str(tmp_path / "shards" / "20261202-120000-1" / "main-1.jsonl"))
+    recorder.write({"kind": "test", "nodeid": "t.py::test_x", "outcome": "passed", "duration": 0.1, "message": "", "findings": []})
+    recorder.close_shard(previous)
     assert cli.main(["report", str(tmp_path)]) == 0
     assert "report.html" in capsys.readouterr().out and (tmp_path / "report.json").is_file()
 

@@ -93,7 +93,8 @@ def two_workers(tmp_path):
 def test_merge_counts_every_example_failure_and_test_once(two_workers):
     s, paths = reports.build(two_workers)
     num, tails = s["properties"]["numerics"], s["properties"]["tails"]
-    assert (num["examples"], num["passed"], num["failed"], num["xfailed"], num["errors"]) == (8, 6, 2, 0, 0)
+    # test_b failed once: its shrunk case is the failure, the other failing example a shrink attempt.
+    assert (num["examples"], num["passed"], num["failed"], num["shrinking"], num["expected"], num["xfailed"], num["errors"]) == (8, 6, 1, 1, 0, 0, 0)
     assert (tails["examples"], tails["passed"], tails["failed"], tails["xfailed"], tails["errors"]) == (5, 3, 0, 1, 1)
     assert num["tests"]["passed"] == 1 and num["tests"]["failed"] == 1
     assert tails["tests"]["passed"] == 1 and tails["tests"]["failed"] == 1
@@ -196,3 +197,29 @@ def test_envelope_table_picks_the_kernels_flavor():
             except ValueError:
                 want = "none"
             assert coverage.flavor(d_qk, d_v) == want, (d_qk, d_v)
+
+
+def test_failures_a_passing_test_expected_are_not_run_failures(tmp_path):
+    """A green run with power tests (a property run against a planted bug
+    inside pytest.raises) reports no failed example: they are 'expected'."""
+    d = CASES["dense"]
+    _worker(tmp_path, "gw0", {"t.py::test_power": [("numerics", d, "passed", 0.5), ("numerics", d.replace(seed=5), "failed", 4.0)]})
+    _controller(tmp_path, [("t.py::test_power", "passed", "")], examples_ran=False)
+    s, paths = reports.build(tmp_path)
+    num = s["properties"]["numerics"]
+    assert (num["passed"], num["failed"], num["shrinking"], num["expected"], num["errors"]) == (1, 0, 0, 1, 0)
+    md = paths["md"].read_text()
+    assert "| property | examples | passed | failed | shrinking | expected | xfailed | errors |" in md
+    assert "| numerics | 2 | 1 | 0 | 0 | 1 | 0 | 0 |" in md
+
+
+def test_faults_are_listed_with_their_repro(tmp_path):
+    _worker(tmp_path, "gw0", {"t.py::test_a": [("numerics", CASES["dense"], None, 0.0)]})
+    previous = recorder.open_shard(str(tmp_path / shards.SHARDS / RUN / "gw0-2.jsonl"))
+    recorder.write({"kind": "fatal", "fault": "hang", "nodeid": "t.py::test_a", "message": "no verdict within 5 s", "repro": "sdpa-conformance repro x.json",
+                    "worker": "gw0", "pid": 2})
+    recorder.close_shard(previous)
+    _controller(tmp_path, [("t.py::test_a", "failed", "worker 'gw0' crashed")], examples_ran=False)
+    s, paths = reports.build(tmp_path)
+    assert s["faults"] == [{"fault": "hang", "nodeid": "t.py::test_a", "message": "no verdict within 5 s", "repro": "sdpa-conformance repro x.json", "worker": "gw0", "pid": 2}]
+    assert "Processes ended by a fault (1)" in paths["md"].read_text() and "hang: t.py::test_a (gw0, pid 2): no verdict within 5 s" in paths["html"].read_text()
