@@ -434,7 +434,7 @@ class Recording:
         # on the rendered report: a report that fails to render hides nothing).
         if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
             records, _ = shards.read(run.report_dir, run.run_id)
-            self.errors = findings.stale(findings.statuses(findings.active(), (r for r in records if r.get("kind") == "obs")))
+            self.errors = findings.stale(findings.statuses(findings.active(), findings.property_test_observations(records)))
             if self.errors:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
         end = time.time()

@@ -142,7 +142,7 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
     for r in obs_list:
         for fid in r.get("findings") or ():
             first_xfailed.setdefault(fid, r)
-    findings = _findings(session, obs_list, warnings)
+    findings = _findings(session, [o for o in obs_list if collected.get(o.get("test"))], warnings)  # property tests only (findings.property_test_observations)
     return {
         "schema": 1,
         "environment": session.get("environment", {}),

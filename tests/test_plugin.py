@@ -71,6 +71,12 @@ def nan_rows(case, *where):
 """
 
 # One finding: NaN in the O rows past seq_q_len (the shape of dense-padded-q-rows-nan).
+# The findings count the examples of property tests only (a ``property``
+# marker, as the test matrix gives every property test).
+PROPERTY_TEST = """
+pytestmark = pytest.mark.property("tails")
+"""
+
 PADDED_Q_FINDING = """# known findings of the toy project
 
 [[finding]]
@@ -188,7 +194,7 @@ def test_a_path_option_value_taken_for_the_rootdir_is_refused(project):
 # ------------------------------------------------------------- known findings
 def test_a_finding_excuses_only_the_failure_it_describes(project):
     project.makefile(".toml", known_findings=PADDED_Q_FINDING)
-    project.makepyfile(test_toy=TOY + f"""
+    project.makepyfile(test_toy=TOY + PROPERTY_TEST + f"""
 def test_only_padded_rows():
     assert nan_rows({PADDED}, "padded").outcome == "xfailed"
 
@@ -218,7 +224,7 @@ def test_another_case():
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "xdist"])
 def test_a_stale_finding_fails_the_run_naming_the_entry(project, workers):
     project.makefile(".toml", known_findings=PADDED_Q_FINDING)
-    project.makepyfile(test_toy=TOY + f"""
+    project.makepyfile(test_toy=TOY + PROPERTY_TEST + f"""
 def test_padded_rows_are_fine_now():
     assert nan_rows({PADDED}).outcome == "passed"  # exercises the finding: there are padded rows to show it on
 
@@ -235,7 +241,7 @@ def test_something_else():
 
 def test_an_unexercised_finding_does_not_fail_a_subset_run(project):
     project.makefile(".toml", known_findings=PADDED_Q_FINDING)
-    project.makepyfile(test_toy=TOY + f"""
+    project.makepyfile(test_toy=TOY + PROPERTY_TEST + f"""
 def test_padded():
     assert nan_rows({PADDED}, "padded").outcome == "xfailed"
 

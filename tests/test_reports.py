@@ -32,7 +32,8 @@ def _worker(report_dir, name, tests, run=RUN):
     check raised without a verdict)."""
     previous = recorder.open_shard(str(report_dir / shards.SHARDS / run / f"{name}-1.jsonl"))
     try:
-        recorder.write({"kind": "collected", "tests": {nodeid: None for nodeid in tests}})
+        # Each test's property marker (the test matrix's): its examples count for the findings.
+        recorder.write({"kind": "collected", "tests": {nodeid: examples[0][0] if examples else None for nodeid, examples in tests.items()}})
         for nodeid, examples in tests.items():
             recorder.set_test(nodeid)
             for prop, case, outcome, ratio in examples:

@@ -473,6 +473,17 @@ def statuses(entries: Sequence[Any], observations: Iterable[dict]) -> List[dict]
     return out
 
 
+def property_test_observations(records: Iterable[dict]) -> List[dict]:
+    """The ``obs`` records of a run's shards that count for the findings: those
+    of tests carrying a ``property`` marker (the property tests of the test
+    matrix, run on the adapter under test). The suite's own tests drive the
+    properties with stand-in kernels; their examples neither exercise nor
+    reproduce a finding of the kernels under test."""
+    records = list(records)
+    marked = {nodeid for r in records if r.get("kind") == "collected" for nodeid, prop in (r.get("tests") or {}).items() if prop}
+    return [r for r in records if r.get("kind") == "obs" and r.get("test") in marked]
+
+
 def stale(statuses_: Sequence[dict]) -> List[str]:
     """The messages of the stale entries (they fail the run)."""
     return [s["message"] for s in statuses_ if s["status"] == STALE]
