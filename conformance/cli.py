@@ -2,6 +2,7 @@
 
     sdpa-conformance repro sdpa-report/cases/numerics-1a2b3c4d5e.json
     sdpa-conformance report sdpa-report
+    sdpa-conformance facts
 
 Exit status: 0 the case passes now / report written; 1 the case still fails;
 2 usage errors, unreadable case files, no GPU where the case needs one.
@@ -64,6 +65,8 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--adapter", choices=ADAPTERS, default=None, help="kernel entry point (default: the one recorded in the file, else $SDPA_ADAPTER, else prepared)")
     r.add_argument("--sm80-compat", action="store_true", default=None, help="run sm80 code on a newer GPU (default: as recorded, or $SDPA_SM80_COMPAT=1)")
     r.add_argument("--kernels-source", metavar="PATH", default=None, help="cudnn-frontend python/ tree to test instead of the installed wheel")
+    sub.add_parser("facts", help="print the Case facts (markdown), from their declarations",
+                   description="The facts a Case holds, from their declarations in conformance/ground/case.py, as a markdown table.")
     g = sub.add_parser("report", help="merge a report dir's shards and render report.json/.md/.html",
                        description="Re-render the reports of a run from the shards in its report dir.")
     g.add_argument("dir", metavar="DIR", help="a report dir (default name: sdpa-report)")
@@ -124,7 +127,7 @@ def format_detail(detail: dict) -> List[str]:
 
 
 def repro(args) -> int:
-    from reports.casefile import describe, inputs_digest
+    from reports.casefile import inputs_digest
 
     case, doc, prop, params = _load(args.file)
     hyp = doc.get("hypothesis") or {}
@@ -134,7 +137,7 @@ def repro(args) -> int:
     compat = bool(args.sm80_compat or doc.get("sm80_compat") or os.environ.get(COMPAT_ENV) == "1")
     print(f"case file: {args.file}")
     print(f"property:  {prop}" + (f" {json.dumps(params)}" if params else "") + f"   adapter: {adapter_name}" + (" (sm80-compat)" if compat else ""))
-    print(f"case:      {describe(case)}")
+    print(f"case:      {case.describe()}")
     print(f"recorded:  {doc.get('nodeid') or '-'}   mode: {doc.get('mode') or '-'}   gpu: {doc.get('gpu') or '-'}")
     if hyp.get("seed") is not None or hyp.get("reproduce_failure"):
         print("hypothesis: " + "   ".join(x for x in (f"seed {hyp['seed']}" if hyp.get("seed") is not None else "", hyp.get("reproduce_failure") or "") if x))
@@ -233,6 +236,13 @@ def report(args) -> int:
     return 0
 
 
+def facts(args) -> int:
+    from conformance.ground.case import facts_markdown
+
+    print("## Case facts\n\n" + facts_markdown())
+    return 0
+
+
 def _mutants(args) -> int:
     from conformance import kill_rate as mutants
 
@@ -242,7 +252,7 @@ def _mutants(args) -> int:
 def main(argv: Optional[List[str]] = None) -> int:
     args = parser().parse_args(argv)
     try:
-        return {"repro": repro, "report": report, "mutants": _mutants}[args.command](args)
+        return {"repro": repro, "report": report, "facts": facts, "mutants": _mutants}[args.command](args)
     except Usage as e:
         print(f"sdpa-conformance {args.command}: error: {e}", file=sys.stderr)
         return 2

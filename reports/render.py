@@ -14,7 +14,7 @@ from pathlib import Path
 
 from conformance.ground.case import Case, CaseFileError
 
-from .casefile import describe, strict
+from .casefile import strict
 from .plots import ratio_histogram
 
 ENV_ORDER = ("mode", "adapter", "gpu", "capability", "driver", "torch", "nvidia-cudnn-frontend", "nvidia-cutlass-dsl", "kernels_source", "report_dir", "known_findings")
@@ -32,7 +32,7 @@ def _fmt(v) -> str:
 
 def _case_text(d: dict) -> str:
     try:
-        return describe(Case.from_dict(d))
+        return Case.from_dict(d).describe()
     except (CaseFileError, TypeError):
         return json.dumps(d, sort_keys=True)
 

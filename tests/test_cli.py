@@ -63,12 +63,13 @@ def _case_file(tmp_path, doc=None, text=None):
         (None, "{not json", "not valid JSON"),
         ({"schema": 7}, None, "'schema'"),
         ({"case": CASE.to_dict() | {"heads": 3}}, None, "'heads'"),
+        ({"case": {k: v for k, v in CASE.to_dict().items() if k != "h_q"}}, None, "case field 'h_q': missing"),
         ({"case": CASE.to_dict() | {"batch": "2"}}, None, "'batch'"),
         ({"case": CASE.to_dict() | {"causal": 1}}, None, "'causal'"),
         ({"property": 3}, None, "'property'"),
         ({"params": [1]}, None, "'params'"),
     ],
-    ids=["bad-json", "wrong-schema", "unknown-field", "wrong-type-int", "wrong-type-bool", "property", "params"],
+    ids=["bad-json", "wrong-schema", "unknown-field", "missing-field", "wrong-type-int", "wrong-type-bool", "property", "params"],
 )
 def test_malformed_case_files_exit_2_naming_the_field(tmp_path, capsys, change, text, field):
     assert cli.main(["repro", _case_file(tmp_path, change, text)]) == 2

@@ -26,7 +26,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
-from conformance.ground.case import Case, _FIELD_TYPES, _coerce, CaseFileError
+from conformance.ground.case import FACTS, Case, CaseFileError, coerce_fact
 
 KEYS = {"id", "reason", "nodeid", "rule", "property", "when", "link"}
 
@@ -106,10 +106,10 @@ def parse(doc: Any, source: str = "findings") -> List[Finding]:
             raise FindingsError(f"{where}: key 'when' must be a table of Case fields")
         facts = {}
         for name, value in when.items():
-            if name not in _FIELD_TYPES:
+            if name not in FACTS:
                 raise FindingsError(f"{where}: 'when' key {name!r} is not a Case field")
             try:
-                facts[name] = _coerce(name, value, _FIELD_TYPES[name])
+                facts[name] = coerce_fact(name, value)
             except CaseFileError as e:
                 raise FindingsError(f"{where}: 'when' {e}") from None
         if "nodeid" in entry:

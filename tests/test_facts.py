@@ -1,0 +1,84 @@
+"""The Case facts are declared once (conformance/ground/case.py) and every
+consumer derives from the declarations: case-file reading and validation, the
+findings file's ``when``, the describer. Each test runs over every
+declared fact, so a new fact is checked here without editing this file."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from conformance.ground import findings
+from conformance.ground.case import FACTS, SCHEMA_VERSION, Case, CaseFileError, coerce_fact, facts_markdown, load_case_file
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = Case(s_q=5, s_kv=7, h_q=2, h_kv=1, seed=11)
+
+
+def other_value(f):
+    """A valid value of fact ``f`` other than its default (for generic checks)."""
+    if f.type is bool:
+        return not f.default
+    if f.choices is not None:
+        return next(c for c in f.choices if c != f.default)
+    return None
+
+
+OTHERS = {name: other_value(f) for name, f in FACTS.items() if other_value(f) is not None}
+
+
+def test_the_declarations_are_the_dataclass():
+    assert list(FACTS) == [f.name for f in dataclasses.fields(Case)]
+    for f in FACTS.values():
+        assert f.doc and f.since <= SCHEMA_VERSION, f.name
+        assert Case().to_dict()[f.name] == (list(f.default) if isinstance(f.default, tuple) else f.default)
+    assert all(f"`{name}`" in facts_markdown() for name in FACTS)
+
+
+@pytest.mark.parametrize("name", list(FACTS))
+def test_a_case_file_missing_any_fact_is_refused_naming_it(name):
+    doc = BASE.to_dict()
+    del doc[name]
+    with pytest.raises(CaseFileError, match=f"case field '{name}': missing"):
+        Case.from_dict(doc)
+
+
+@pytest.mark.parametrize("name", list(FACTS))
+def test_every_fact_reads_back_with_its_type(name):
+    case = BASE.replace(**{name: OTHERS[name]}) if name in OTHERS else BASE
+    if case.structural_problem() is not None:  # e.g. layout="thd" needs length lists
+        case = BASE
+    assert Case.from_json(case.to_json()) == case
+    with pytest.raises(CaseFileError, match=f"case field '{name}': expected"):
+        coerce_fact(name, {"not": "a fact value"})
+
+
+def test_facts_of_a_later_schema_take_their_defaults_in_older_files():
+    for schema in range(1, SCHEMA_VERSION + 1):
+        doc = {k: v for k, v in BASE.to_dict().items() if FACTS[k].since <= schema}
+        assert Case.from_dict(doc, schema) == BASE, schema
+    with pytest.raises(CaseFileError, match="'schema'"):
+        Case.from_json(json.dumps({"schema": SCHEMA_VERSION + 1, "case": BASE.to_dict()}))
+
+
+@pytest.mark.parametrize("path", sorted(ROOT.glob("findings/*.json")), ids=lambda p: p.name)
+def test_saved_finding_case_files_still_load(path):
+    case, doc = load_case_file(path)
+    assert doc["schema"] <= SCHEMA_VERSION and case.structural_problem() is None
+
+
+def test_findings_when_reads_facts_through_the_declarations():
+    entry = {"id": "x", "reason": "r", "property": "numerics", "when": {name: json.loads(json.dumps(v)) for name, v in OTHERS.items()}}
+    (f,) = findings.parse({"finding": [entry]})
+    assert f.when == OTHERS
+    with pytest.raises(findings.FindingsError, match="'when' case field 'causal': expected true/false"):
+        findings.parse({"finding": [{**entry, "when": {"causal": 1}}]})
+
+
+@pytest.mark.parametrize("name", [n for n, f in FACTS.items() if f.shown is None and n in OTHERS])
+def test_the_describer_shows_every_plain_fact_when_not_default(name):
+    assert name not in BASE.describe()
+    assert name in BASE.replace(**{name: OTHERS[name]}).describe()
