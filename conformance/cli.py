@@ -65,8 +65,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--adapter", choices=ADAPTERS, default=None, help="kernel entry point (default: the one recorded in the file, else $SDPA_ADAPTER, else prepared)")
     r.add_argument("--sm80-compat", action="store_true", default=None, help="run sm80 code on a newer GPU (default: as recorded, or $SDPA_SM80_COMPAT=1)")
     r.add_argument("--kernels-source", metavar="PATH", default=None, help="cudnn-frontend python/ tree to test instead of the installed wheel")
-    sub.add_parser("facts", help="print the Case facts (markdown), from their declarations",
-                   description="The facts a Case holds, from their declarations in conformance/ground/case.py, as a markdown table.")
+    sub.add_parser("facts", help="print the Case facts and the coverage axes (markdown), from their declarations",
+                   description="The facts a Case holds (conformance/ground/case.py) and the coverage axes that show them "
+                   "(conformance/ground/coverage.py), as markdown tables.")
     g = sub.add_parser("report", help="merge a report dir's shards and render report.json/.md/.html",
                        description="Re-render the reports of a run from the shards in its report dir.")
     g.add_argument("dir", metavar="DIR", help="a report dir (default name: sdpa-report)")
@@ -238,8 +239,12 @@ def report(args) -> int:
 
 def facts(args) -> int:
     from conformance.ground.case import facts_markdown
+    from conformance.ground.coverage import AXES
 
     print("## Case facts\n\n" + facts_markdown())
+    print("## Coverage axes\n\n| axis | values a complete run reaches | what |\n|---|---|---|")
+    for a in AXES:
+        print(f"| {a.name} | {' / '.join(a.values)} | {a.doc} |")
     return 0
 
 

@@ -1,7 +1,8 @@
 """The Case facts are declared once (conformance/ground/case.py) and every
 consumer derives from the declarations: case-file reading and validation, the
-findings file's ``when``, the describer. Each test runs over every
-declared fact, so a new fact is checked here without editing this file."""
+findings file's ``when``, the describer, the coverage vocabulary. Each test
+runs over every declared fact, so a new fact is checked here without editing
+this file."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance.ground import findings
-from conformance.ground.case import FACTS, SCHEMA_VERSION, Case, CaseFileError, coerce_fact, facts_markdown, load_case_file
+from conformance.ground import coverage, findings
+from conformance.ground.case import AUTO, FACTS, SCHEMA_VERSION, Case, CaseFileError, coerce_fact, facts_markdown, load_case_file
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = Case(s_q=5, s_kv=7, h_q=2, h_kv=1, seed=11)
@@ -82,3 +83,15 @@ def test_findings_when_reads_facts_through_the_declarations():
 def test_the_describer_shows_every_plain_fact_when_not_default(name):
     assert name not in BASE.describe()
     assert name in BASE.replace(**{name: OTHERS[name]}).describe()
+
+
+def test_coverage_axes_come_from_the_declarations():
+    names = {a.name for a in coverage.AXES}
+    for f in FACTS.values():
+        if f.coverage == AUTO:
+            axis = next(a for a in coverage.AXES if a.name == f.name)
+            assert set(axis.values) == ({"no", "yes"} if f.type is bool else set(map(str, f.choices)))
+            assert f"{f.name}:{axis.values[0]}" in coverage.REQUIRED
+        else:
+            assert set(f.coverage or ()) <= names, f.name
+    assert {f.name for f in FACTS.values() if f.coverage is None} == {"seed", "violation"}
