@@ -172,6 +172,7 @@ def repro(args) -> int:
         same = digest == doc["inputs_sha256"]
         print(f"inputs:    {'regenerated bit for bit' if same else 'DIFFER from the recorded run (torch RNG or data module changed)'} (sha256 {str(digest)[:16]})")
 
+    from conformance.ground.case import Unexpressible
     from conformance.ground.outcome import PropertyFailure
     from conformance.properties import PROPERTIES, NoGPU
 
@@ -191,6 +192,8 @@ def repro(args) -> int:
         return 1
     except NoGPU as e:
         raise Usage(str(e)) from None
+    except Unexpressible as e:
+        raise Usage(f"{e} (--adapter picks another)") from None
     except Exception as e:  # noqa: BLE001 - an exception from the kernel is the failure being replayed
         import traceback
 

@@ -91,6 +91,7 @@ class WrapperAdapter:
     def run(self, case: Case, inputs: CaseTensors, outputs=None, *, initialize_outputs: bool = True, tamper=None) -> KernelResult:
         from cudnn.sdpa.fwd import sdpa_fwd_wrapper_sm80
 
+        case.require_expressible(self.name)  # a fact the wrapper has no argument for: Unexpressible
         env, mode = self._mode()
         dev = inputs.q.device if inputs.q.is_cuda else torch.device("cuda", torch.cuda.current_device())
         x = inputs.to(dev)

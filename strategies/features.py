@@ -81,6 +81,13 @@ def mask(draw, opts: Common) -> dict:
     return dict(causal=causal, bottom_right=bottom_right, window_left=window_left, window_right=window_right)
 
 
+def options(draw, opts: Common) -> dict:
+    """The optional facts every layout draws alike, after its shape, mask and
+    layout-only operands: sinks, the scale (a new fact both layouts take is
+    drawn here, behind ``maybe`` so it shrinks away, with a ``Common`` option)."""
+    return dict(sinks=maybe(draw, opts.sinks), scale=scale(draw, opts))
+
+
 def scale(draw, opts: Common) -> Optional[float]:
     """None (the kernels' default) unless drawn; nasty values (0, negative,
     huge, tiny) behind a second boolean."""

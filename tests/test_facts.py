@@ -1,8 +1,8 @@
 """The Case facts are declared once (conformance/ground/case.py) and every
 consumer derives from the declarations: case-file reading and validation, the
-findings file's ``when``, the describer, the coverage vocabulary. Each test
-runs over every declared fact, so a new fact is checked here without editing
-this file."""
+findings file's ``when``, the describer, the coverage vocabulary, the
+adapters' refusal of facts they cannot express. Each test runs over every
+declared fact, so a new fact is checked here without editing this file."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from conformance.ground import coverage, findings
-from conformance.ground.case import AUTO, FACTS, SCHEMA_VERSION, Case, CaseFileError, coerce_fact, facts_markdown, load_case_file
+from conformance.ground.case import AUTO, FACTS, SCHEMA_VERSION, Case, CaseFileError, Unexpressible, coerce_fact, facts_markdown, load_case_file
+from conformance.ground.tables import ADAPTERS
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = Case(s_q=5, s_kv=7, h_q=2, h_kv=1, seed=11)
@@ -95,3 +96,62 @@ def test_coverage_axes_come_from_the_declarations():
         else:
             assert set(f.coverage or ()) <= names, f.name
     assert {f.name for f in FACTS.values() if f.coverage is None} == {"seed", "violation"}
+
+
+def _refused_by_the_others(name):
+    """An adapter without the fact's argument refuses a non-default value; the
+    properties skip such examples (a Hypothesis rejection) instead of judging."""
+    from hypothesis import given, settings, strategies as st
+    from hypothesis.errors import Unsatisfiable
+
+    from conformance.properties import PROPERTIES
+
+    f = FACTS[name]
+    case = BASE.replace(**{name: OTHERS[name]})
+    assert BASE.unexpressible("wrapper") is None and BASE.unexpressible("prepared") is None
+    for adapter in ADAPTERS:
+        why = case.unexpressible(adapter)
+        assert (why is None) == (adapter in f.adapters), adapter
+        if why is None:
+            continue
+        assert f"'{name}'" in why
+        stand_in = type("StandIn", (), {"name": adapter})()
+        with pytest.raises(Unexpressible, match=name):
+            PROPERTIES["numerics"](case, stand_in)
+        with pytest.raises(Unexpressible, match=name):
+            PROPERTIES["rejection"](case, None, entry=adapter)
+        ran = []
+
+        @settings(max_examples=5, database=None)
+        @given(st.just(case))
+        def skipped(c):
+            ran.append(PROPERTIES["numerics"](c, stand_in))
+
+        with pytest.raises(Unsatisfiable):
+            skipped()
+        assert ran == []
+
+
+@pytest.mark.parametrize("name", [n for n, f in FACTS.items() if f.adapters is not None])
+def test_adapters_refuse_what_they_cannot_express(name):
+    _refused_by_the_others(name)
+
+
+def test_a_restricted_fact_is_refused_and_skipped(monkeypatch):
+    """The mechanism on a planted restriction (sinks: prepared only)."""
+    from kernels.wrapper import WrapperAdapter
+
+    monkeypatch.setitem(FACTS, "sinks", dataclasses.replace(FACTS["sinks"], adapters=("prepared",)))
+    _refused_by_the_others("sinks")
+    with pytest.raises(Unexpressible, match="'sinks' = True: the wrapper adapter"):
+        WrapperAdapter().run(BASE.replace(sinks=True), None)
+
+
+def test_repro_of_an_unexpressible_case_exits_2(monkeypatch, tmp_path, capsys):
+    from conformance import cli
+
+    monkeypatch.setitem(FACTS, "sinks", dataclasses.replace(FACTS["sinks"], adapters=("prepared",)))
+    path = tmp_path / "case.json"
+    path.write_text(json.dumps({"schema": SCHEMA_VERSION, "case": BASE.replace(sinks=True).to_dict(), "property": "numerics", "needs_gpu": False}))
+    assert cli.main(["repro", str(path), "--adapter", "wrapper"]) == 2
+    assert "case field 'sinks' = True: the wrapper adapter" in capsys.readouterr().err

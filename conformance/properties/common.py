@@ -3,12 +3,13 @@ where an output row sits (for failure reports)."""
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Callable
 
 import torch
 
-from conformance.ground.case import Case
+from conformance.ground.case import Case, Unexpressible
 from conformance.ground.outcome import Observation, PropertyFailure
 from conformance.ground.tables import NO_GPU, TILE_M
 from conformance.properties import recorder
@@ -93,6 +94,29 @@ def row_mask(case: Case, inputs, quantity: str, shape) -> torch.Tensor:
     live = inputs.q_live.to(inputs.q.device)
     return live[:, None, None].expand(shape) if quantity == "o" else live[None, :].expand(shape)
 
+
+
+def served(check):
+    """``check`` that skips a Case its adapter cannot express (a fact value
+    the entry point has no argument for: ``Case.unexpressible``, from the fact
+    declarations). Inside a Hypothesis test the example is rejected (no
+    verdict: there is nothing to ask the entry point); a direct call (repro)
+    raises Unexpressible. The adapter is the rejection property's ``entry``
+    where it names one, else ``adapter``."""
+
+    @functools.wraps(check)
+    def run(case: Case, adapter=None, **params):
+        name = params.get("entry") or getattr(adapter, "name", None)
+        why = case.unexpressible(name) if name else None
+        if why:
+            from hypothesis import currently_in_test_context, reject
+
+            if currently_in_test_context():
+                reject()
+            raise Unexpressible(why)
+        return check(case, adapter, **params)
+
+    return run
 
 
 def entry_adapter(entry: str):
