@@ -39,7 +39,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 # The case-file schema this suite writes. A fact added later declares the
 # schema that introduced it (``fact(since=N)``, with SCHEMA_VERSION = N): files
 # of an older schema get its default, the behaviour they were recorded with.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 from .tables import ADAPTERS, DTYPES, DTYPE_SHORT  # noqa: E402,F401  (one definition, re-exported)
 BIAS_DTYPES = ("float16", "bfloat16", "float32")
@@ -207,6 +207,8 @@ class Case:
                                choices=BIAS_DTYPES + ("float64", "int32"), coverage=("bias",), shown="bias")  # fmt: skip
     bias_batch: int = fact(1, "bias batch extent (1: one bias broadcast over the batch)", minimum=1, coverage=("bias",), shown="bias")
     sinks: bool = fact(False, "one sink logit per Q head (natural-log units), joining the softmax denominator")
+    lse_log2: bool = fact(False, "LSE (Stats) written in base-2 units: natural LSE * log2(e) (TemplateParams.stats_log2); "
+                          "the public wrapper has no argument for it", adapters=("prepared",), since=2)  # fmt: skip
     scale: Optional[float] = fact(None, "softmax scale, any sign (0 included); null: the kernels' default 1/sqrt(d_qk)", coverage=("scale",))
     memory: str = fact("bshd", "dense storage order of Q, K, V and O", choices=MEMORY_ORDERS, coverage=("memory",), shown="shape")
     seed: int = fact(0, "seed of the tensor data (conformance.ground.data)", coverage=None, shown="seed")
