@@ -85,7 +85,7 @@ def fact(
 
 @dataclass(frozen=True)
 class Kind:
-    """How a fact's type reads from JSON: ``coerce(value)`` or None if it does not fit."""
+    """How a fact's type reads from JSON: ``coerce(value)``, or ``_NO`` if it does not fit."""
 
     expected: str  # for messages: "an integer", ...
     coerce: Callable[[Any], Any]
