@@ -3,6 +3,7 @@
     sdpa-conformance repro sdpa-report/cases/numerics-1a2b3c4d5e.json
     sdpa-conformance repro sdpa-report/shards/<run>/gw3-4242.jsonl[:LINE]
     sdpa-conformance report sdpa-report
+    sdpa-conformance facts
 
 Exit status: 0 the case passes now / report written; 1 the case still fails;
 2 usage errors, unreadable case files, no GPU where the case needs one.
@@ -71,6 +72,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--kernels-source", metavar="PATH", default=None, help="cudnn-frontend python/ tree to test instead of the installed wheel")
     r.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
                    help="a replay with no verdict after this long is a hang: say so and exit 1 (default: 300; 0: wait forever)")
+    sub.add_parser("facts", help="print the Case facts and the coverage axes (markdown), from their declarations",
+                   description="The facts a Case holds (conformance/ground/case.py) and the coverage axes that show them "
+                   "(conformance/ground/coverage.py), as markdown tables.")
     g = sub.add_parser("report", help="merge a report dir's shards and render report.json/.md/.html",
                        description="Re-render the reports of a run from the shards in its report dir.")
     g.add_argument("dir", metavar="DIR", help="a report dir (default name: sdpa-report)")
@@ -210,7 +214,7 @@ def format_detail(detail: dict) -> List[str]:
 
 
 def repro(args) -> int:
-    from reports.casefile import describe, inputs_digest
+    from reports.casefile import inputs_digest
 
     case, doc, prop, params = _load(args.file)
     hyp = doc.get("hypothesis") or {}
@@ -220,7 +224,7 @@ def repro(args) -> int:
     compat = bool(args.sm80_compat or doc.get("sm80_compat") or os.environ.get(COMPAT_ENV) == "1")
     print(f"case file: {args.file}")
     print(f"property:  {prop}" + (f" {json.dumps(params)}" if params else "") + f"   adapter: {adapter_name}" + (" (sm80-compat)" if compat else ""))
-    print(f"case:      {describe(case)}")
+    print(f"case:      {case.describe()}")
     print(f"recorded:  {doc.get('nodeid') or '-'}   mode: {doc.get('mode') or '-'}   gpu: {doc.get('gpu') or '-'}")
     if hyp.get("seed") is not None or hyp.get("reproduce_failure"):
         print("hypothesis: " + "   ".join(x for x in (f"seed {hyp['seed']}" if hyp.get("seed") is not None else "", hyp.get("reproduce_failure") or "") if x))
@@ -255,6 +259,7 @@ def repro(args) -> int:
         same = digest == doc["inputs_sha256"]
         print(f"inputs:    {'regenerated bit for bit' if same else 'DIFFER from the recorded run (torch RNG or data module changed)'} (sha256 {str(digest)[:16]})")
 
+    from conformance.ground.case import Unexpressible
     from conformance.ground.outcome import PropertyFailure, Unsupported
     from conformance.properties import PROPERTIES, NoGPU
 
@@ -284,6 +289,8 @@ def repro(args) -> int:
         return 1
     except (NoGPU, Unsupported) as e:  # Unsupported: this adapter cannot run what the case file asks (--adapter)
         raise Usage(str(e)) from None
+    except Unexpressible as e:
+        raise Usage(f"{e} (--adapter picks another)") from None
     except Exception as e:  # noqa: BLE001 - an exception from the kernel is the failure being replayed
         import traceback
 
@@ -374,6 +381,17 @@ def report(args) -> int:
     return 0
 
 
+def facts(args) -> int:
+    from conformance.ground.case import facts_markdown
+    from conformance.ground.coverage import AXES
+
+    print("## Case facts\n\n" + facts_markdown())
+    print("## Coverage axes\n\n| axis | values a complete run reaches | what |\n|---|---|---|")
+    for a in AXES:
+        print(f"| {a.name} | {' / '.join(a.values)} | {a.doc} |")
+    return 0
+
+
 def _mutants(args) -> int:
     from conformance import kill_rate as mutants
 
@@ -383,7 +401,7 @@ def _mutants(args) -> int:
 def main(argv: Optional[List[str]] = None) -> int:
     args = parser().parse_args(argv)
     try:
-        return {"repro": repro, "report": report, "mutants": _mutants}[args.command](args)
+        return {"repro": repro, "report": report, "facts": facts, "mutants": _mutants}[args.command](args)
     except Usage as e:
         print(f"sdpa-conformance {args.command}: error: {e}", file=sys.stderr)
         return 2

@@ -127,14 +127,6 @@ def case_size(case: Case) -> int:
     return case.batch * case.h_q * case.s_q * case.s_kv
 
 
-def describe(case: Case) -> str:
-    dt = "fp16" if case.dtype == "float16" else "bf16"
-    shape = f"THD q={list(case.q_lens)} kv={list(case.kv_lens)}" if case.is_thd else f"B={case.batch} S={case.s_q}x{case.s_kv}"
-    extras = [case.mask_name(), f"H={case.h_q}/{case.h_kv}", f"D={case.d_qk}/{case.d_v}", dt]
-    extras += [x for x, on in (("bias", case.bias), ("sinks", case.sinks), ("seq_q_lens", case.seq_q_lens), ("seq_kv_lens", case.seq_kv_lens)) if on]
-    return " ".join([shape] + extras)
-
-
 def change_line(mutant: Mutant) -> str:
     if not mutant.rewrites:
         return "-"
@@ -266,7 +258,7 @@ def _search_kinds(rec: dict, chosen, adapter, flavors, *, profile, deadline, t0,
             rec.update(
                 verdict="killed" if killed else "error", killed_by=kind.name, property=kind.property, params=kind.params,
                 summary=failure.summary if killed else f"{type(failure).__name__}: {str(failure)[:300]}",
-                first_failure_s=round(s.first[2], 1), case=case.to_dict(), case_size=case_size(case), case_text=describe(case),
+                first_failure_s=round(s.first[2], 1), case=case.to_dict(), case_size=case_size(case), case_text=case.describe(),
                 first_case=s.first[0].to_dict(), failure_case=failing.to_dict() if killed and failing != case else None,
             )  # fmt: skip
             return
@@ -404,7 +396,7 @@ def render_markdown(doc: dict) -> str:
     for r in ([doc["control"]] if doc.get("control") else []) + doc["mutants"]:
         cut = "" if r.get("complete", True) or r["verdict"] != "survived" else " (budget)"
         case = r.get("first_case") if r["verdict"] == "error" else r.get("case")
-        text = describe(Case.from_dict(case)) if case else (r.get("error") or "-")
+        text = Case.from_dict(case).describe() if case else (r.get("error") or "-")
         cells = (r["name"], r.get("bug_class", "-"), "/".join(r.get("targets") or []) or "-", r["verdict"] + cut, r.get("killed_by") or "-",
                  r.get("expected_killer") or "-", r.get("first_failure_s") or "-", r.get("case_size") if r.get("case_size") is not None else "-", text)  # fmt: skip
         lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")

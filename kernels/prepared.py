@@ -210,6 +210,7 @@ class PreparedAdapter:
 
     # -------------------------------------------------------------- run
     def run(self, case: Case, inputs: CaseTensors, outputs=None, *, initialize_outputs: bool = True, tamper=None) -> KernelResult:
+        case.require_expressible(self.name)  # a fact these entry points cannot take: Unexpressible
         env = self._live()
         dev = inputs.q.device if inputs.q.is_cuda else torch.device("cuda", torch.cuda.current_device())
         inputs = inputs.to(dev)
@@ -296,6 +297,7 @@ class PreparedAdapter:
     # ------------------------------------------------------ compile only
     def compile_only(self, case: Case, *, initialize_outputs: bool = True, tamper=None) -> CompileDelta:
         """Specialize and compile ``case`` for sm_80 from its facts alone (no CUDA)."""
+        case.require_expressible(self.name)
         spec = _tampered(specialize(case), case, tamper)
         host = self.host
         if case.is_thd:

@@ -66,6 +66,7 @@ def specialize(case: Case, *, sched_policy: Optional[int] = None) -> Specializat
         has_seq_kv_lens=(not case.is_thd) and case.seq_kv_lens is not None,
         has_seq_q_lens=(not case.is_thd) and case.seq_q_lens is not None,
         has_sink=case.sinks,
+        stats_log2=case.lse_log2,
         has_bias=case.bias is not None,
         bias_is_fp32=case.bias == "float32",
         thd_varlen=case.is_thd,

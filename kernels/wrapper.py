@@ -100,6 +100,7 @@ class WrapperAdapter:
     def run(self, case: Case, inputs: CaseTensors, outputs=None, *, initialize_outputs: bool = True, tamper=None) -> KernelResult:
         from cudnn.sdpa.fwd import sdpa_fwd_wrapper_sm80
 
+        case.require_expressible(self.name)  # a fact the wrapper has no argument for: Unexpressible
         if case.is_thd and not initialize_outputs:
             require(self, "no-init", "THD with initialize_outputs=False")
         env, mode = self._mode()

@@ -25,7 +25,9 @@ sibling prefill_d256_f16.py repeats every line cited; the mask itself is in
   NOT multiplied by scale, joining only the softmax denominator (V_sink = 0):
   lse = log(sum_j exp(logit_j) + exp(sink_h)); o = sum_j exp(logit_j - lse) v_j
   (f16:1343-1365).
-- LSE is natural log: LN2 * (row_max + log2(row_sum)) (f16:1386).
+- LSE is natural log: LN2 * (row_max + log2(row_sum)) (f16:1386); a Case
+  with ``lse_log2`` (TemplateParams.stats_log2) asks for base 2: natural LSE *
+  log2(e), -inf staying -inf (f16:1405-1408); ``reference_for_case`` converts.
 - A row with no visible key: O = 0 (the row_sum > 0 guard, f16:1461-1484) and
   LSE = -inf (log2(0)); with sinks O = 0 and LSE = sink (f16:1340-1342).
 - Dense padded Q rows (i >= seq_len_q[b], only when q lengths are given):
@@ -50,6 +52,7 @@ from . import masks
 
 Lens = Optional[Union[torch.Tensor, Sequence[int]]]
 LOWP = (torch.float16, torch.bfloat16)
+LOG2E = 1.4426950408889634  # log2(e), the kernel's base-2 Stats factor (f16:1407)
 
 
 def _lens(lens: Lens, b: int, phys: int, device) -> torch.Tensor:
@@ -182,8 +185,8 @@ def reference_for_case(case, tensors, compute_dtype: torch.dtype = torch.float32
         compute_dtype=compute_dtype,
     )
     if not case.is_thd:
-        return attention(tensors.q, tensors.k, tensors.v, bias=tensors.bias,
-                         q_lens=tensors.seq_q_lens, kv_lens=tensors.seq_kv_lens, **common)
+        return _lse_units(case, *attention(tensors.q, tensors.k, tensors.v, bias=tensors.bias,
+                                           q_lens=tensors.seq_q_lens, kv_lens=tensors.seq_kv_lens, **common))
     acc = torch.float64 if compute_dtype == torch.float64 else torch.float32
     dev = tensors.q.device
     t_q, h_q, _ = tensors.q.shape
@@ -198,7 +201,13 @@ def reference_for_case(case, tensors, compute_dtype: torch.dtype = torch.float32
         os_, ls_ = attention(as_bhsd(tensors.q[q0:q1]), as_bhsd(tensors.k[k0:k1]), as_bhsd(tensors.v[k0:k1]), **common)
         o[q0:q1] = os_[0].permute(1, 0, 2)
         lse[:, q0:q1] = ls_[0]
-    return o, lse
+    return _lse_units(case, o, lse)
+
+
+def _lse_units(case, o: torch.Tensor, lse: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(O, LSE) with LSE in the units the Case asks for: natural log, or base 2
+    (``lse_log2``: the kernel multiplies its natural LSE by log2(e))."""
+    return (o, lse * LOG2E) if case.lse_log2 else (o, lse)
 
 
 def visible_counts(case, tensors) -> torch.Tensor:

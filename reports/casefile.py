@@ -131,32 +131,3 @@ def strict(value):
         return [strict(v) for v in value]
     return value
 
-
-def describe(case: Case) -> str:
-    """One line of the facts that matter when reading a failure."""
-    dt = {"float16": "fp16", "bfloat16": "bf16"}.get(case.dtype, case.dtype)
-    heads = f"H={case.h_q}" if case.h_q == case.h_kv else f"H={case.h_q}/{case.h_kv}"
-    dims = f"D={case.d_qk}" if case.d_qk == case.d_v else f"D={case.d_qk}/{case.d_v}"
-    if case.is_thd:
-        shape = f"THD q_lens={list(case.q_lens)} kv_lens={list(case.kv_lens)}"
-        if case.q_base or case.kv_base or case.q_slack or case.kv_slack:
-            shape += f" base={case.q_base}/{case.kv_base} slack={case.q_slack}/{case.kv_slack}"
-    else:
-        shape = f"dense B={case.batch} S={case.s_q}x{case.s_kv} {case.memory}"
-        if case.seq_q_lens is not None:
-            shape += f" seq_q_lens={list(case.seq_q_lens)}"
-        if case.seq_kv_lens is not None:
-            shape += f" seq_kv_lens={list(case.seq_kv_lens)}"
-    parts = [shape, dt, heads, dims, f"mask={case.mask_name()}"]
-    if case.window_left >= 0 or case.window_right >= 0:
-        parts.append(f"window=({case.window_left},{case.window_right})")
-    if case.bias:
-        parts.append(f"bias={case.bias}[{case.bias_batch}]")
-    if case.sinks:
-        parts.append("sinks")
-    if case.scale is not None:
-        parts.append(f"scale={case.scale:g}")
-    if case.violation:
-        parts.append(f"violation={case.violation}")
-    parts.append(f"seed={case.seed}")
-    return " ".join(parts)

@@ -2,7 +2,8 @@
 
 Both documents are rendered from one list of blocks, so they cannot drift:
 ("h", level, text) | ("p", text) | ("list", items) | ("table", headers, rows[, "gaps"])
-| ("img", name, png_bytes, alt) | ("code", text). "gaps" shades zero cells (coverage).
+| ("img", name, png_bytes, alt) | ("code", text). "gaps" marks zero cells as gaps (coverage):
+shaded in HTML, "0 (gap)" in markdown.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from conformance.ground.case import Case, CaseFileError
 
-from .casefile import describe, strict
+from .casefile import strict
 from .plots import ratio_histogram
 
 ENV_ORDER = ("mode", "adapter", "planted_mutant", "gpu", "capability", "driver", "torch", "nvidia-cudnn-frontend", "nvidia-cutlass-dsl", "kernels_source",
@@ -33,7 +34,7 @@ def _fmt(v) -> str:
 
 def _case_text(d: dict) -> str:
     try:
-        return describe(Case.from_dict(d))
+        return Case.from_dict(d).describe()
     except (CaseFileError, TypeError):
         return json.dumps(d, sort_keys=True)
 
@@ -114,11 +115,14 @@ def _ratio_plots(s: dict) -> list:
 def _coverage(s: dict) -> list:
     cov = s["coverage"]
     m = cov["matrix"]
-    out = [("h", 2, f"Coverage ({cov['examples']} examples, {cov['gaps']} empty cells)"),
-           ("p", "Valid examples per layout/mask (rows) and flavor/dtype (columns); shaded cells were not exercised."),
-           ("table", ["layout/mask"] + m["columns"], [[r] + c for r, c in zip(m["rows"], m["counts"])], "gaps")]
+    gaps = cov["gaps"]
+    out = [("h", 2, f"Coverage ({cov['examples']} examples, {len(gaps)} gaps, {cov['empty_cells']} empty matrix cells)"),
+           ("p", "Valid examples per layout/mask (rows) and flavor/dtype (columns); empty cells (0, marked gap) were not exercised."),
+           ("table", ["layout/mask"] + m["columns"], [[r] + c for r, c in zip(m["rows"], m["counts"])], "gaps"),
+           ("h", 3, "gaps: values a complete run reaches that no example exercised"), ("list", gaps) if gaps else ("p", "None.")]
     for fact, counts in cov["facts"].items():
-        out += [("h", 3, fact), ("table", ["value", "examples"], [[v, n] for v, n in counts.items()], "gaps")]
+        doc = (cov.get("axes") or {}).get(fact)
+        out += [("h", 3, fact)] + ([("p", doc)] if doc else []) + [("table", ["value", "examples"], [[v, n] for v, n in counts.items()], "gaps")]
     rules = cov["contract_rules"]
     return out + [("h", 3, "contract rules (violating examples)"),
                   ("table", ["rule", "examples"], [[r, n] for r, n in rules.items()]) if rules else ("p", "None exercised.")]
@@ -165,7 +169,8 @@ def to_markdown(bl: list, plots_dir: Path) -> str:
         elif b[0] == "table":
             lines.append("| " + " | ".join(_md_cell(h) for h in b[1]) + " |")
             lines.append("|" + "---|" * len(b[1]))
-            lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in b[2]] + [""]
+            gaps = len(b) > 3 and b[3] == "gaps"  # coverage: a zero cell is a gap
+            lines += ["| " + " | ".join("0 (gap)" if gaps and c == 0 else _md_cell(c) for c in row) + " |" for row in b[2]] + [""]
         elif b[0] == "img":
             plots_dir.mkdir(parents=True, exist_ok=True)
             (plots_dir / b[1]).write_bytes(b[2])

@@ -40,8 +40,8 @@ def dense_cases(
     bias_dtypes: "input" (the I/O dtype) and/or "float32".
     edges: allow tile-edge lengths (up to 257).
     max_tokens: bound batch * s_q and batch * s_kv.
-    Common options: flavors, dtypes, off_envelope, causal, windows, sinks,
-    scales, max_heads (see ``strategies.features.Common``).
+    Common options (both layouts): ``strategies.features.Common``, e.g.
+    flavors, dtypes, off_envelope, causal, windows, sinks, scales, max_heads.
     """
     opts = Common(**common)
     bad = [m for m in memory if m not in MEMORY_ORDERS]
@@ -69,15 +69,14 @@ def dense_cases(
         if maybe(draw, bias):
             kind = draw(st.sampled_from(bias_dtypes))
             bias_dtype = dtype if kind == "input" else "float32"
-        sinks = maybe(draw, opts.sinks)
-        scale = features.scale(draw, opts)
+        optional = features.options(draw, opts)
         order = draw(st.sampled_from(memory))
         seq_q_lens = _padding(draw, padding, batch, s_q)
         seq_kv_lens = _padding(draw, padding, batch, s_kv)
         return Case(
             layout="dense", dtype=dtype, batch=batch, h_q=h_q, h_kv=h_kv, d_qk=d_qk, d_v=d_v, s_q=s_q, s_kv=s_kv,
-            seq_q_lens=seq_q_lens, seq_kv_lens=seq_kv_lens, bias=bias_dtype, bias_batch=1, sinks=sinks, scale=scale,
-            memory=order, seed=features.seed(draw), **m,
+            seq_q_lens=seq_q_lens, seq_kv_lens=seq_kv_lens, bias=bias_dtype, bias_batch=1, memory=order,
+            seed=features.seed(draw), **m, **optional,
         )  # fmt: skip
 
     return draw_case()

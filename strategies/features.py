@@ -29,6 +29,7 @@ class Common:
     causal: Optional[bool] = None
     windows: bool = True  # sliding windows and right bands allowed
     sinks: Optional[bool] = None
+    lse_log2: Optional[bool] = None  # LSE in base-2 units
     scales: bool = True  # False: always the default scale (None)
     max_heads: int = max(pools.KV_HEADS) * max(pools.GROUP_SIZES)
 
@@ -79,6 +80,14 @@ def mask(draw, opts: Common) -> dict:
         window_right = draw(st.sampled_from(pools.RIGHT_BANDS))
     bottom_right = (causal or window_left >= 0) and draw(st.booleans())
     return dict(causal=causal, bottom_right=bottom_right, window_left=window_left, window_right=window_right)
+
+
+def options(draw, opts: Common) -> dict:
+    """The optional facts every layout draws alike, after its shape, mask and
+    layout-only operands: LSE units, sinks, the scale (a new fact both layouts
+    take is drawn here, behind ``maybe`` so it shrinks away, with a ``Common``
+    option)."""
+    return dict(lse_log2=maybe(draw, opts.lse_log2), sinks=maybe(draw, opts.sinks), scale=scale(draw, opts))
 
 
 def scale(draw, opts: Common) -> Optional[float]:

@@ -69,8 +69,8 @@ def thd_cases(
     zeros: allow zero-length sequences.
     offsets: non-zero first offsets (q_base/kv_base) and capacity slack
     (q_slack/kv_slack): None draws each, True forces all, False forbids.
-    Common options: flavors, dtypes, off_envelope, causal, windows, sinks,
-    scales, max_heads (see ``strategies.features.Common``).
+    Common options (both layouts): ``strategies.features.Common``, e.g.
+    flavors, dtypes, off_envelope, causal, windows, sinks, scales, max_heads.
     """
     opts = Common(**common)
     if max_tokens < 1 or max_seqs < 1:
@@ -83,14 +83,13 @@ def thd_cases(
         h_q, h_kv = features.heads(draw, opts)
         q_lens, kv_lens = length_lists(draw, max_seqs, max_tokens, zeros)
         m = features.mask(draw, opts)
-        sinks = maybe(draw, opts.sinks)
-        scale = features.scale(draw, opts)
+        optional = features.options(draw, opts)
         q_base, kv_base = _offset(draw, offsets), _offset(draw, offsets)
         q_slack, kv_slack = _offset(draw, offsets), _offset(draw, offsets)
         return Case(
             layout="thd", dtype=dtype, h_q=h_q, h_kv=h_kv, d_qk=d_qk, d_v=d_v, q_lens=q_lens, kv_lens=kv_lens,
-            q_base=q_base, kv_base=kv_base, q_slack=q_slack, kv_slack=kv_slack, sinks=sinks, scale=scale,
-            seed=features.seed(draw), **m,
+            q_base=q_base, kv_base=kv_base, q_slack=q_slack, kv_slack=kv_slack,
+            seed=features.seed(draw), **m, **optional,
         )  # fmt: skip
 
     return draw_case()

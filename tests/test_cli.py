@@ -63,6 +63,7 @@ def _case_file(tmp_path, doc=None, text=None):
         (None, "{not json", "not valid JSON"),
         ({"schema": 7}, None, "'schema'"),
         ({"case": CASE.to_dict() | {"heads": 3}}, None, "'heads'"),
+        ({"case": {k: v for k, v in CASE.to_dict().items() if k != "h_q"}}, None, "case field 'h_q': missing"),
         ({"case": CASE.to_dict() | {"batch": "2"}}, None, "'batch'"),
         ({"case": CASE.to_dict() | {"causal": 1}}, None, "'causal'"),
         ({"property": 3}, None, "'property'"),
@@ -73,7 +74,7 @@ def _case_file(tmp_path, doc=None, text=None):
         ({"property": "rejection", "case": CASE.to_dict() | {"violation": "params_tile_n"}, "params": {"entry": "wrapper"}}, None, "'params.entry': 'wrapper'"),
         ({"property": "compiles", "params": {"bogus": 1}, "mode": "compile-only (no GPU)"}, None, "'params': got an unexpected keyword argument 'bogus'"),
     ],
-    ids=["bad-json", "wrong-schema", "unknown-field", "wrong-type-int", "wrong-type-bool", "property", "params",
+    ids=["bad-json", "wrong-schema", "unknown-field", "missing-field", "wrong-type-int", "wrong-type-bool", "property", "params",
          "unknown-violation", "missing-violation", "missing-entry", "entry-not-targeted", "unknown-param"],
 )
 def test_malformed_case_files_exit_2_naming_the_field(tmp_path, capsys, change, text, field):

@@ -181,7 +181,7 @@ def test_markdown_table():
     doc = {"run": run, "control": _rec("control", "survived"), "mutants": RECORDS, "tally": M.tally(RECORDS)}
     md = M.render_markdown(doc)
     assert "| " + " | ".join(M.COLUMNS) + " |" in md and "INVALID" not in md
-    assert "| a | bias | f16 | killed | numerics_dense | numerics_dense | 3.5 | 60 | B=2 S=3x5 none H=2/1 D=64/64 fp16 |" in md
+    assert "| a | bias | f16 | killed | numerics_dense | numerics_dense | 3.5 | 60 | dense B=2 S=3x5 bshd fp16 H=2/1 D=64 mask=none seed=0 |" in md
     assert "| c | bias | f16 | survived (budget) |" in md and "| d | bias | f16 | stale |" in md
     doc["control"] = _rec("control", "killed", killed_by="padding_poison", summary="NaN", case_text="B=1")
     assert "**INVALID RUN**: the control (no rewrites) failed padding_poison on B=1: NaN" in M.render_markdown(doc)

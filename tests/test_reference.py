@@ -96,6 +96,19 @@ def test_matches_naive_oracle(case):
     assert_same(lse, lse_n)
 
 
+@pytest.mark.parametrize("case", [THD_EDGE, DENSE_EDGE], ids=["thd", "dense"])
+def test_lse_log2_is_the_natural_lse_in_base_2(case):
+    """lse_log2 (TemplateParams.stats_log2): the same O, LSE * log2(e); -inf rows
+    (padded / nothing visible) stay -inf and THD rows outside every sequence NaN."""
+    t = make_inputs(case)
+    o, lse = reference_for_case(case, t, compute_dtype=F64)
+    o2, lse2 = reference_for_case(case.replace(lse_log2=True), t, compute_dtype=F64)
+    assert_same(o2, o)
+    assert_same(lse2, lse / math.log(2))
+    assert torch.equal(torch.isinf(lse2), torch.isinf(lse)) and torch.equal(torch.isnan(lse2), torch.isnan(lse))
+    assert bool((~torch.isfinite(lse)).any()) and bool(torch.isfinite(lse).any())  # both kinds of rows are there
+
+
 def test_hard_numerics_match_oracle():
     """Huge logits of both signs (scale 300, bias +-1e4 in fp32, a dominant
     sink): the max-shifted logsumexp stays exact and finite."""

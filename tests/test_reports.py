@@ -17,7 +17,9 @@ from conformance.ground import findings
 from conformance.properties import recorder
 from conformance.ground.case import Case, load_case_file
 from conformance.ground.outcome import Observation
-from reports import casefile, coverage, shards, summary
+from conformance.ground.coverage import REQUIRED
+from conformance.ground.tables import flavor_of
+from reports import casefile, coverage, render, shards, summary
 
 RUN = "20261202-120000-1"
 CASES = {
@@ -187,6 +189,11 @@ def test_coverage_axes_show_gaps():
     assert cov["facts"]["bias"]["float32"] == 1 and cov["facts"]["bias"]["float16"] == 0
     assert cov["facts"]["heads"]["GQA"] == 1 and cov["facts"]["padding"]["thd: first offset > 0"] == 1
     assert cov["facts"]["head dims"]["padded into envelope"] == 1 and cov["contract_rules"] == {"d_qk_too_large": 1}
+    # One vocabulary with the strategies' coverage test: every required value is a row, and an unseen one a gap.
+    assert {f"{axis}:{v}" for axis, counts in cov["facts"].items() for v in counts} >= REQUIRED
+    assert "bias: float16" in cov["gaps"] and "bias: float32" not in cov["gaps"] and cov["empty_cells"] > 0
+    md = render.to_markdown(render._coverage({"coverage": cov}), None)
+    assert "| float16 | 0 (gap) |" in md and "- bias: float16" in md
 
 
 def test_envelope_table_picks_the_kernels_flavor():
@@ -197,7 +204,7 @@ def test_envelope_table_picks_the_kernels_flavor():
                 want = specialize.pick_flavor(d_qk, d_v)
             except ValueError:
                 want = "none"
-            assert coverage.flavor(d_qk, d_v) == want, (d_qk, d_v)
+            assert flavor_of(d_qk, d_v) == want, (d_qk, d_v)
 
 
 def test_failures_a_passing_test_expected_are_not_run_failures(tmp_path):

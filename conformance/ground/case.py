@@ -5,6 +5,18 @@ it, a property judges the result against the reference, and it ends in the
 report or in a repro file. The tensors are never stored: ``conformance.ground.data``
 regenerates them bit for bit from the facts and ``seed``.
 
+Every fact is declared ONCE, below, as a field of ``Case``: its type (the
+annotation), default, validation, description and how it shows in coverage,
+descriptions and adapters (``fact(...)``). ``FACTS`` (name -> ``Fact``) is
+built from those declarations, and everything else derives from it: case-file
+reading (``Case.from_dict``: every fact of the file's schema must be present,
+with its type), ``structural_problem``, the findings file's ``when``
+(``coerce_fact``), the coverage vocabulary (``conformance.ground.coverage``),
+the one-line description (``Case.describe``), the adapters' refusal of facts
+they cannot express (``Case.unexpressible``) and the facts table
+(``facts_markdown``; ``sdpa-conformance facts``). docs/CONTRIBUTING.md says
+which files a new fact touches.
+
 Conventions (shared by every module):
 - Dense tensors are logically (B, H, S, D); ``memory`` says how they sit in
   storage. THD tensors are packed (T, H, D) with per-sequence lengths.
@@ -20,12 +32,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import typing
 from dataclasses import dataclass, field
-from typing import Any, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
-SCHEMA_VERSION = 1
+# The case-file schema this suite writes. A fact added later declares the
+# schema that introduced it (``fact(since=N)``, with SCHEMA_VERSION = N): files
+# of an older schema get its default, the behaviour they were recorded with.
+SCHEMA_VERSION = 2
 
-from .tables import DTYPES  # noqa: E402,F401  (one definition, re-exported)
+from .tables import ADAPTERS, DTYPES, DTYPE_SHORT  # noqa: E402,F401  (one definition, re-exported)
 BIAS_DTYPES = ("float16", "bfloat16", "float32")
 LAYOUTS = ("dense", "thd")
 # Dense storage orders of Q/K/V/O. Every one keeps the head dim innermost and
@@ -41,41 +57,162 @@ class CaseFileError(ValueError):
     """A case file (or dict) that cannot be turned into a Case; names the field."""
 
 
+class Unexpressible(Exception):
+    """An adapter was handed a Case with a fact value its entry point has no
+    way to express (``Fact.adapters``). Properties skip such examples
+    (conformance.properties.common.served); a direct call refuses with this."""
+
+
+# ------------------------------------------------------------------ facts
+AUTO = "auto"  # Fact.coverage: an axis of its own, from the fact's domain (bool: no/yes; choices)
+
+
+def fact(
+    default: Any,
+    doc: str,
+    *,
+    choices: Optional[Tuple[Any, ...]] = None,
+    minimum: Optional[int] = None,
+    coverage: Any = AUTO,
+    shown: Optional[str] = None,
+    adapters: Optional[Tuple[str, ...]] = None,
+    since: int = 1,
+):
+    """Declare one Case fact (a dataclass field); see ``Fact`` for the keywords."""
+    meta = dict(doc=doc, choices=choices, minimum=minimum, coverage=coverage, shown=shown, adapters=adapters, since=since)
+    return field(default=default, metadata={"fact": meta})
+
+
+@dataclass(frozen=True)
+class Kind:
+    """How a fact's type reads from JSON: ``coerce(value)``, or ``_NO`` if it does not fit."""
+
+    expected: str  # for messages: "an integer", ...
+    coerce: Callable[[Any], Any]
+    optional: bool = False  # null allowed
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+_NO = object()  # coerce's "does not fit"
+KINDS: Dict[Any, Kind] = {
+    bool: Kind("true/false", lambda v: v if isinstance(v, bool) else _NO),
+    int: Kind("an integer", lambda v: v if _is_int(v) else _NO),
+    str: Kind("a string", lambda v: v if isinstance(v, str) else _NO),
+    Optional[str]: Kind("a string or null", lambda v: v if isinstance(v, str) else _NO, optional=True),
+    Optional[float]: Kind("a number or null", lambda v: float(v) if _is_int(v) or isinstance(v, float) else _NO, optional=True),
+    Optional[Tuple[int, ...]]: Kind(
+        "a list of integers or null", lambda v: tuple(v) if isinstance(v, (list, tuple)) and all(_is_int(x) for x in v) else _NO, optional=True
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One declared Case fact.
+
+    type: the field's annotation (one of ``KINDS``). choices: the values a
+    Case may hold (None: any value of the type; null is always allowed for an
+    Optional type). minimum: the least int (for length lists: the least
+    entry). coverage: the coverage axis/axes that show the fact (``AUTO``: an
+    axis of its own from its domain, bool or choices; a tuple of axis names
+    of ``conformance.ground.coverage.DERIVED``; None: not a feature, e.g. the
+    data seed). shown: the part of ``Case.describe`` that shows it (None: shown
+    as ``name`` / ``name=value`` when not the default). adapters: the adapters
+    (``tables.ADAPTERS``) that can express a non-default value (None: every
+    one); the others refuse such a Case (``Unexpressible``) and properties
+    skip it. since: the case-file schema that introduced the fact.
+    """
+
+    name: str
+    type: Any
+    default: Any
+    doc: str
+    choices: Optional[Tuple[Any, ...]] = None
+    minimum: Optional[int] = None
+    coverage: Any = AUTO
+    shown: Optional[str] = None
+    adapters: Optional[Tuple[str, ...]] = None
+    since: int = 1
+
+    @property
+    def kind(self) -> Kind:
+        return KINDS[self.type]
+
+    def coerce(self, value: Any) -> Any:
+        """``value`` read from JSON/TOML as this fact's type; CaseFileError naming the field."""
+        if value is None and self.kind.optional:
+            return None
+        out = self.kind.coerce(value) if value is not None else _NO
+        if out is _NO:
+            raise CaseFileError(f"case field {self.name!r}: expected {self.kind.expected}, got {value!r}")
+        return out
+
+    def problem(self, value: Any) -> Optional[str]:
+        """What is wrong with ``value`` on its own (choices, minimum, finiteness), or None."""
+        if value is None:
+            return None
+        if self.choices is not None and value not in self.choices:
+            return f"case field {self.name!r}: {value!r} is not one of {self.choices}"
+        if self.minimum is not None:
+            entries = value if isinstance(value, tuple) else (value,)
+            if any(v < self.minimum for v in entries):
+                what = "every length" if isinstance(value, tuple) else "must be"
+                return f"case field {self.name!r}: {what} >= {self.minimum}, got {value}"
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"case field {self.name!r}: must be finite"
+        return None
+
+
 @dataclass(frozen=True)
 class Case:
-    layout: str = "dense"
-    dtype: str = "float16"
-    batch: int = 1
-    h_q: int = 1
-    h_kv: int = 1
-    d_qk: int = 64
-    d_v: int = 64
+    """Graph facts plus a data seed. Every field is a fact declared with
+    ``fact(default, doc, ...)``: the one place a fact is defined (``FACTS``,
+    ``facts_markdown()``, ``sdpa-conformance facts``)."""
+
+    layout: str = fact("dense", "dense (B, H, S, D) tensors or packed THD (T, H, D) varlen", choices=LAYOUTS, shown="shape")
+    dtype: str = fact("float16", "I/O dtype of Q, K, V and O", choices=DTYPES, shown="dtype")
+    batch: int = fact(1, "dense batch size (THD: one; the sequence count is len(q_lens))", minimum=1, coverage=("dense batch",), shown="shape")
+    h_q: int = fact(1, "query (and output) heads", minimum=1, coverage=("heads",), shown="heads")
+    h_kv: int = fact(1, "key/value heads; divides h_q (MHA, GQA, MQA)", minimum=1, coverage=("heads",), shown="heads")
+    d_qk: int = fact(64, "head dim of Q and K (off a flavor envelope: padded into it)", minimum=1, coverage=("flavor", "head dims"), shown="dims")
+    d_v: int = fact(64, "head dim of V and O", minimum=1, coverage=("flavor", "head dims"), shown="dims")
     # Dense: physical sequence lengths (the tensors' S axis).
-    s_q: int = 1
-    s_kv: int = 1
+    s_q: int = fact(1, "dense physical Q length (the tensors' S axis)", minimum=1, coverage=("dense lengths", "causal alignment"), shown="shape")
+    s_kv: int = fact(1, "dense physical K/V length", minimum=1, coverage=("dense lengths", "causal alignment"), shown="shape")
     # Dense padding lengths (per batch; None = operand absent).
-    seq_q_lens: Optional[Tuple[int, ...]] = None
-    seq_kv_lens: Optional[Tuple[int, ...]] = None
+    seq_q_lens: Optional[Tuple[int, ...]] = fact(None, "dense per-batch live Q lengths in [0, s_q] (the seq_len_q operand); null: absent",
+                                                 minimum=0, coverage=("padding",), shown="shape")  # fmt: skip
+    seq_kv_lens: Optional[Tuple[int, ...]] = fact(None, "dense per-batch live K/V lengths in [0, s_kv] (seq_kv_lens); null: absent",
+                                                  minimum=0, coverage=("padding",), shown="shape")  # fmt: skip
     # THD: per-sequence live lengths, first offsets and capacity slack.
-    q_lens: Optional[Tuple[int, ...]] = None
-    kv_lens: Optional[Tuple[int, ...]] = None
-    q_base: int = 0
-    kv_base: int = 0
-    q_slack: int = 0
-    kv_slack: int = 0
+    q_lens: Optional[Tuple[int, ...]] = fact(None, "THD per-sequence Q lengths (one entry per sequence)", minimum=0,
+                                             coverage=("thd lengths", "causal alignment"), shown="shape")  # fmt: skip
+    kv_lens: Optional[Tuple[int, ...]] = fact(None, "THD per-sequence K/V lengths (as many as q_lens)", minimum=0,
+                                              coverage=("thd lengths", "causal alignment"), shown="shape")  # fmt: skip
+    q_base: int = fact(0, "THD first Q offset, cu_seqlens_q[0] (tokens)", minimum=0, coverage=("padding",), shown="shape")
+    kv_base: int = fact(0, "THD first K/V offset, cu_seqlens_k[0] (tokens)", minimum=0, coverage=("padding",), shown="shape")
+    q_slack: int = fact(0, "THD Q capacity past the last sequence (tokens)", minimum=0, coverage=("padding",), shown="shape")
+    kv_slack: int = fact(0, "THD K/V capacity past the last sequence (tokens)", minimum=0, coverage=("padding",), shown="shape")
     # Mask family.
-    causal: bool = False
-    bottom_right: bool = False
-    window_left: int = -1
-    window_right: int = -1
+    causal: bool = fact(False, "causal mask", coverage=("mask", "causal alignment"), shown="mask")
+    bottom_right: bool = fact(False, "causal diagonal / window aligned bottom-right (needs causal or a left window)",
+                              coverage=("mask", "causal alignment"), shown="mask")  # fmt: skip
+    window_left: int = fact(-1, "sliding window: keys at most this far left of the diagonal; -1: none", coverage=("mask",), shown="mask")
+    window_right: int = fact(-1, "right band widening the causal diagonal (needs causal); -1: none", coverage=("mask",), shown="mask")
     # Optional operands.
-    bias: Optional[str] = None  # dtype name of a [bias_batch, H, SQ, SKV] bias, or None
-    bias_batch: int = 1
-    sinks: bool = False
-    scale: Optional[float] = None
-    memory: str = "bshd"
-    seed: int = 0
-    violation: Optional[str] = None
+    bias: Optional[str] = fact(None, "dtype of a [bias_batch, H, SQ, SKV] additive bias; null: none",
+                               choices=BIAS_DTYPES + ("float64", "int32"), coverage=("bias",), shown="bias")  # fmt: skip
+    bias_batch: int = fact(1, "bias batch extent (1: one bias broadcast over the batch)", minimum=1, coverage=("bias",), shown="bias")
+    sinks: bool = fact(False, "one sink logit per Q head (natural-log units), joining the softmax denominator")
+    lse_log2: bool = fact(False, "LSE (Stats) written in base-2 units: natural LSE * log2(e) (TemplateParams.stats_log2); "
+                          "the public wrapper has no argument for it", adapters=("prepared",), since=2)  # fmt: skip
+    scale: Optional[float] = fact(None, "softmax scale, any sign (0 included); null: the kernels' default 1/sqrt(d_qk)", coverage=("scale",))
+    memory: str = fact("bshd", "dense storage order of Q, K, V and O", choices=MEMORY_ORDERS, coverage=("memory",), shown="shape")
+    seed: int = fact(0, "seed of the tensor data (conformance.ground.data)", coverage=None, shown="seed")
+    violation: Optional[str] = fact(None, "the contract rule this Case breaks (strategies.violations); null: a valid Case", coverage=None)
 
     # ------------------------------------------------------------------ derived
     @property
@@ -149,17 +286,19 @@ class Case:
         return json.dumps({"schema": SCHEMA_VERSION, "case": self.to_dict()}, sort_keys=True)
 
     @classmethod
-    def from_dict(cls, data: Any) -> "Case":
+    def from_dict(cls, data: Any, schema: int = SCHEMA_VERSION) -> "Case":
+        """The Case a case file's "case" object (of case-file ``schema``) holds.
+        Every fact that schema knows must be present with its type; facts
+        added by a later schema take their defaults. CaseFileError names the field."""
         if not isinstance(data, dict):
             raise CaseFileError(f"case: expected a JSON object, got {type(data).__name__}")
-        known = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - set(known))
+        unknown = sorted(set(data) - set(FACTS))
         if unknown:
-            raise CaseFileError(f"case field {unknown[0]!r}: unknown field (known: {', '.join(known)})")
-        kwargs = {}
-        for name, value in data.items():
-            kwargs[name] = _coerce(name, value, _FIELD_TYPES[name])
-        case = cls(**kwargs)
+            raise CaseFileError(f"case field {unknown[0]!r}: unknown field (known: {', '.join(FACTS)})")
+        missing = [name for name, f in FACTS.items() if f.since <= schema and name not in data]
+        if missing:
+            raise CaseFileError(f"case field {missing[0]!r}: missing (a schema {schema} case names every fact: {', '.join(missing)} absent)")
+        case = cls(**{name: FACTS[name].coerce(value) for name, value in data.items()})
         problem = case.structural_problem()
         if problem:
             raise CaseFileError(problem)
@@ -173,34 +312,23 @@ class Case:
             raise CaseFileError(f"case file is not valid JSON: {e}") from None
         if not isinstance(doc, dict) or "schema" not in doc or "case" not in doc:
             raise CaseFileError("case file field 'schema'/'case': a case file is {\"schema\": N, \"case\": {...}}")
-        if doc["schema"] != SCHEMA_VERSION:
-            raise CaseFileError(f"case file field 'schema': version {doc['schema']!r} is not supported (this suite reads {SCHEMA_VERSION})")
-        return cls.from_dict(doc["case"])
+        schema = doc["schema"]
+        if not _is_int(schema) or not 1 <= schema <= SCHEMA_VERSION:
+            raise CaseFileError(f"case file field 'schema': version {schema!r} is not supported (this suite reads 1 to {SCHEMA_VERSION})")
+        return cls.from_dict(doc["case"], schema)
 
     def structural_problem(self) -> Optional[str]:
         """Facts that no kernel could be asked about (not contract violations:
         those are meaningful Cases). Returns a message naming the field."""
-        if self.layout not in LAYOUTS:
-            return f"case field 'layout': {self.layout!r} is not one of {LAYOUTS}"
-        if self.dtype not in DTYPES:
-            return f"case field 'dtype': {self.dtype!r} is not one of {DTYPES}"
-        if self.memory not in MEMORY_ORDERS:
-            return f"case field 'memory': {self.memory!r} is not one of {MEMORY_ORDERS}"
-        if self.bias is not None and self.bias not in BIAS_DTYPES + ("float64", "int32"):
-            return f"case field 'bias': {self.bias!r} is not a dtype name"
-        for name in ("batch", "h_q", "h_kv", "d_qk", "d_v", "s_q", "s_kv", "bias_batch"):
-            if getattr(self, name) < 1:
-                return f"case field {name!r}: must be >= 1, got {getattr(self, name)}"
-        for name in ("q_base", "kv_base", "q_slack", "kv_slack"):
-            if getattr(self, name) < 0:
-                return f"case field {name!r}: must be >= 0, got {getattr(self, name)}"
+        for f in FACTS.values():
+            problem = f.problem(getattr(self, f.name))
+            if problem:
+                return problem
         if self.is_thd:
             if self.q_lens is None or self.kv_lens is None:
                 return "case field 'q_lens'/'kv_lens': a THD case needs both length lists"
             if len(self.q_lens) != len(self.kv_lens) or not self.q_lens:
                 return "case field 'kv_lens': must be as long as 'q_lens' (one entry per sequence, at least one)"
-            if any(n < 0 for n in self.q_lens + self.kv_lens):
-                return "case field 'q_lens'/'kv_lens': lengths must be >= 0"
         else:
             for name, phys in (("seq_q_lens", self.s_q), ("seq_kv_lens", self.s_kv)):
                 lens = getattr(self, name)
@@ -209,54 +337,123 @@ class Case:
                         return f"case field {name!r}: needs {self.batch} entries (one per batch), got {len(lens)}"
                     if any(n < 0 or n > phys for n in lens):
                         return f"case field {name!r}: lengths must lie in [0, {phys}]"
-        if self.scale is not None and not math.isfinite(self.scale):
-            return "case field 'scale': must be finite"
         return None
 
+    # ------------------------------------------------------------- adapters
+    def unexpressible(self, adapter: str) -> Optional[str]:
+        """Why ``adapter`` (a name of tables.ADAPTERS) cannot run this Case: the
+        first fact with a non-default value that it has no way to express
+        (``Fact.adapters``); None when it can (and for other entry names)."""
+        if adapter not in ADAPTERS:
+            return None
+        for f in FACTS.values():
+            value = getattr(self, f.name)
+            if f.adapters is not None and adapter not in f.adapters and value != f.default:
+                return (f"case field {f.name!r} = {value!r}: the {adapter} adapter ({ADAPTERS[adapter]}) cannot express it; "
+                        f"only {', '.join(f.adapters)} can")  # fmt: skip
+        return None
 
-_FIELD_TYPES = {
-    "layout": str, "dtype": str, "batch": int, "h_q": int, "h_kv": int, "d_qk": int, "d_v": int,
-    "s_q": int, "s_kv": int, "seq_q_lens": "lens", "seq_kv_lens": "lens", "q_lens": "lens", "kv_lens": "lens",
-    "q_base": int, "kv_base": int, "q_slack": int, "kv_slack": int, "causal": bool, "bottom_right": bool,
-    "window_left": int, "window_right": int, "bias": "optstr", "bias_batch": int, "sinks": bool,
-    "scale": "optfloat", "memory": str, "seed": int, "violation": "optstr",
+    def require_expressible(self, adapter: str) -> None:
+        """Raise Unexpressible where ``adapter`` cannot run this Case (adapters call it first)."""
+        why = self.unexpressible(adapter)
+        if why:
+            raise Unexpressible(why)
+
+    # ------------------------------------------------------------- describe
+    def describe(self) -> str:
+        """The one-line description of the Case (reports, CLI, kill-rate table):
+        the composite parts below, then every fact declared without ``shown``
+        as ``name`` (true) / ``name=value`` when not its default, then the seed."""
+        parts = [_DESCRIBE_PARTS[p](self) for p in ("shape", "dtype", "heads", "dims", "mask", "bias")]
+        for f in FACTS.values():
+            value = getattr(self, f.name)
+            if f.shown is None and value != f.default:
+                parts.append(f.name if value is True else f"{f.name}={_text(value)}")
+        parts.append(_DESCRIBE_PARTS["seed"](self))
+        return " ".join(p for p in parts if p)
+
+
+# --------------------------------------------------------- derived tables
+def _declared() -> Dict[str, Fact]:
+    hints = typing.get_type_hints(Case)
+    out = {}
+    for f in dataclasses.fields(Case):
+        if hints[f.name] not in KINDS:
+            raise TypeError(f"Case fact {f.name!r}: type {hints[f.name]} has no case-file reading (conformance.ground.case.KINDS)")
+        out[f.name] = Fact(f.name, hints[f.name], f.default, **f.metadata["fact"])
+    return out
+
+
+# name -> Fact, in declaration order.
+FACTS: Dict[str, Fact] = _declared()
+
+
+def coerce_fact(name: str, value: Any) -> Any:
+    """``value`` (from a case file or a findings file's ``when``) as the Case
+    fact ``name``'s type; CaseFileError naming the field."""
+    if name not in FACTS:
+        raise CaseFileError(f"case field {name!r}: unknown field (known: {', '.join(FACTS)})")
+    return FACTS[name].coerce(value)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, tuple):
+        return str(list(value))
+    return str(value)
+
+
+def _shape(c: Case) -> str:
+    if c.is_thd:
+        text = f"THD q_lens={list(c.q_lens or ())} kv_lens={list(c.kv_lens or ())}"
+        if c.q_base or c.kv_base or c.q_slack or c.kv_slack:
+            text += f" base={c.q_base}/{c.kv_base} slack={c.q_slack}/{c.kv_slack}"
+        return text
+    text = f"dense B={c.batch} S={c.s_q}x{c.s_kv} {c.memory}"
+    if c.seq_q_lens is not None:
+        text += f" seq_q_lens={list(c.seq_q_lens)}"
+    if c.seq_kv_lens is not None:
+        text += f" seq_kv_lens={list(c.seq_kv_lens)}"
+    return text
+
+
+def _mask(c: Case) -> str:
+    text = f"mask={c.mask_name()}"
+    if c.window_left >= 0 or c.window_right >= 0:
+        text += f" window=({c.window_left},{c.window_right})"
+    return text
+
+
+# Case.describe's composite parts; Fact.shown names one of them.
+_DESCRIBE_PARTS: Dict[str, Callable[[Case], str]] = {
+    "shape": _shape,
+    "dtype": lambda c: DTYPE_SHORT.get(c.dtype, c.dtype),
+    "heads": lambda c: f"H={c.h_q}" if c.h_q == c.h_kv else f"H={c.h_q}/{c.h_kv}",
+    "dims": lambda c: f"D={c.d_qk}" if c.d_qk == c.d_v else f"D={c.d_qk}/{c.d_v}",
+    "mask": _mask,
+    "bias": lambda c: f"bias={c.bias}[{c.bias_batch}]" if c.bias else "",
+    "seed": lambda c: f"seed={c.seed}",
 }
-assert set(_FIELD_TYPES) == {f.name for f in dataclasses.fields(Case)}
+assert {f.shown for f in FACTS.values()} - {None} <= set(_DESCRIBE_PARTS), "Fact.shown names a part of Case.describe"
+assert all(f.since <= SCHEMA_VERSION for f in FACTS.values()), "a fact's schema is at most SCHEMA_VERSION"
 
 
-def _coerce(name: str, value: Any, kind: Any) -> Any:
-    def bad(expected: str):
-        return CaseFileError(f"case field {name!r}: expected {expected}, got {value!r}")
-
-    if kind is bool:
-        if not isinstance(value, bool):
-            raise bad("true/false")
-        return value
-    if kind is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise bad("an integer")
-        return value
-    if kind is str:
-        if not isinstance(value, str):
-            raise bad("a string")
-        return value
-    if kind == "optstr":
-        if value is not None and not isinstance(value, str):
-            raise bad("a string or null")
-        return value
-    if kind == "optfloat":
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise bad("a number or null")
-        return float(value)
-    if kind == "lens":
-        if value is None:
-            return None
-        if not isinstance(value, list) or any(isinstance(v, bool) or not isinstance(v, int) for v in value):
-            raise bad("a list of integers or null")
-        return tuple(value)
-    raise AssertionError(kind)
+def facts_markdown() -> str:
+    """The facts table (docs, ``sdpa-conformance facts``), from the declarations."""
+    rows = ["| fact | type | default | allowed | coverage | meaning |", "|---|---|---|---|---|---|"]
+    for f in FACTS.values():
+        allowed = []
+        if f.choices is not None:
+            allowed.append(" / ".join(map(str, f.choices)))
+        if f.minimum is not None:
+            allowed.append(f">= {f.minimum}")
+        if f.adapters is not None:
+            allowed.append(f"non-default only on {', '.join(f.adapters)}")
+        cov = f.name if f.coverage == AUTO else ", ".join(f.coverage) if f.coverage else "-"
+        meaning = f.doc + (f" (since schema {f.since})" if f.since > 1 else "")
+        rows.append(f"| `{f.name}` | {f.kind.expected} | `{json.dumps(f.default)}` | {'; '.join(allowed) or 'any'} | {cov} | {meaning} |")
+    return "\n".join(rows) + "\n"
 
 
 def load_case_file(path) -> Tuple[Case, dict]:

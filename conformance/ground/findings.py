@@ -49,7 +49,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 import torch
 
 from . import contracts
-from .case import Case, CaseFileError, _FIELD_TYPES, _coerce
+from .case import FACTS, Case, CaseFileError, coerce_fact
 from .tables import FLAVORS, TILE_N, flavor_of, off_envelope
 
 # ------------------------------------------------------------------- checks
@@ -278,9 +278,9 @@ def _when(where: str, entry: dict) -> dict:
             if not DERIVED[name][1](value):
                 raise FindingsError(f"{where}: key 'when': {name!r}: expected {DERIVED[name][2]}, got {value!r}")
             facts[name] = value
-        elif name in _FIELD_TYPES:
+        elif name in FACTS:
             try:
-                facts[name] = _coerce(name, value, _FIELD_TYPES[name])
+                facts[name] = coerce_fact(name, value)
             except CaseFileError as e:
                 raise FindingsError(f"{where}: key 'when': {e}") from None
         else:

@@ -10,21 +10,27 @@ Observation instead, and the report lists it.
 from typing import Callable, Dict
 
 from conformance.ground.outcome import Observation
-from conformance.properties.common import NoGPU, device, entry_adapter
+from conformance.properties.common import NoGPU, device, entry_adapter, served
 from conformance.properties.compile_cache import DISK_CASES, check_compile_reuse, check_compiles, check_disk_reuse, runtime_variants
 from conformance.properties.numerics import check_numerics
 from conformance.properties.rejection import check_rejection
 from conformance.properties.tails import check_tails, tail_expectation
 
 # name -> check(case, adapter, **params); params are what recorder.begin saw.
+# Each skips Cases its adapter cannot express (common.served).
 PROPERTIES: Dict[str, Callable[..., Observation]] = {
-    "numerics": check_numerics,
-    "tails": check_tails,
-    "compile_reuse": check_compile_reuse,
-    "disk_reuse": check_disk_reuse,
-    "rejection": check_rejection,
-    "compiles": check_compiles,
+    name: served(check)
+    for name, check in (
+        ("numerics", check_numerics),
+        ("tails", check_tails),
+        ("compile_reuse", check_compile_reuse),
+        ("disk_reuse", check_disk_reuse),
+        ("rejection", check_rejection),
+        ("compiles", check_compiles),
+    )
 }
+check_numerics, check_tails, check_compile_reuse = PROPERTIES["numerics"], PROPERTIES["tails"], PROPERTIES["compile_reuse"]
+check_disk_reuse, check_rejection, check_compiles = PROPERTIES["disk_reuse"], PROPERTIES["rejection"], PROPERTIES["compiles"]
 
 __all__ = [
     "PROPERTIES", "NoGPU", "device", "entry_adapter", "DISK_CASES", "runtime_variants", "tail_expectation",

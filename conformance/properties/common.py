@@ -3,12 +3,13 @@ where an output row sits (for failure reports)."""
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Callable, Optional
 
 import torch
 
-from conformance.ground.case import Case
+from conformance.ground.case import Case, Unexpressible
 from conformance.ground.outcome import Observation, PropertyFailure
 from conformance.ground.tables import NO_GPU, TILE_M
 from conformance.properties import recorder
@@ -131,6 +132,29 @@ def launched_buffers(inputs, outputs=None, result=None) -> dict:
         for role, t in result.handed.items():
             out[f"{role} (staged copy)" if role in staged else role] = t
     return out
+
+
+def served(check):
+    """``check`` that skips a Case its adapter cannot express (a fact value
+    the entry point has no argument for: ``Case.unexpressible``, from the fact
+    declarations). Inside a Hypothesis test the example is rejected (no
+    verdict: there is nothing to ask the entry point); a direct call (repro)
+    raises Unexpressible. The adapter is the rejection property's ``entry``
+    where it names one, else ``adapter``."""
+
+    @functools.wraps(check)
+    def run(case: Case, adapter=None, **params):
+        name = params.get("entry") or getattr(adapter, "name", None)
+        why = case.unexpressible(name) if name else None
+        if why:
+            from hypothesis import currently_in_test_context, reject
+
+            if currently_in_test_context():
+                reject()
+            raise Unexpressible(why)
+        return check(case, adapter, **params)
+
+    return run
 
 
 def entry_adapter(entry: str):
