@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The ci gate on the lent GPU, N times in a row, in one device call:
+#
+#   device call, carry [".gpu"]:  bash tools/gpu_gate.sh [N] [pytest args...]
+#
+# Run 1 is cold (an empty compiled cache on a fresh machine), later runs warm.
+# Each run's report goes to $OUT/ci-<i>; the last lines printed are one row
+# per run (tests, examples, wall, compiles, error/bound p99 per quantity and
+# dtype), read from report.json.
+set -uo pipefail
+N=${1:-1}; shift || true
+source .gpu/env.sh || exit 2
+# pytest-timeout is a dependency of the suite that the GPU image lacks (no registry there).
+ls .gpu/wheels/*.whl >/dev/null 2>&1 && python3 -m pip install -q --no-index --no-deps .gpu/wheels/*.whl 2>/dev/null
+OUT=${OUT:-/tmp/out}
+status=0
+for i in $(seq 1 "$N"); do
+  python3 -m pytest -n 16 conformance --hypothesis-profile=ci -p no:cacheprovider -q -W ignore::DeprecationWarning \
+    --report-dir="$OUT/ci-$i" "$@" > "$OUT/ci-$i.log" 2>&1
+  rc=$?; [ $rc -ne 0 ] && status=$rc
+  tail -n 25 "$OUT/ci-$i.log" | grep -E "passed|failed|ERROR|stale|known findings" | tail -n 4
+done
+python3 - "$OUT" "$N" <<'PY'
+import json, sys
+out, n = sys.argv[1], int(sys.argv[2])
+for i in range(1, n + 1):
+    try:
+        s = json.load(open(f"{out}/ci-{i}/report.json"))
+    except OSError:
+        print(f"run {i}: no report"); continue
+    t, r, c = s["tests"], s["run"], s["compile"]
+    ratios = {}
+    for prop in ("numerics",):
+        for q, st in (s["properties"].get(prop, {}).get("ratios_by_dtype") or {}).items():
+            ratios[q] = f"p99 {st['p99']:.3f} max {st['max']:.3f} n {st['count']}"
+    print(f"run {i}: tests {t} | examples {r['examples']} in {r['wall_seconds']:.0f} s ({r['examples_per_minute']:.0f}/min) | compiles {c.get('compiles')} hits {c.get('hits')}")
+    for q, line in sorted(ratios.items()):
+        print(f"    error/bound {q}: {line}")
+PY
+exit $status
