@@ -24,6 +24,7 @@ from .coverage import coverage
 
 OUTCOMES = ("passed", "failed", "xfailed", "xpassed", "skipped", "error")
 SLOWEST = 10
+DTYPE_LABELS = {"float16": "fp16", "bfloat16": "bf16"}
 NO_PROPERTY = "(tests without a property)"
 
 
@@ -47,7 +48,7 @@ def _case(d: dict) -> Optional[Case]:
 def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
     warnings = list(warnings or [])
     session = next((r for r in reversed(records) if r.get("kind") == "session"), {})
-    props: Dict[str, dict] = defaultdict(lambda: {"examples": 0, "passed": 0, "failed": 0, "xfailed": 0, "ratios": defaultdict(list), "compile": Counter(), "seconds": 0.0})
+    props: Dict[str, dict] = defaultdict(lambda: {"examples": 0, "passed": 0, "failed": 0, "xfailed": 0, "ratios": defaultdict(list), "by_dtype": defaultdict(list), "compile": Counter(), "seconds": 0.0})
     test_props: Dict[str, set] = defaultdict(set)
     last_begin: Dict[str, dict] = {}
     begun, obs_list, collected, matched = [], [], {}, set()
@@ -69,8 +70,10 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
             p = props[r["property"]]
             if r.get("outcome") in ("passed", "failed", "xfailed"):
                 p[r["outcome"]] += 1
+            dtype = DTYPE_LABELS.get((r.get("case") or {}).get("dtype"), "?")
             for quantity, ratio in (r.get("ratios") or {}).items():
                 p["ratios"][quantity].append(float(ratio))
+                p["by_dtype"][f"{quantity} {dtype}"].append(float(ratio))
             for k, v in (r.get("compile") or {}).items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
                     p["compile"][k] += v
@@ -118,6 +121,7 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
             "errors": max(0, p["examples"] - verdicts),
             "tests": {o: per_prop_tests[name][o] for o in OUTCOMES},
             "ratios": {q: _stats(v) for q, v in sorted(p["ratios"].items())},
+            "ratios_by_dtype": {q: _stats(v) for q, v in sorted(p["by_dtype"].items())},  # "o fp16", "lse bf16", ...
             "compile": _compile(p["compile"]),
             "seconds": p["seconds"],
         }
@@ -155,8 +159,8 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
         "unrecorded_failures": unrecorded,
         "findings": findings,
         "warnings": warnings,
-        # Raw ratios for the plots (not written to report.json).
-        "_ratios": {name: dict(p["ratios"]) for name, p in props.items()},
+        # Raw ratios for the plots, per "quantity dtype" (not written to report.json).
+        "_ratios": {name: dict(p["by_dtype"]) for name, p in props.items()},
         # First xfailed example of each known finding (build() writes its case file).
         "_first_xfailed": first_xfailed,
     }
