@@ -101,19 +101,23 @@ LG2_ABS = 2.0**-22
 RCP_REL = 2.0**-22
 # One m16n8k16 mma with fp32 accumulation (f16:1036, 1300): the tensor cores
 # take the products exactly, align them and the accumulator C to the largest
-# magnitude in a 24-bit window (A100; 25 bits on H100) and truncate the bits
-# that fall out, then truncate the normalized sum to fp32 (Fasi, Higham,
-# Mikaitis, Pranesh 2021, "Numerical behavior of NVIDIA tensor cores"; Khattak,
-# Mikaitis 2025). Whether the 16 products go in one pass or two passes of 8 is
-# not documented: both are bounded, the larger counts. A pass over n products
-# and its accumulator loses < 1 grid step (<= 2^-23 of the pass's largest
-# magnitude) per aligned term, n + 1 of them, plus < 1 ulp of its result.
-TC_GRID = 2.0**-23
-TC_ONE_PASS_TERMS = 17  # 16 products + C
-TC_TWO_PASS_TERMS = 9  # 8 products + C, per pass
+# magnitude in a window of >= 24 bits (24 on A100, 25 on H100) and truncate the
+# bits that fall out (round toward zero), then truncate the normalized sum to
+# fp32 (Fasi, Higham, Mikaitis, Pranesh 2021, "Numerical behavior of NVIDIA
+# tensor cores"; Khattak, Mikaitis 2025, "Accurate models of NVIDIA tensor
+# cores"). A term therefore loses exactly its bits below the alignment grid,
+# 2^(floor(log2 max) - TC_WINDOW_BITS + 1): the remainder |t| mod grid, never
+# more at a finer grid (grids are powers of two) nor when rounding instead of
+# truncating. Whether the 16 products go in one pass or in two passes of 8 is
+# not documented: dot_error charges the larger of the two. The products are
+# exact data, so their remainders are computed; the accumulator's is charged a
+# whole grid step, each pass result one fp32 ulp.
+TC_WINDOW_BITS = 24
+TC_HALF = 8  # products per pass in the two-pass structure
 # The P@V mma (O's accumulator) is charged more simply: each step's magnitudes
-# are bounded by the running sum of |p v| (no cancellation assumed), at the
-# two-pass count of 2 x (9 + 1) grid steps.
+# bounded by the running sum of |p v| (no cancellation assumed), 2 x (9 terms +
+# 1 normalization) grid steps of 2^-23 per k16 step.
+TC_GRID = 2.0**-23
 TC_K16_ULPS = 20.0
 # Kernel structure (config_sm80 *_CFG: TILE_N = 64 for every flavor; mma K = 16).
 TILE_N = 64
@@ -185,37 +189,76 @@ def _per_tile(x: torch.Tensor, width: int, fill, reduce) -> torch.Tensor:
     return reduce(x.view(*x.shape[:-1], n, width))
 
 
+def _grid(m: torch.Tensor) -> torch.Tensor:
+    """The alignment grid of a pass whose largest magnitude is ``m`` (also one
+    fp32 ulp of ``m``): 2^(floor(log2 m) - 23); 0 where m == 0."""
+    _, e = torch.frexp(m)  # m = f * 2^e, f in [0.5, 1): floor(log2 m) = e - 1
+    return torch.where(m > 0, torch.ldexp(torch.ones_like(m), (e - TC_WINDOW_BITS).to(torch.int32)), torch.zeros_like(m))
+
+
+def _lost(a: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
+    """Sum over the last axis of |t| mod grid: the bits of each term below the
+    grid (``a`` fp32, exact; the sum in float64)."""
+    if a.shape[-1] == 0:
+        return torch.zeros_like(grid)
+    g = grid.to(a.dtype)[..., None]  # 0 when it underflows fp32: then the whole term counts
+    return torch.where(g > 0, torch.fmod(a, torch.where(g > 0, g, torch.ones_like(g))), a).to(grid.dtype).sum(-1)  # fmod is exact
+
+
+def _amax(a: torch.Tensor) -> torch.Tensor:
+    return a.amax(-1) if a.shape[-1] else torch.zeros(a.shape[:-1], dtype=a.dtype, device=a.device)
+
+
+ROW_BLOCK = 1 << 23  # products per block of rows: bounds dot_error's memory (x 8 bytes, a few tensors)
+
+
 def dot_error(q: torch.Tensor, k: torch.Tensor, group: int) -> torch.Tensor:
     """Bound on |fl_TC(q.k) - q.k| (raw score units) for every (row, key),
-    summed over the k16 mma steps that have a non-zero product (an all-zero
-    step, the envelope's zero columns, leaves the accumulator exact). Per step,
-    with C / C' / D the exact accumulator before / after the first 8 / after
-    all 16 products and mx_i = max|q| * max|k| over half i (>= every product):
-    one pass:  TC_GRID * (17 max(|C|, mx_1, mx_2) + |D|)
-    two passes: TC_GRID * (9 max(|C|, mx_1) + |C'| + 9 max(|C'|, mx_2) + |D|)."""
+    step by k16 step, E accumulating the bound so far (which also coarsens
+    every magnitude the grids are read from, so a grid is never finer than
+    the kernel's). Per step, with C, C' = C + the first 8 products, D = C' +
+    the last 8, p the products and ulp(x) = _grid(x):
+    one pass   sum_16 rem(|p|, G) + G + ulp(|D|),  G = grid(max(|C|, |p|))
+    two passes sum_8 rem(|p|, Ga) + Ga + ulp(|C'|) + sum_8 rem(|p|, Gb) + Gb + ulp(|D|),
+               Ga = grid(max(|C|, |p_1..8|)), Gb = grid(max(|C'|, |p_9..16|)).
+    A step whose products are all 0 (the envelope's zero columns) is exact."""
     b, h_kv, s_kv, d = k.shape
     qg = q.reshape(b, h_kv, -1, d)
-    err = torch.zeros(qg.shape[:3] + (s_kv,), dtype=q.dtype, device=q.device)
-    acc = torch.zeros_like(err)
+    rows = qg.shape[2]
+    out = torch.zeros(qg.shape[:3] + (s_kv,), dtype=q.dtype, device=q.device)
     kt = k.transpose(-1, -2)
-    half = MMA_K // 2
-
-    def big(c0: int):  # max |q| * max |k| over columns [c0, c0 + 8): bounds every product there
-        qa, ka = qg[..., c0 : c0 + half].abs(), kt[..., c0 : c0 + half, :].abs()
-        if qa.shape[-1] == 0:
-            return torch.zeros_like(err)
-        return qa.amax(-1)[..., :, None] * ka.amax(-2)[..., None, :]
-
-    for c0 in range(0, d, MMA_K):
-        mx1, mx2 = big(c0), big(c0 + half)
-        mid = acc + torch.matmul(qg[..., c0 : c0 + half], kt[..., c0 : c0 + half, :])
-        end = mid + torch.matmul(qg[..., c0 + half : c0 + MMA_K], kt[..., c0 + half : c0 + MMA_K, :])
-        c, cm, ce = acc.abs(), mid.abs(), end.abs()
-        one = TC_ONE_PASS_TERMS * torch.maximum(c, torch.maximum(mx1, mx2)) + ce
-        two = TC_TWO_PASS_TERMS * (torch.maximum(c, mx1) + torch.maximum(cm, mx2)) + cm + ce
-        err += torch.where(mx1 + mx2 > 0, torch.maximum(one, two), torch.zeros_like(one))
-        acc = end
-    return (err * TC_GRID).view(q.shape[0], q.shape[1], q.shape[2], s_kv)
+    block = max(1, ROW_BLOCK // max(1, s_kv * MMA_K))
+    k32 = kt.abs().to(torch.float32)
+    for r0 in range(0, rows, block):
+        qb = qg[:, :, r0 : r0 + block]
+        q32 = qb.abs().to(torch.float32)
+        err = torch.zeros(qb.shape[:3] + (s_kv,), dtype=q.dtype, device=q.device)
+        acc = torch.zeros_like(err)
+        for c0 in range(0, d, MMA_K):
+            c1 = min(d, c0 + TC_HALF)
+            # |products|: fp16 x fp16 (22 bits) and bf16 x bf16 (16 bits) are exact in fp32, and so
+            # are their remainders against a power-of-two grid
+            a = q32[..., c0 : c0 + MMA_K][..., :, None, :] * k32[..., c0 : c0 + MMA_K, :].transpose(-1, -2)[..., None, :, :]
+            a1, a2 = a[..., : c1 - c0], a[..., c1 - c0 :]
+            mid = acc + torch.matmul(qb[..., c0:c1], kt[..., c0:c1, :])
+            end = mid + torch.matmul(qb[..., c1 : c0 + MMA_K], kt[..., c1 : c0 + MMA_K, :])
+            m1, m2 = _amax(a1).to(q.dtype), _amax(a2).to(q.dtype)
+            c = acc.abs() + err
+            c_term = (acc != 0).to(q.dtype)  # the accumulator is exact before the first step
+            g1 = _grid(torch.maximum(c, torch.maximum(m1, m2)))
+            r1 = _lost(a, g1) + c_term * g1
+            one = r1 + _grid(end.abs() + err + r1)
+            ga = _grid(torch.maximum(c, m1))
+            ra = _lost(a1, ga) + c_term * ga
+            ea = ra + _grid(mid.abs() + err + ra)
+            gb = _grid(torch.maximum(mid.abs() + err + ea, m2))
+            rb = _lost(a2, gb) + gb
+            two = ea + rb + _grid(end.abs() + err + ea + rb)
+            live = torch.maximum(m1, m2) > 0
+            err = err + torch.where(live, torch.maximum(one, two), torch.zeros_like(one))
+            acc = end
+        out[:, :, r0 : r0 + block] = err
+    return out.view(q.shape[0], q.shape[1], q.shape[2], s_kv)
 
 
 def kernel_bounds(it, dtype: str, *, parts: bool = False) -> Dict[str, torch.Tensor]:
@@ -238,9 +281,17 @@ def kernel_bounds(it, dtype: str, *, parts: bool = False) -> Dict[str, torch.Ten
     m_k = z.amax(-1) if s_kv else torch.full((b, h, s_q), -math.inf, dtype=f64, device=dev)
     m_k0 = torch.where(has_key, m_k, zero)  # rows with no key: any finite value
     gap = torch.where(vis, m_k0[..., None] - z0, zero)  # >= 0: how far below the key max
-    lag = RESCALE_LOG2 * LN2  # the running max's lag, natural units
+    has_sink = it.sink is not None
+    has_bias = it.bias is not None
 
-    # ---- key positions in the kernel's walk (the reference's key axis is the kernel column)
+    # ---- logit error bound per key, natural-log units, but for the max subtraction (below)
+    ks = abs(it.scale)
+    dot = torch.where(vis, ks * dot_error(it.q, it.k, g), zero) if ks else torch.zeros_like(z0)
+    dz = dot + U32 * ((2 + has_bias) * z0.abs())
+    if has_bias:
+        dz = dz + 2 * U32 * torch.where(vis, it.bias.expand_as(z0).abs(), zero)
+
+    # ---- the kernel's walk: tiles from the last down, the running max moved past RESCALE_LOG2
     j = torch.arange(s_kv, device=dev)
     tile = j // TILE_N
     n_tiles = -(-s_kv // TILE_N) if s_kv else 0
@@ -249,30 +300,44 @@ def kernel_bounds(it, dtype: str, *, parts: bool = False) -> Dict[str, torch.Ten
     tile_vis = _per_tile(vis, TILE_N, False, lambda x: x.any(-1)) if s_kv else vis[..., :0]
     # tiles with a key of this row walked AFTER tile t (the walk goes down): t' < t
     tiles_after = torch.cumsum(tile_vis.to(f64), -1) - tile_vis.to(f64)
-    # possible rescales: a tile whose max reaches the max of the tiles walked before it (t' > t)
-    tile_max = _per_tile(torch.where(vis, z, torch.full((), -math.inf, dtype=f64, device=dev)), TILE_N, -math.inf, lambda x: x.amax(-1)) if s_kv else z[..., :0]
-    before = torch.flip(torch.cummax(torch.flip(tile_max, [-1]), -1).values, [-1])  # max over t' >= t
-    before = torch.cat([before[..., 1:], torch.full(before.shape[:-1] + (min(1, n_tiles),), -math.inf, dtype=f64, device=dev)], -1)[..., :n_tiles]
-    fin = torch.isfinite(before) & torch.isfinite(tile_max)
-    margin = RECORD_MARGIN * (1 + tile_max.abs().nan_to_num(0, 0, 0) + before.abs().nan_to_num(0, 0, 0))
-    record = tile_vis & fin & (tile_max > before - margin)
-    jump = torch.where(record, tile_max - before, zero).clamp(min=0)
-    # a rescale costs ex2 on alpha, its argument's rounding (|m_old - m_new| <= jump*log2e + 8)
+    neg_inf = torch.full((), -math.inf, dtype=f64, device=dev)
+    tile_max = _per_tile(torch.where(vis, z, neg_inf), TILE_N, -math.inf, lambda x: x.amax(-1)) if s_kv else z[..., :0]
+    # Replayed on the reference logits (log2 units); a threshold decision closer than the
+    # kernel's own error to the threshold is ambiguous: from there on, the walk is unknown.
+    y_tile = tile_max * LOG2E
+    dz_max = _amax(dz) if s_kv else torch.zeros_like(m_k0)
+    run = torch.full_like(m_k0, -math.inf)
+    lost = torch.zeros_like(has_key)  # an ambiguous decision was taken
+    maybe = torch.zeros_like(tile_vis)  # a rescale may happen at this tile
+    before = torch.full_like(m_k0, -math.inf)  # max of the tiles walked so far
+    for t in reversed(range(n_tiles)):
+        yt, vt = y_tile[..., t], tile_vis[..., t]
+        started = vt & torch.isfinite(run)
+        diff = yt - torch.where(started, run, zero)
+        slack = 2 * LOG2E * dz_max + RECORD_MARGIN * (1 + yt.abs().nan_to_num(0, 0, 0) + run.abs().nan_to_num(0, 0, 0))
+        near = started & ((diff - RESCALE_LOG2).abs() <= slack)
+        move = vt & (~torch.isfinite(run) | (diff > RESCALE_LOG2))
+        record = started & (yt > before - slack * LN2)  # a new maximum: all that is known once lost
+        maybe[..., t] = started & torch.where(lost, record, move | near)
+        lost = lost | near
+        run = torch.where(move, yt, run)
+        before = torch.where(vt, torch.maximum(before, yt), before)
+    lag_log2 = torch.where(lost | ~has_key, torch.full_like(run, RESCALE_LOG2), (m_k0 * LOG2E - run).clamp(0, RESCALE_LOG2))
+    lag = lag_log2 * LN2  # how far the kernel's final running max sits below the key max, natural units
+    # x = S*c - m: -x <= gap (m never passes the key max) and x <= 8 (log2 units: m lags
+    # the max walked so far by at most that); its rounding joins the logit error
+    dz = dz + U32 * torch.where(vis, gap + RESCALE_LOG2 * LN2, zero)
+    # a rescale costs ex2 on alpha, its argument's rounding (|m_old - m_new| <= (tile max - before) + lag)
     # and the O / row-sum multiplications by alpha
-    cost = torch.where(record, EX2_REL + 3 * U32 + U32 * (jump + lag), zero)
-    rescales_after = torch.cumsum(record.to(f64), -1) - record.to(f64)  # in tiles walked after t
+    prev = torch.flip(torch.cummax(torch.flip(tile_max, [-1]), -1).values, [-1]) if n_tiles else tile_max
+    prev = torch.cat([prev[..., 1:], torch.full(prev.shape[:-1] + (min(1, n_tiles),), -math.inf, dtype=f64, device=dev)], -1)[..., :n_tiles]
+    jump = torch.where(maybe, (tile_max - prev).nan_to_num(0, 0, 0), zero).clamp(min=0)
+    cost = torch.where(maybe, EX2_REL + 3 * U32 + U32 * (jump + RESCALE_LOG2 * LN2), zero)
+    rescales_after = torch.cumsum(maybe.to(f64), -1) - maybe.to(f64)  # in tiles walked after t
     alpha_after = torch.cumsum(cost, -1) - cost
     per_key = lambda t: t[..., tile] if s_kv else t[..., :0]  # noqa: E731  (..., T) -> (..., SKV)
-    has_sink = it.sink is not None
     depth = lane_depth + 1 + per_key(tiles_after) + BUTTERFLY_ADDS + per_key(rescales_after) + (2 if has_sink else 0)
 
-    # ---- logit error bound per key, natural-log units (rho without the rescales)
-    ks = abs(it.scale)
-    dot = torch.where(vis, ks * dot_error(it.q, it.k, g), zero) if ks else torch.zeros_like(z0)
-    has_bias = it.bias is not None
-    dz = dot + U32 * ((2 + has_bias) * z0.abs() + gap + lag)
-    if has_bias:
-        dz = dz + 2 * U32 * torch.where(vis, it.bias.expand_as(z0).abs(), zero)
     ex2_ln = -math.log1p(-EX2_REL)
     rho = torch.where(vis, dz + ex2_ln, zero)
 
@@ -282,7 +347,9 @@ def kernel_bounds(it, dtype: str, *, parts: bool = False) -> Dict[str, torch.Ten
     if has_sink:
         sig = it.sink.expand_as(p_s)
         m_all = torch.where(torch.isfinite(it.m), it.m, sig)
-        rho_s = sig.abs() * (LOG2E_F32_REL + U32) + ex2_ln + U32 * ((m_all - sig).clamp(min=0) + lag)
+        # sink * log2e (constant and product), ex2, and its argument sink - lifted max (<= m_all - sink)
+        rho_s = sig.abs() * (LOG2E_F32_REL + U32) + ex2_ln + U32 * (m_all - sig).clamp(min=0)
+        # os = ex2(m_f - lifted): |m_f - lifted| <= (sink - key max) + the final lag
         rho_os = ex2_ln + U32 * (torch.where(has_key, (sig - m_k0).clamp(min=0), zero) + lag)
 
     # ---- LSE
@@ -295,7 +362,8 @@ def kernel_bounds(it, dtype: str, *, parts: bool = False) -> Dict[str, torch.Ten
         "rescale": _rowsum(p * per_key(alpha_after)),
         "sum": _rowsum(p * U32 * depth),
         "sink": p_s * rho_s + (1 - p_s) * rho_os + U32 if has_sink else torch.zeros_like(p_s),
-        "lg2": LN2 * LG2_ABS * (torch.log2(it.l.clamp(min=1.0)) + RESCALE_LOG2),
+        # |log2 l| <= log2 L + lag (the kernel's l is relative to its lagging max); 2^-22 absolute up to 1
+        "lg2": LN2 * LG2_ABS * torch.clamp(torch.log2(it.l.clamp(min=1.0)) + lag_log2, min=1.0),
         "final": (2 * U32 + LN2_F32_REL) * abs_lse + REF64_REL * (1 + abs_lse + _rowsum(p * z0.abs())) + FTZ_ABS * visible,
     }
     lse_bound = SECOND_ORDER * sum(lse_terms.values())
@@ -340,7 +408,7 @@ def kernel_bounds(it, dtype: str, *, parts: bool = False) -> Dict[str, torch.Ten
         kappa = kappa + U32 + p_s * rho_os  # O_acc * os; os's ex2 error survives with weight P_s
     # flush to zero: each p (<= |v| in O), each k16 step and O_acc / l (< 1 each), and each alpha / os that
     # may flush an accumulator of at most 2^8 sum |v| (p <= 2^8)
-    accumulators = 1 + 2.0**RESCALE_LOG2 * (has_sink + _rowsum(record.to(f64)))
+    accumulators = 1 + 2.0**RESCALE_LOG2 * (has_sink + _rowsum(maybe.to(f64)))
     t_ftz = FTZ_ABS * (1 + steps + accumulators[..., None] * _mm(vis.to(f64), abs_v, g))
     o_terms = {"p_round": t_p, "logit": t_rho, "accumulate": t_acc, "normalize": kappa[..., None] * abs_o + REF64_REL * a1, "ftz": t_ftz}
     o_bound = SECOND_ORDER * ((1 + u) * sum(o_terms.values()) + u * abs_o + tiny)
