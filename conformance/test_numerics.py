@@ -1,5 +1,6 @@
-"""Numerics: O and LSE against the fp32 reference under the error model,
-with every input position outside the live tokens poisoned with NaN."""
+"""Numerics: O and LSE against the float64 reference under the error model
+(conformance/tolerances.py), with every input position outside the live
+tokens poisoned with NaN."""
 
 import pytest
 from hypothesis import given, strategies as st, target
