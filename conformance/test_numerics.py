@@ -1,5 +1,6 @@
-"""Numerics: O and LSE against the fp32 reference under the error model,
-with every input position outside the live tokens poisoned with NaN.
+"""Numerics: O and LSE against the float64 reference under the error model of
+the kernel's arithmetic (conformance/ground/tolerances.py), with every input
+position outside the live tokens poisoned with NaN.
 
 Declared in conformance.properties.matrix (strategies, strata, budgets)."""
 

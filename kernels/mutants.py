@@ -50,6 +50,8 @@ BUG_CLASSES = {
     "gqa_mapping": "GQA head mapping wrong",
     "output_tail": "output tail left unwritten or over-written",
     "right_band": "causal right band ignored (beyond the list: a mask-family bug)",
+    "precision": "an arithmetic slip the error model must see: an intermediate rounded to the I/O dtype, a constant "
+    "a few digits short, a scale held in the I/O dtype, a key lost from long rows",
     # Faults (FAULTS below): what the run's isolation must contain, not what a property judges.
     "illegal_address": "a global-memory address far out of bounds: a sticky CUDA error that kills the context",
     "hang": "a KV loop that never ends: the launch never completes",
@@ -83,6 +85,10 @@ def _v_load(row: str, indent: int, unfilled: bool) -> str:
 
 DENSE_BIAS = dict(s_q=65, s_kv=70, h_q=2, h_kv=1, bias="float16")
 THD = dict(layout="thd", q_lens=(5, 70), kv_lens=(9, 66), h_q=2, h_kv=1, kv_slack=8)
+THD_LONG = dict(layout="thd", q_lens=(5, 300), kv_lens=(9, 300), h_q=2, h_kv=1)
+# Precision mutants rewrite arithmetic both templates share line for line.
+_ROW_SUM = "row_sum[row_state_{s}] = row_sum[row_state_{s}] * alpha_{r} + l_{r}_iter"
+_ROW_SUM_IO = "row_sum[row_state_{s}] = (row_sum[row_state_{s}] * alpha_{r} + l_{r}_iter).to(io_dtype).to(cutlass.Float32)"
 
 MUTANTS: Tuple[Mutant, ...] = (
     Mutant(
@@ -250,6 +256,49 @@ MUTANTS: Tuple[Mutant, ...] = (
         "promises as zeros keep the caller's bytes.",
         THD,
         scope="host only: thd_host initializes outputs for both templates",
+    ),
+    Mutant(
+        "precision_row_sum_in_io_dtype",
+        "precision",
+        tuple(
+            Rewrite(t, _ROW_SUM.format(s=side, r=row), _ROW_SUM_IO.format(s=side, r=row))
+            for t in ("f16", "d256")
+            for side, row in (("lo", "top"), ("hi", "bot"))
+        ),
+        "numerics_dense",
+        "The running row sum kept in the I/O dtype (a half-precision accumulator): every tile's sum is rounded to "
+        "fp16/bf16, so the normalizer and the LSE are off by up to u_io per tile; O by the same relative amount.",
+        dict(s_q=65, s_kv=129),
+    ),
+    Mutant(
+        "precision_ln2_four_digits",
+        "precision",
+        _both("LN2 = cutlass.Float32(0.6931471805599453)", "LN2 = cutlass.Float32(0.6931)"),
+        "numerics_dense",
+        "ln 2 typed to four digits in the LSE conversion: LSE off by 7e-5 relative (a few 1e-4 absolute), far below "
+        "what a same-dtype framework run errs by, far above the kernel's fp32 arithmetic.",
+        dict(s_q=5, s_kv=7),
+    ),
+    Mutant(
+        "precision_scale_in_io_dtype",
+        "precision",
+        _both(
+            "    m_per_warp = tile_m // num_warps",
+            "    softmax_scale_log2 = softmax_scale_log2.to(io_dtype).to(cutlass.Float32)\n    m_per_warp = tile_m // num_warps",
+        ),
+        "numerics_dense",
+        "The folded softmax scale (scale * log2 e) held in the I/O dtype: every logit scaled by a factor off by up to "
+        "2^-11 (fp16) / 2^-8 (bf16), a 0.05-0.4% scale error.",
+        dict(s_q=5, s_kv=7),
+    ),
+    Mutant(
+        "precision_long_row_drops_last_key",
+        "precision",
+        _both(MASK_INDENT + "t = col >= eff_skv", MASK_INDENT + "t = col >= eff_skv - cutlass.Int32(eff_skv > cutlass.Int32(2 * tile_n))"),
+        "numerics_thd",
+        "The last key of rows longer than two KV tiles is masked (a length bound off by one on a path only long rows "
+        "take): one key of hundreds, a 1/n change of the softmax.",
+        THD_LONG,
     ),
     Mutant(
         "right_band_ignored",

@@ -44,7 +44,8 @@ are replaced (torch.where, since 0 * NaN = NaN) before the products.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Optional, Sequence, Tuple, Union
+from dataclasses import dataclass
+from typing import Callable, Dict, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -80,6 +81,40 @@ def _full_fp32_matmul(device: torch.device):
         torch.set_float32_matmul_precision(prev)
 
 
+@dataclass
+class Internals:
+    """What one float64 ``attention`` call computed on the way, for the error
+    model (``conformance.ground.tolerances.kernel_bounds``). Shapes: B batches, H q
+    heads (``group`` q heads per kv head), SQ rows, SKV keys.
+
+    - q (B,H,SQ,Dqk), k (B,Hkv,SKV,Dqk), v (B,Hkv,SKV,Dv): the inputs, dead rows 0.
+    - logits (B,H,SQ,SKV): scale * q.k + bias, -inf where the key is not visible.
+    - bias (1|B,H,SQ,SKV) or None; sink (1,H,1) natural-log logits or None.
+    - p (B,H,SQ,SKV): softmax weights (the sink takes ``sink_p`` of the mass).
+    - m (B,H,SQ): largest logit, sink included (-inf: nothing); l: sum of
+      exp(logit - m), sink included (0: nothing).
+    - o (B,H,SQ,Dv), lse (B,H,SQ): the softmax result BEFORE the padded-row
+      override (the contract values of padded rows are the caller's business).
+    - q_live (B,SQ): rows inside the q lengths.
+    """
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    group: int
+    scale: float
+    logits: torch.Tensor
+    bias: Optional[torch.Tensor]
+    sink: Optional[torch.Tensor]
+    p: torch.Tensor
+    sink_p: torch.Tensor
+    m: torch.Tensor
+    l: torch.Tensor
+    o: torch.Tensor
+    lse: torch.Tensor
+    q_live: torch.Tensor
+
+
 def attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -95,16 +130,20 @@ def attention(
     q_lens: Lens = None,
     kv_lens: Lens = None,
     compute_dtype: torch.dtype = torch.float32,
-) -> Tuple[torch.Tensor, torch.Tensor]:
+    internals: bool = False,
+):
     """Attention on dense logical tensors q (B,Hq,SQ,Dqk), k (B,Hkv,SKV,Dqk),
     v (B,Hkv,SKV,Dv). Returns O (B,Hq,SQ,Dv) and natural-log LSE (B,Hq,SQ), in
-    float64 when ``compute_dtype`` is float64, else float32.
+    float64 when ``compute_dtype`` is float64, else float32; with
+    ``internals`` (float64 only) also the ``Internals`` of the call.
 
     compute_dtype float32/float64: everything in that precision. float16/
-    bfloat16 ("lowp", the error model's same-dtype run): q@k^T and P@V are
-    matmuls in that dtype (results rounded to it), the softmax and LSE are
+    bfloat16 ("lowp", the legacy error model's same-dtype run): q@k^T and P@V
+    are matmuls in that dtype (results rounded to it), the softmax and LSE are
     float32 on the rounded scores, P is normalized then rounded to that dtype.
     """
+    if internals and compute_dtype != torch.float64:
+        raise ValueError("internals are float64 only")
     b, h_q, s_q, d_qk = q.shape
     bk, h_kv, s_kv, d_k = k.shape
     if bk != b or d_k != d_qk or v.shape[:3] != k.shape[:3] or h_kv < 1 or h_q % h_kv:
@@ -132,10 +171,12 @@ def attention(
         logits = s.view(b, h_q, s_q, s_kv).to(acc)  # lowp: rounded scores, upcast
         del s
         logits.mul_(scale)
+        bias_acc = None
         if bias is not None:
             if bias.dim() != 4 or bias.shape[0] not in (1, b) or bias.shape[1] not in (1, h_q) or tuple(bias.shape[2:]) != (s_q, s_kv):
                 raise ValueError(f"bias shape {tuple(bias.shape)} is not [1|{b}, 1|{h_q}, {s_q}, {s_kv}]")
-            logits.add_(bias.to(device=dev, dtype=acc))
+            bias_acc = bias.to(device=dev, dtype=acc)
+            logits.add_(bias_acc)
         vis = masks.visibility(s_q, s_kv, n_q, n_kv, causal=causal, bottom_right=bottom_right,
                                window_left=window_left, window_right=window_right)
         logits.masked_fill_(~vis, float("-inf"))
@@ -151,30 +192,50 @@ def attention(
             sink = sinks.to(device=dev, dtype=acc).reshape(1, h_q, 1)
             m = torch.maximum(m, sink)
         # A row whose max is -inf has nothing visible: shift by 0 so exp gives 0, not NaN.
+        m_true = m
         m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+        kept = logits.clone() if internals else None
         p = logits.sub_(m[..., None]).exp_()  # reuses the logits storage
         l = p.sum(dim=-1)
+        sink_w = None
         if sink is not None:
-            l = l + torch.exp(sink - m)
+            sink_w = torch.exp(sink - m)
+            l = l + sink_w
         lse = m + torch.log(l)  # l == 0 -> -inf
-        p.mul_(torch.where(l > 0, 1.0 / l, torch.zeros_like(l))[..., None])
+        inv_l = torch.where(l > 0, 1.0 / l, torch.zeros_like(l))
+        p.mul_(inv_l[..., None])
         if lowp:
             p = p.to(compute_dtype)
         o = torch.matmul(p.view(b, h_kv, g * s_q, s_kv), vz).view(b, h_q, s_q, d_v).to(acc)
+        if internals:
+            sink_p = sink_w * inv_l if sink_w is not None else torch.zeros_like(l)
+            inner = Internals(q=qz, k=kz, v=vz, group=g, scale=float(scale), logits=kept, bias=bias_acc, sink=sink, p=p,
+                              sink_p=sink_p, m=m_true, l=l, o=o.clone(), lse=lse.clone(), q_live=q_live)
 
     if q_lens is not None:  # dense padded Q rows: O = 0, LSE = -inf (sinks or not)
         row = q_live[:, None, :]
         o = torch.where(row[..., None], o, torch.zeros((), dtype=acc, device=dev))
         lse = torch.where(row, lse, torch.full((), float("-inf"), dtype=acc, device=dev))
+    if internals:
+        return o, lse, inner
     return o, lse
 
 
-def reference_for_case(case, tensors, compute_dtype: torch.dtype = torch.float32) -> Tuple[torch.Tensor, torch.Tensor]:
+# internals -> {name: tensor}, each shaped like O (B,H,SQ,Dv) or like LSE (B,H,SQ).
+Extra = Callable[[Internals], Dict[str, torch.Tensor]]
+
+
+def reference_for_case(case, tensors, compute_dtype: torch.dtype = torch.float32, *, extra: Optional[Extra] = None):
     """(O, LSE) of a ``conformance.ground.case.Case`` on the ``CaseTensors`` that
     ``make_inputs`` made, in the layouts of ``conformance.ground.data.make_outputs``
     (dense O (B,H,SQ,Dv), LSE (B,H,SQ); THD O (T_q,H,Dv), LSE (H,T_q)), float32
     (float64 for compute_dtype float64). THD capacity rows outside every
-    sequence are NaN: the tail property, not the reference, judges them."""
+    sequence are NaN: the tail property, not the reference, judges them.
+
+    ``extra`` (float64 only): called with the ``Internals`` of every attention
+    call (one per THD sequence); its tensors come back as a third item, a
+    dict laid out like O or LSE (by rank), NaN outside every THD sequence;
+    empty when no THD sequence has a Q row (no call was made)."""
     common = dict(
         scale=case.softmax_scale,
         causal=case.causal,
@@ -183,31 +244,51 @@ def reference_for_case(case, tensors, compute_dtype: torch.dtype = torch.float32
         window_right=case.window_right,
         sinks=tensors.sinks,
         compute_dtype=compute_dtype,
+        internals=extra is not None,
     )
     if not case.is_thd:
-        return _lse_units(case, *attention(tensors.q, tensors.k, tensors.v, bias=tensors.bias,
-                                           q_lens=tensors.seq_q_lens, kv_lens=tensors.seq_kv_lens, **common))
+        got = attention(tensors.q, tensors.k, tensors.v, bias=tensors.bias,
+                        q_lens=tensors.seq_q_lens, kv_lens=tensors.seq_kv_lens, **common)
+        return _lse_units(case, got[0], got[1], None if extra is None else extra(got[2]))
     acc = torch.float64 if compute_dtype == torch.float64 else torch.float32
     dev = tensors.q.device
     t_q, h_q, _ = tensors.q.shape
     o = torch.full((t_q, h_q, tensors.v.shape[-1]), float("nan"), dtype=acc, device=dev)
     lse = torch.full((h_q, t_q), float("nan"), dtype=acc, device=dev)
     cu_q, cu_kv = case.cu_seqlens("q"), case.cu_seqlens("kv")
+    extras: Dict[str, torch.Tensor] = {}
     for s in range(case.n_seq):
         q0, q1, k0, k1 = cu_q[s], cu_q[s + 1], cu_kv[s], cu_kv[s + 1]
         if q1 == q0:
             continue
         as_bhsd = lambda x: x.permute(1, 0, 2).unsqueeze(0)  # noqa: E731  (T,H,D) -> (1,H,T,D)
-        os_, ls_ = attention(as_bhsd(tensors.q[q0:q1]), as_bhsd(tensors.k[k0:k1]), as_bhsd(tensors.v[k0:k1]), **common)
-        o[q0:q1] = os_[0].permute(1, 0, 2)
-        lse[:, q0:q1] = ls_[0]
-    return _lse_units(case, o, lse)
+        got = attention(as_bhsd(tensors.q[q0:q1]), as_bhsd(tensors.k[k0:k1]), as_bhsd(tensors.v[k0:k1]), **common)
+        o[q0:q1] = got[0][0].permute(1, 0, 2)
+        lse[:, q0:q1] = got[1][0]
+        for name, x in (extra(got[2]) if extra is not None else {}).items():
+            if name not in extras:  # O-like (T_q,H,D) or LSE-like (H,T_q), NaN outside sequences
+                shape = (t_q, h_q, x.shape[-1]) if x.dim() == 4 else (h_q, t_q)
+                extras[name] = torch.full(shape, float("nan"), dtype=x.dtype, device=dev)
+            if x.dim() == 4:
+                extras[name][q0:q1] = x[0].permute(1, 0, 2)
+            else:
+                extras[name][:, q0:q1] = x[0]
+    return _lse_units(case, o, lse, None if extra is None else extras)
 
 
-def _lse_units(case, o: torch.Tensor, lse: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+def _lse_units(case, o: torch.Tensor, lse: torch.Tensor, extras: Optional[Dict[str, torch.Tensor]] = None):
     """(O, LSE) with LSE in the units the Case asks for: natural log, or base 2
-    (``lse_log2``: the kernel multiplies its natural LSE by log2(e))."""
-    return (o, lse * LOG2E) if case.lse_log2 else (o, lse)
+    (``lse_log2``: the kernel multiplies its natural LSE by log2(e)); an
+    ``extras`` "lse" entry (the error model's LSE bound) scales with it, and
+    comes back as a third item when given."""
+    if case.lse_log2:
+        lse = lse * LOG2E
+        if extras and "lse" in extras:
+            # The natural-units bound scales by log2(e); the kernel's one extra fp32
+            # multiply (f16:1405-1408) adds at most one rounding, 2^-24 |LSE2|.
+            finite = torch.where(torch.isfinite(lse), lse.abs(), torch.zeros_like(lse))
+            extras = {**extras, "lse": extras["lse"] * LOG2E + 2.0**-24 * finite}
+    return (o, lse) if extras is None else (o, lse, extras)
 
 
 def visible_counts(case, tensors) -> torch.Tensor:

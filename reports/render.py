@@ -92,7 +92,8 @@ def _properties(s: dict) -> list:
     rows = []
     for name, p in s["properties"].items():
         tt = p["tests"]
-        ratios = "; ".join(f"{q} max {_fmt(r.get('max'))} p99 {_fmt(r.get('p99'))}" for q, r in p["ratios"].items()) or "-"
+        by = p.get("ratios_by_dtype") or p["ratios"]
+        ratios = "; ".join(f"{q} max {_fmt(r.get('max'))} p99 {_fmt(r.get('p99'))}" for q, r in by.items()) or "-"
         rows.append([name, p["examples"], p["passed"], p["failed"], p.get("shrinking", 0), p.get("expected", 0), p["xfailed"], p["errors"],
                      f"{tt['passed']}/{tt['failed']}/{tt['xfailed']}/{tt['skipped']}", ratios])
     if not rows:

@@ -25,6 +25,7 @@ from .coverage import coverage
 
 OUTCOMES = ("passed", "failed", "xfailed", "xpassed", "skipped", "error")
 SLOWEST = 10
+DTYPE_LABELS = {"float16": "fp16", "bfloat16": "bf16"}
 NO_PROPERTY = "(tests without a property)"
 
 
@@ -49,7 +50,7 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
     warnings = list(warnings or [])
     session = next((r for r in reversed(records) if r.get("kind") == "session"), {})
     props: Dict[str, dict] = defaultdict(lambda: {"examples": 0, "passed": 0, "failed": 0, "shrinking": 0, "expected": 0, "xfailed": 0,
-                                                  "ratios": defaultdict(list), "compile": Counter(), "seconds": 0.0})
+                                                  "ratios": defaultdict(list), "by_dtype": defaultdict(list), "compile": Counter(), "seconds": 0.0})
     failed_obs: Counter = Counter()  # (test, property) -> failed examples, classified once the test outcomes are known
     test_props: Dict[str, set] = defaultdict(set)
     last_begin: Dict[str, dict] = {}
@@ -74,8 +75,10 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
                 p[r["outcome"]] += 1
             elif r.get("outcome") == "failed":
                 failed_obs[(r.get("test"), r["property"])] += 1
+            dtype = DTYPE_LABELS.get((r.get("case") or {}).get("dtype"), "?")
             for quantity, ratio in (r.get("ratios") or {}).items():
                 p["ratios"][quantity].append(float(ratio))
+                p["by_dtype"][f"{quantity} {dtype}"].append(float(ratio))
             for k, v in (r.get("compile") or {}).items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
                     p["compile"][k] += v
@@ -129,6 +132,7 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
             "errors": max(0, p["examples"] - verdicts),
             "tests": {o: per_prop_tests[name][o] for o in OUTCOMES},
             "ratios": {q: _stats(v) for q, v in sorted(p["ratios"].items())},
+            "ratios_by_dtype": {q: _stats(v) for q, v in sorted(p["by_dtype"].items())},  # "o fp16", "lse bf16", ...
             "compile": _compile(p["compile"]),
             "seconds": p["seconds"],
         }
@@ -167,8 +171,8 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
         "faults": faults,
         "findings": findings,
         "warnings": warnings,
-        # Raw ratios for the plots (not written to report.json).
-        "_ratios": {name: dict(p["ratios"]) for name, p in props.items()},
+        # Raw ratios for the plots, per "quantity dtype" (not written to report.json).
+        "_ratios": {name: dict(p["by_dtype"]) for name, p in props.items()},
         # First xfailed example of each known finding (build() writes its case file).
         "_first_xfailed": first_xfailed,
     }

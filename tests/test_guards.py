@@ -239,7 +239,7 @@ def test_a_read_past_k_picks_up_the_guard_nan(on_cpu):
 
     case = Case(s_q=3, s_kv=5, memory="bhsd")
     assert check_numerics(case, FakeKernel()).outcome == "passed"
-    with pytest.raises(PropertyFailure, match="exceeds bound") as failure:
+    with pytest.raises(PropertyFailure, match="exceeds its bound") as failure:
         check_numerics(case, FakeKernel("read past K"))
     assert any(w["got"] != w["got"] for w in failure.value.detail["worst"])  # NaN reached O
 

@@ -25,7 +25,8 @@ from kernels.source import TARGETS, Rewrite, check_rewrites
 
 # Issue #6's bug classes: the catalogue must keep covering every one of them.
 REQUIRED_CLASSES = ("bias", "off_envelope", "compile_key", "cu_seqlens", "causal_diagonal", "sliding_window", "bottom_right",
-                    "kv_zero_fill", "lse_units", "sink_units", "last_partial_tile", "gqa_mapping", "output_tail")  # fmt: skip
+                    "kv_zero_fill", "lse_units", "sink_units", "last_partial_tile", "gqa_mapping", "output_tail",
+                    "precision")  # fmt: skip  (precision: the error model's mutants, tests/test_error_model.py)
 FAST = dict(profile="dev", budget_s=30.0, shrink_s=10.0)
 
 

@@ -104,6 +104,8 @@ def test_merge_counts_every_example_failure_and_test_once(two_workers):
     assert s["tests"] == {"passed": 2, "failed": 2, "xfailed": 0, "xpassed": 0, "skipped": 1, "error": 0, "total": 5}
     assert s["run"]["examples"] == 13 and s["run"]["examples_per_minute"] == pytest.approx(26.0)
     assert num["ratios"]["o"]["count"] == 8 and num["ratios"]["o"]["over_bound"] == 2 and num["ratios"]["o"]["max"] == 3.0
+    by = num["ratios_by_dtype"]  # the same ratios split by the case's dtype
+    assert set(by) <= {"o fp16", "o bf16", "lse fp16", "lse bf16"} and sum(by[k]["count"] for k in by if k.startswith("o ")) == 8
     assert s["compile"]["compiles"] == 12 and s["compile"]["hits"] == 24 and s["compile"]["seconds"] == pytest.approx(6.0)
     assert s["coverage"]["examples"] == 13
 

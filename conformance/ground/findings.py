@@ -65,7 +65,9 @@ PLAIN = "plain"  # the check as a whole; a finding needs Case facts or a contrac
 _GUARDS = {"guards": (STORAGE, "the guard bands around every buffer are untouched (no out-of-bounds write)")}
 CHECKS: Dict[str, Dict[str, Tuple[str, str]]] = {
     "numerics": {
-        "error model": (ROWS, "O and LSE within the error model of the fp32 reference on every row the contract defines"),
+        "error model": (ROWS, "O and LSE within the error model of the kernel's arithmetic (float64 reference) on every row the model judges"),
+        "contract rows": (ROWS, "rows the contract fixes bit for bit: dense padded Q rows and rows with no visible key (O 0, LSE -inf)"),
+        "model finite": (PLAIN, "the error model's bound is finite on every judged element"),
         **_GUARDS,
     },
     "tails": {

@@ -1,78 +1,449 @@
 """The error model: every numeric tolerance of the suite lives here.
 
-A kernel output is accepted when, over the live elements,
+A kernel output is judged against the float64 reference on the same
+(already dtype-rounded) inputs, element by element for O and row by row for
+LSE, under a bound computed from those inputs alone (never from the kernel
+output) by following the kernel's own arithmetic (site-packages
+``cudnn/sdpa/fwd/kernels/sm80/prefill_f16.py``, ``f16`` below; the d=256
+template ``prefill_d256_f16.py`` repeats the same arithmetic line for line):
 
-    max |kernel - ref32|  <=  K * max |lowp - ref32|  +  FLOOR
+- S = q.k on the tensor cores: fp16/bf16 operands, exact products, fp32
+  accumulation one m16n8k16 mma (16 products) at a time (f16:1030-1038).
+- The sign of the scale folded into S, the bias added as bias * (1/|scale|)
+  in fp32 (f16:1015-1018, 1094-1102); the scale enters as c = |scale| *
+  log2(e) rounded to fp32 (the host passes ``scale * log2(e)``), multiplied
+  into the tile max and into every score inside the exponent (f16:1183, 1251).
+- Online softmax over KV tiles of 64 keys walked from the LAST tile to the
+  first (f16:887-888), with a running max that only moves when a tile's max
+  exceeds it by more than RESCALE_LOG2 = 8 (log2 units, f16:1202-1220): the
+  rescale factor alpha and every p are ``ex2.approx`` (fastmath, f16:1225,
+  1255); each lane sums its 16 p values of a tile in fp32, in column order,
+  into its own partial row sum (f16:1259-1260, 1277-1278); the 4 lane
+  partials meet in a 2-step butterfly after the loop (f16:1329-1331).
+- P is rounded to the I/O dtype (cvt.rn, f16:1261-1262) for the P@V mma, but
+  the row sum adds the UNROUNDED fp32 p: the P rounding does not cancel in the
+  normalization, its error is sum_j P_j eps_j v_j.
+- O = fp32 accumulator * (1 / row_sum), rounded once to the I/O dtype
+  (f16:1470-1506). LSE = LN2 * (row_max + log2(row_sum)) in fp32 (f16:1386).
+- Sinks: sink * log2(e) in fp32, the max lifted to it, O and row_sum scaled by
+  os = ex2(row_max - lifted), the sink term ex2(sink - lifted) added to the
+  row sum only (f16:1343-1364).
 
-- ``ref32`` is the fp32 reference on the same (already dtype-rounded) inputs.
-- ``lowp`` is the same attention computed the way a straightforward framework
-  would in the input dtype: scores and P@V products rounded to fp16/bf16,
-  softmax in fp32 (``reference.attention(..., compute_dtype=<dtype>)``). Its
-  error is what rounding to the I/O dtype alone costs on *this* data, so the
-  bound scales with the case (long rows, large logits, bf16) instead of being
-  one fixed number that is either too loose for easy cases or too tight for
-  hard ones. This is the flash-attention rule ("at most k times the error of a
-  same-dtype PyTorch run").
-- K = 2 for O: the kernel rounds P to the I/O dtype before the P@V mma just
-  like ``lowp`` does, and reorders the softmax (online rescaling, exp2), which
-  may cost up to the same again; flash-attention uses the same factor for its
-  forward output.
-- K = 2 for LSE: the kernel keeps scores in fp32 (mma accumulators), so its
-  LSE error is normally far below ``lowp``'s; 2 leaves the same room as O.
-- FLOOR keeps the bound from collapsing to 0 where ``lowp`` happens to be
-  exact (tiny rows, one key): one unit in the last place of the output dtype at
-  the output's magnitude for O (the final rounding of O is unavoidable), and
-  a few fp32 ulps of |LSE| plus the ln-rounding of the fp32 ``exp``/``log``
-  for LSE.
+``kernel_bounds`` turns this into first-order error bounds (each term below
+names the operation it charges), with every operation's worst case from its
+documented accuracy:
 
-A ratio ``error / bound`` is recorded for every check; the report plots its
-distribution and the ``nightly`` profile steers Hypothesis toward high ratios
-with ``target()``. Never raise K or FLOOR to make a failure go away: a real
-discrepancy is a finding (see README, "Known findings").
+O, per element (b, h, row, d), with P_j the reference weights:
+    |O_k - O| <= (1+u) * [ u * sum_j P_j |v_jd|                  P rounded to the I/O dtype
+                           + tiny * sum_{j subnormal} |v_jd| / L  fp16 P below 2^-14 (absolute rounding)
+                           + sum_j P_j rho_j |v_jd - O_d| + P_s rho_s |O_d|   logit / ex2 errors (rho_j below)
+                           + sum_j P_j |v_jd| (TC * steps_j + U32 * rescales_j)  P@V mma accumulation
+                           + kappa |O_d| + FTZ_ABS * (...)]        row sum, 1/l, scaling; flush to zero
+                 + u |O_d| + tiny                                 the one final rounding
+LSE, per row:
+    |LSE_k - LSE| <= sum_j P_j (rho_j + alpha_j + U32 * depth_j) + sink terms
+                     + ln2 * LG2 * max(1, log2 L + lag)           log2 of the row sum
+                     + (2 U32 + LN2_F32_REL) |LSE|                row_max + log2(l), * LN2
+where rho_j (natural-log units) charges key j's logit: the tensor-core
+accumulation of q.k (``dot_error``: each product's bits below the alignment
+grid, per k16 step, times |scale|), the fp32 roundings of c, of S*c, of the
+bias add and of the max subtraction, and ex2's 2 ulps; alpha_j the rescales
+that may happen after key j's tile; depth_j the fp32 adds key j's p goes
+through in the row sum; lag how far the kernel's final running max sits below
+the key max (the threshold walk replayed on the reference logits; 8 after a
+decision too close to call). Second-order terms are covered by SECOND_ORDER.
+``judge.within_model`` fails any element over its bound, and fails outright
+when the model itself is not finite.
+
+A ratio ``error / bound`` (worst element) is recorded for every check; the
+report plots its distribution per quantity and dtype, and the ``nightly``
+profile steers Hypothesis toward high ratios with ``target()``. Never raise a
+constant to make a failure go away: a real discrepancy is a finding (see
+README, "Known findings"). The legacy rule (``legacy_bound``: 2x the error of
+a same-dtype framework run) is kept only to document what the model changed
+(tests/test_error_model.py, tools/calibrate_error_model.py).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Dict
 
 import torch
 
-# Machine epsilon (distance from 1.0 to the next value) of the output dtypes.
-EPS = {"float16": 2.0**-10, "bfloat16": 2.0**-7, "float32": 2.0**-23}
+# ---------------------------------------------------------------- constants
+# fp32 unit roundoff: every FADD/FMUL/FFMA of the kernel rounds to nearest.
+U32 = 2.0**-24
+# Unit roundoff of the I/O dtypes: cvt.rn.{f16,bf16}x2.f32 rounds P
+# (f16:1261-1262) and O (f16:1505-1506) to nearest.
+IO_UNIT = {"float16": 2.0**-11, "bfloat16": 2.0**-8}
+# Largest absolute rounding error below the normal range (half the smallest
+# subnormal spacing): fp16 2^-24 / 2, bf16 2^-133 / 2.
+IO_TINY = {"float16": 2.0**-25, "bfloat16": 2.0**-134}
+# log2 of the smallest normal of the I/O dtype: a p below it at its own tile's
+# scale is rounded with absolute error IO_TINY (fp16 only in practice: bf16
+# shares fp32's range and ex2.approx.ftz flushes p < 2^-126 to 0 anyway).
+IO_NORMAL_LOG2 = {"float16": -14.0, "bfloat16": -126.0}
+# ex2.approx.ftz.f32 (cute.math.exp2(fastmath=True), f16:1225, 1255, 1354-1357):
+# at most 2 ulp (CUDA C Programming Guide, exp2f / the PTX ex2.approx entry).
+EX2_REL = 2.0**-22
+# Flush to zero: ex2.approx.ftz and the fast-math fp32 multiplies flush results
+# below 2^-126 to 0, an ABSOLUTE error < 2^-126 per flushed value: a p (weight
+# <= |v| in O), a rescale factor alpha / os (losing an accumulator of at most
+# 2^8 * sum |p v|, p <= 2^8), an accumulator step, the final O_acc * (1/l).
+FTZ_ABS = 2.0**-126
+# log2 of the row sum (f16:1386): lg2.approx.f32 is within 2^-22 absolute on
+# [0.5, 2] and 2 ulp elsewhere (CUDA C Programming Guide, __log2f); the libdevice
+# log2f, if the DSL picks it, is tighter.
+LG2_ABS = 2.0**-22
+# 1 / row_sum (f16:1473): div.full / div.approx are within 2 ulp.
+RCP_REL = 2.0**-22
+# One m16n8k16 mma with fp32 accumulation (f16:1036, 1300): the tensor cores
+# take the products exactly, align them and the accumulator C to the largest
+# magnitude in a window of >= 24 bits (24 on A100, 25 on H100) and truncate the
+# bits that fall out (round toward zero), then truncate the normalized sum to
+# fp32 (Fasi, Higham, Mikaitis, Pranesh 2021, "Numerical behavior of NVIDIA
+# tensor cores"; Khattak, Mikaitis 2025, "Accurate models of NVIDIA tensor
+# cores"). A term therefore loses exactly its bits below the alignment grid,
+# 2^(floor(log2 max) - TC_WINDOW_BITS + 1): the remainder |t| mod grid, never
+# more at a finer grid (grids are powers of two) nor when rounding instead of
+# truncating. Whether the 16 products go in one pass or in two passes of 8 is
+# not documented: dot_error charges the larger of the two. The products are
+# exact data, so their remainders are computed; the accumulator's is charged a
+# whole grid step, each pass result one fp32 ulp.
+TC_WINDOW_BITS = 24
+TC_HALF = 8  # products per pass in the two-pass structure
+# The P@V mma (O's accumulator) is charged more simply: each step's magnitudes
+# bounded by the running sum of |p v| (no cancellation assumed), 2 x (9 terms +
+# 1 normalization) grid steps of 2^-23 per k16 step.
+TC_GRID = 2.0**-23
+TC_K16_ULPS = 20.0
+# Kernel structure (config_sm80 *_CFG: TILE_N = 64 for every flavor; mma K = 16).
+TILE_N = 64
+MMA_K = 16
+# p values one lane adds into its tile partial, in column order (QK_N_FRAGS=8 x 2).
+LANE_TERMS = 16
+# The 4 lane partials of a row meet in 2 butterfly adds (f16:1329-1331).
+BUTTERFLY_ADDS = 2
+# The running max moves only when a tile max exceeds it by more than 8 (log2
+# units, f16:1202): it lags the true max by at most 8, so every p <= 2^8 and
+# the kernel's row sum l lies in [L, 2^8 L] (L: the reference's, >= 1).
+RESCALE_LOG2 = 8.0
+LN2 = math.log(2.0)
+LOG2E = math.log2(math.e)
+# The fp32 constants the kernel multiplies by: LN2 (f16:1371) and log2(e) for
+# the sink (f16:1347); their own rounding, relative.
+LN2_F32_REL = abs(float(torch.tensor(LN2, dtype=torch.float32)) - LN2) / LN2
+LOG2E_F32_REL = abs(float(torch.tensor(LOG2E, dtype=torch.float32)) - LOG2E) / LOG2E
+# Products of two first-order terms (u * rho, rho^2, ...): < 2^-7 * 2^-8 of the
+# bound (u <= 2^-8, every other relative term far below 2^-7); 2^-16 covers them.
+SECOND_ORDER = 1.0 + 2.0**-16
+# The float64 reference itself: n <= 2^13 terms of 2^-53 each.
+REF64_REL = 2.0**-40
+# Threshold decisions of the replayed walk (and the fp16 subnormal cut) closer
+# than this, relative, plus the logits' own error bound, count as undecided: the
+# kernel decides on fp32 values (relative error far below 2^-16 here).
+RECORD_MARGIN = 2.0**-10
 
 
 @dataclass(frozen=True)
-class Tolerance:
-    k: float  # multiple of the same-dtype computation's error
-    floor_ulps: float  # floor, in ulps of the output dtype at the output's magnitude
-    floor_abs: float  # absolute floor (for quantities near 0)
+class Quantity:
+    layout: str  # what the bound is per
     why: str
 
 
+# One entry per compared quantity (the terms themselves: kernel_bounds).
 TOLERANCES = {
-    "o": Tolerance(
-        k=2.0,
-        floor_ulps=1.0,
-        floor_abs=0.0,
-        why="P rounded to the I/O dtype before P@V (as in lowp) plus online-softmax reordering; 1 ulp: O's final rounding",
+    "o": Quantity(
+        "per element",
+        "P rounded to the I/O dtype before P@V while the row sum keeps the fp32 p (u * sum P|v|), the one final "
+        "rounding of O (u |O|), plus the fp32 terms: logit and ex2 errors, tensor-core accumulation, row sum and 1/l",
     ),
-    "lse": Tolerance(
-        k=2.0,
-        floor_ulps=0.0,
-        floor_abs=2e-5,
-        why="fp32 scores in the kernel; lowp rounds scores to the I/O dtype, so 2x lowp is generous; 2e-5: exp2/log2 fast-math ulps",
+    "lse": Quantity(
+        "per row",
+        "fp32 throughout: logit errors (tensor-core q.k, scale, bias, max subtraction), ex2 / lg2 fast-math ulps, "
+        "the row sum's adds, the final add and LN2 multiply",
     ),
 }
 
 
-def bound(kind: str, dtype: str, lowp_error: float, ref_amax: float) -> float:
-    """The largest acceptable max-abs error of ``kind`` ('o' or 'lse')."""
-    tol = TOLERANCES[kind]
+# ------------------------------------------------------------- the model
+def _mm(w: torch.Tensor, x: torch.Tensor, group: int) -> torch.Tensor:
+    """sum_j w[b,h,i,j] x[b,h//group,j,:] (GQA without copies, as the reference)."""
+    b, h, s_q, s_kv = w.shape
+    h_kv = x.shape[1]
+    return torch.matmul(w.reshape(b, h_kv, group * s_q, s_kv), x).view(b, h, s_q, x.shape[-1])
+
+
+def _rowsum(x: torch.Tensor) -> torch.Tensor:
+    return x.sum(-1) if x.shape[-1] else torch.zeros(x.shape[:-1], dtype=x.dtype, device=x.device)
+
+
+def _per_tile(x: torch.Tensor, width: int, fill, reduce) -> torch.Tensor:
+    """(..., SKV) -> (..., ceil(SKV/width)) reduced over each group of ``width`` keys."""
+    s_kv = x.shape[-1]
+    n = -(-s_kv // width)
+    pad = n * width - s_kv
+    if pad:
+        x = torch.cat([x, torch.full(x.shape[:-1] + (pad,), fill, dtype=x.dtype, device=x.device)], -1)
+    return reduce(x.view(*x.shape[:-1], n, width))
+
+
+def _grid(m: torch.Tensor) -> torch.Tensor:
+    """The alignment grid of a pass whose largest magnitude is ``m`` (also one
+    fp32 ulp of ``m``): 2^(floor(log2 m) - 23); 0 where m == 0."""
+    _, e = torch.frexp(m)  # m = f * 2^e, f in [0.5, 1): floor(log2 m) = e - 1
+    return torch.where(m > 0, torch.ldexp(torch.ones_like(m), (e - TC_WINDOW_BITS).to(torch.int32)), torch.zeros_like(m))
+
+
+def _lost(a: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
+    """Sum over the last axis of |t| mod grid: the bits of each term below the
+    grid (``a`` fp32, exact; the sum in float64)."""
+    if a.shape[-1] == 0:
+        return torch.zeros_like(grid)
+    g = grid.to(a.dtype)[..., None]  # 0 when it underflows fp32: then the whole term counts
+    return torch.where(g > 0, torch.fmod(a, torch.where(g > 0, g, torch.ones_like(g))), a).to(grid.dtype).sum(-1)  # fmod is exact
+
+
+def _amax(a: torch.Tensor) -> torch.Tensor:
+    return a.amax(-1) if a.shape[-1] else torch.zeros(a.shape[:-1], dtype=a.dtype, device=a.device)
+
+
+ROW_BLOCK = 1 << 23  # products per block of rows: bounds dot_error's memory (x 8 bytes, a few tensors)
+
+
+def dot_error(q: torch.Tensor, k: torch.Tensor, group: int) -> torch.Tensor:
+    """Bound on |fl_TC(q.k) - q.k| (raw score units) for every (row, key),
+    step by k16 step, E accumulating the bound so far (which also coarsens
+    every magnitude the grids are read from, so a grid is never finer than
+    the kernel's). Per step, with C, C' = C + the first 8 products, D = C' +
+    the last 8, p the products and ulp(x) = _grid(x):
+    one pass   sum_16 rem(|p|, G) + G + ulp(|D|),  G = grid(max(|C|, |p|))
+    two passes sum_8 rem(|p|, Ga) + Ga + ulp(|C'|) + sum_8 rem(|p|, Gb) + Gb + ulp(|D|),
+               Ga = grid(max(|C|, |p_1..8|)), Gb = grid(max(|C'|, |p_9..16|)).
+    A step whose products are all 0 (the envelope's zero columns) is exact."""
+    b, h_kv, s_kv, d = k.shape
+    qg = q.reshape(b, h_kv, -1, d)
+    rows = qg.shape[2]
+    out = torch.zeros(qg.shape[:3] + (s_kv,), dtype=q.dtype, device=q.device)
+    kt = k.transpose(-1, -2)
+    block = max(1, ROW_BLOCK // max(1, s_kv * MMA_K))
+    k32 = kt.abs().to(torch.float32)
+    for r0 in range(0, rows, block):
+        qb = qg[:, :, r0 : r0 + block]
+        q32 = qb.abs().to(torch.float32)
+        err = torch.zeros(qb.shape[:3] + (s_kv,), dtype=q.dtype, device=q.device)
+        acc = torch.zeros_like(err)
+        for c0 in range(0, d, MMA_K):
+            c1 = min(d, c0 + TC_HALF)
+            # |products|: fp16 x fp16 (22 bits) and bf16 x bf16 (16 bits) are exact in fp32, and so
+            # are their remainders against a power-of-two grid
+            a = q32[..., c0 : c0 + MMA_K][..., :, None, :] * k32[..., c0 : c0 + MMA_K, :].transpose(-1, -2)[..., None, :, :]
+            a1, a2 = a[..., : c1 - c0], a[..., c1 - c0 :]
+            mid = acc + torch.matmul(qb[..., c0:c1], kt[..., c0:c1, :])
+            end = mid + torch.matmul(qb[..., c1 : c0 + MMA_K], kt[..., c1 : c0 + MMA_K, :])
+            m1, m2 = _amax(a1).to(q.dtype), _amax(a2).to(q.dtype)
+            c = acc.abs() + err
+            c_term = (acc != 0).to(q.dtype)  # the accumulator is exact before the first step
+            g1 = _grid(torch.maximum(c, torch.maximum(m1, m2)))
+            r1 = _lost(a, g1) + c_term * g1
+            one = r1 + _grid(end.abs() + err + r1)
+            ga = _grid(torch.maximum(c, m1))
+            ra = _lost(a1, ga) + c_term * ga
+            ea = ra + _grid(mid.abs() + err + ra)
+            gb = _grid(torch.maximum(mid.abs() + err + ea, m2))
+            rb = _lost(a2, gb) + gb
+            two = ea + rb + _grid(end.abs() + err + ea + rb)
+            live = torch.maximum(m1, m2) > 0
+            err = err + torch.where(live, torch.maximum(one, two), torch.zeros_like(one))
+            acc = end
+        out[:, :, r0 : r0 + block] = err
+    return out.view(q.shape[0], q.shape[1], q.shape[2], s_kv)
+
+
+def kernel_bounds(it, dtype: str, *, parts: bool = False) -> Dict[str, torch.Tensor]:
+    """Bounds on |kernel - reference| from one float64 reference call's
+    ``reference.attention.Internals``: ``o`` (B,H,SQ,Dv) per element,
+    ``lse`` (B,H,SQ) per row, and ``visible`` (B,H,SQ) keys per row (rows with
+    none take contract values, judged exactly). Rows past the q lengths and
+    rows with no key get meaningless (possibly non-finite) bounds. ``parts``
+    adds each term family of both bounds (``o:<term>``, ``lse:<term>``) for
+    diagnostics (tools/calibrate_error_model.py)."""
+    u, tiny = IO_UNIT[dtype], IO_TINY[dtype]
+    z, p, g = it.logits, it.p, it.group
+    b, h, s_q, s_kv = z.shape
+    dev, f64 = z.device, z.dtype
+    vis = torch.isfinite(z)
+    zero = torch.zeros((), dtype=f64, device=dev)
+    visible = vis.sum(-1)
+    has_key = visible > 0
+    z0 = torch.where(vis, z, zero)  # masked keys: 0 (their P is 0)
+    m_k = z.amax(-1) if s_kv else torch.full((b, h, s_q), -math.inf, dtype=f64, device=dev)
+    m_k0 = torch.where(has_key, m_k, zero)  # rows with no key: any finite value
+    gap = torch.where(vis, m_k0[..., None] - z0, zero)  # >= 0: how far below the key max
+    has_sink = it.sink is not None
+    has_bias = it.bias is not None
+
+    # ---- logit error bound per key, natural-log units, but for the max subtraction (below)
+    ks = abs(it.scale)
+    dot = torch.where(vis, ks * dot_error(it.q, it.k, g), zero) if ks else torch.zeros_like(z0)
+    dz = dot + U32 * ((2 + has_bias) * z0.abs())
+    if has_bias:
+        dz = dz + 2 * U32 * torch.where(vis, it.bias.expand_as(z0).abs(), zero)
+
+    # ---- the kernel's walk: tiles from the last down, the running max moved past RESCALE_LOG2
+    j = torch.arange(s_kv, device=dev)
+    tile = j // TILE_N
+    n_tiles = -(-s_kv // TILE_N) if s_kv else 0
+    cc = j % TILE_N
+    lane_depth = (LANE_TERMS - (2 * (cc // 8) + cc % 2)).to(f64)  # adds within the lane's tile partial
+    tile_vis = _per_tile(vis, TILE_N, False, lambda x: x.any(-1)) if s_kv else vis[..., :0]
+    # tiles with a key of this row walked AFTER tile t (the walk goes down): t' < t
+    tiles_after = torch.cumsum(tile_vis.to(f64), -1) - tile_vis.to(f64)
+    neg_inf = torch.full((), -math.inf, dtype=f64, device=dev)
+    tile_max = _per_tile(torch.where(vis, z, neg_inf), TILE_N, -math.inf, lambda x: x.amax(-1)) if s_kv else z[..., :0]
+    # Replayed on the reference logits (log2 units); a threshold decision closer than the
+    # kernel's own error to the threshold is ambiguous: from there on, the walk is unknown.
+    y_tile = tile_max * LOG2E
+    dz_max = _amax(dz) if s_kv else torch.zeros_like(m_k0)
+    run = torch.full_like(m_k0, -math.inf)
+    lost = torch.zeros_like(has_key)  # an ambiguous decision was taken
+    maybe = torch.zeros_like(tile_vis)  # a rescale may happen at this tile
+    before = torch.full_like(m_k0, -math.inf)  # max of the tiles walked so far
+    for t in reversed(range(n_tiles)):
+        yt, vt = y_tile[..., t], tile_vis[..., t]
+        started = vt & torch.isfinite(run)
+        diff = yt - torch.where(started, run, zero)
+        slack = 2 * LOG2E * dz_max + RECORD_MARGIN * (1 + yt.abs().nan_to_num(0, 0, 0) + run.abs().nan_to_num(0, 0, 0))
+        near = started & ((diff - RESCALE_LOG2).abs() <= slack)
+        move = vt & (~torch.isfinite(run) | (diff > RESCALE_LOG2))
+        record = started & (yt > before - slack)  # a new maximum: all that is known once lost
+        maybe[..., t] = started & torch.where(lost, record, move | near)
+        lost = lost | near
+        run = torch.where(move, yt, run)
+        before = torch.where(vt, torch.maximum(before, yt), before)
+    lag_log2 = torch.where(lost | ~has_key, torch.full_like(run, RESCALE_LOG2), (m_k0 * LOG2E - run).clamp(0, RESCALE_LOG2))
+    lag = lag_log2 * LN2  # how far the kernel's final running max sits below the key max, natural units
+    # x = S*c - m: -x <= gap (m never passes the key max) and x <= 8 (log2 units: m lags
+    # the max walked so far by at most that); its rounding joins the logit error
+    dz = dz + U32 * torch.where(vis, gap + RESCALE_LOG2 * LN2, zero)
+    # a rescale costs ex2 on alpha, its argument's rounding (|m_old - m_new| <= (tile max - before) + lag)
+    # and the O / row-sum multiplications by alpha
+    prev = torch.flip(torch.cummax(torch.flip(tile_max, [-1]), -1).values, [-1]) if n_tiles else tile_max
+    prev = torch.cat([prev[..., 1:], torch.full(prev.shape[:-1] + (min(1, n_tiles),), -math.inf, dtype=f64, device=dev)], -1)[..., :n_tiles]
+    jump = torch.where(maybe, (tile_max - prev).nan_to_num(0, 0, 0), zero).clamp(min=0)
+    cost = torch.where(maybe, EX2_REL + 3 * U32 + U32 * (jump + RESCALE_LOG2 * LN2), zero)
+    rescales_after = torch.cumsum(maybe.to(f64), -1) - maybe.to(f64)  # in tiles walked after t
+    alpha_after = torch.cumsum(cost, -1) - cost
+    per_key = lambda t: t[..., tile] if s_kv else t[..., :0]  # noqa: E731  (..., T) -> (..., SKV)
+    depth = lane_depth + 1 + per_key(tiles_after) + BUTTERFLY_ADDS + per_key(rescales_after) + (2 if has_sink else 0)
+
+    ex2_ln = -math.log1p(-EX2_REL)
+    rho = torch.where(vis, dz + ex2_ln, zero)
+
+    # ---- the sink (denominator only)
+    p_s = it.sink_p
+    rho_s = rho_os = torch.zeros_like(p_s)
+    if has_sink:
+        sig = it.sink.expand_as(p_s)
+        m_all = torch.where(torch.isfinite(it.m), it.m, sig)
+        # sink * log2e (constant and product), ex2, and its argument sink - lifted max (<= m_all - sink)
+        rho_s = sig.abs() * (LOG2E_F32_REL + U32) + ex2_ln + U32 * (m_all - sig).clamp(min=0)
+        # os = ex2(m_f - lifted): |m_f - lifted| <= (sink - key max) + the final lag
+        rho_os = ex2_ln + U32 * (torch.where(has_key, (sig - m_k0).clamp(min=0), zero) + lag)
+
+    # ---- LSE
+    l_keys = _rowsum(torch.exp(-gap) * vis)
+    lse = it.lse
+    abs_lse = torch.where(torch.isfinite(lse), lse.abs(), zero)
+    lse_terms = {
+        "dot": _rowsum(p * dot),  # tensor-core q.k, times |scale|
+        "logit": _rowsum(p * (rho - dot)),  # fp32 roundings of c, S*c, bias, max subtraction; ex2
+        "rescale": _rowsum(p * per_key(alpha_after)),
+        "sum": _rowsum(p * U32 * depth),
+        "sink": p_s * rho_s + (1 - p_s) * rho_os + U32 if has_sink else torch.zeros_like(p_s),
+        # |log2 l| <= log2 L + lag (the kernel's l is relative to its lagging max); 2^-22 absolute up to 1
+        "lg2": LN2 * LG2_ABS * torch.clamp(torch.log2(it.l.clamp(min=1.0)) + lag_log2, min=1.0),
+        "final": (2 * U32 + LN2_F32_REL) * abs_lse + REF64_REL * (1 + abs_lse + _rowsum(p * z0.abs())) + FTZ_ABS * visible,
+    }
+    lse_bound = SECOND_ORDER * sum(lse_terms.values())
+
+    # ---- O
+    abs_v = it.v.abs()
+    o = it.o
+    abs_o = o.abs()
+    a1 = _mm(p, abs_v, g)
+    t_p = u * a1
+    if dtype == "float16":  # p that may be subnormal at its tile's scale: 2^(log2e*(z - key max)) < 2^-14
+        sub = vis & (gap * LOG2E > -IO_NORMAL_LOG2[dtype] - RECORD_MARGIN * (1 + z0.abs() + m_k0.abs()[..., None]))
+        t_p = t_p + tiny * _mm(sub.to(f64), abs_v, g) / l_keys.clamp(min=1.0)[..., None]
+    # logit / ex2 errors: sum_j P_j rho_j |v_j - O|, centred on the largest key so one-hot rows stay tight
+    w = p * rho
+    star = z0.masked_fill(~vis, -math.inf).argmax(-1, keepdim=True) if s_kv else None
+    if s_kv:
+        w_star = torch.gather(w, -1, star)
+        v_star = torch.gather(it.v.repeat_interleave(g, 1), 2, star.expand(-1, -1, -1, 1).clamp(max=s_kv - 1).expand(-1, -1, -1, o.shape[-1]))
+        t_rho = (_mm(w, abs_v, g) - w_star * v_star.abs()).clamp(min=0) + (_rowsum(w)[..., None] - w_star) * abs_o + w_star * (v_star - o).abs()
+    else:
+        t_rho = torch.zeros_like(o)
+    t_rho = t_rho + (p_s * rho_s)[..., None] * abs_o
+    # P@V mma accumulation: every k16 step of the row from key j's on carries j's term
+    steps = -(-s_kv // MMA_K) if s_kv else 0
+    if s_kv:
+        step_vis = _per_tile(vis, MMA_K, False, lambda x: x.any(-1))  # (..., steps)
+        per_tile_steps = TILE_N // MMA_K
+        sid = torch.arange(steps, device=dev)
+        walk = (n_tiles - 1 - sid // per_tile_steps) * per_tile_steps + sid % per_tile_steps  # walk position
+        order = torch.argsort(walk)
+        walked = step_vis[..., order].to(f64)
+        from_here = torch.flip(torch.cumsum(torch.flip(walked, [-1]), -1), [-1])  # steps at or after, in walk order
+        inv = torch.argsort(order)
+        step_weight = from_here[..., inv][..., j // MMA_K]
+        acc_w = p * (TC_K16_ULPS * TC_GRID * step_weight + U32 * per_key(rescales_after))
+        t_acc = _mm(acc_w, abs_v, g)
+    else:
+        t_acc = torch.zeros_like(o)
+    kappa = U32 * _rowsum(p * depth) + RCP_REL + U32
+    if has_sink:
+        kappa = kappa + U32 + p_s * rho_os  # O_acc * os; os's ex2 error survives with weight P_s
+    # flush to zero: each p (<= |v| in O), each k16 step and O_acc / l (< 1 each), and each alpha / os that
+    # may flush an accumulator of at most 2^8 sum |v| (p <= 2^8)
+    accumulators = 1 + 2.0**RESCALE_LOG2 * (has_sink + _rowsum(maybe.to(f64)))
+    t_ftz = FTZ_ABS * (1 + steps + accumulators[..., None] * _mm(vis.to(f64), abs_v, g))
+    o_terms = {"p_round": t_p, "logit": t_rho, "accumulate": t_acc, "normalize": kappa[..., None] * abs_o + REF64_REL * a1, "ftz": t_ftz}
+    o_bound = SECOND_ORDER * ((1 + u) * sum(o_terms.values()) + u * abs_o + tiny)
+    out = {"o": o_bound, "lse": lse_bound, "visible": visible.to(f64)}
+    if parts:
+        out.update({f"o:{k}": v for k, v in o_terms.items()}, **{"o:final": u * abs_o + tiny})
+        out.update({f"lse:{k}": v for k, v in lse_terms.items()})
+    return out
+
+
+# -------------------------------------------------------- the legacy rule
+@dataclass(frozen=True)
+class LegacyTolerance:
+    k: float  # multiple of the same-dtype computation's error
+    floor_ulps: float  # floor, in ulps of the output dtype at the output's magnitude
+    floor_abs: float  # absolute floor (for quantities near 0)
+
+
+# Machine epsilon (distance from 1.0 to the next value) of the output dtypes.
+EPS = {"float16": 2.0**-10, "bfloat16": 2.0**-7, "float32": 2.0**-23}
+LEGACY = {"o": LegacyTolerance(2.0, 1.0, 0.0), "lse": LegacyTolerance(2.0, 0.0, 2e-5)}
+
+
+def legacy_bound(kind: str, dtype: str, lowp_error: float, ref_amax: float) -> float:
+    """The rule this model replaced: max|kernel - ref32| over all live elements
+    <= K * max|lowp - ref32| + floor (lowp: ``reference.attention`` in the I/O
+    dtype). Kept to document what the new model catches that it did not."""
+    tol = LEGACY[kind]
     out_dtype = dtype if kind == "o" else "float32"
     floor = tol.floor_abs + tol.floor_ulps * EPS[out_dtype] * max(1.0, ref_amax)
     return tol.k * lowp_error + floor
 
 
+# ------------------------------------------------------------------ helpers
 def abs_diff(a: torch.Tensor, b: torch.Tensor, *, nan_equal: bool = False) -> torch.Tensor:
     """|a - b| in float64, elementwise: equal values (equal infinities too, the
     LSE -inf rows) count 0; NaN on one side (or both, unless ``nan_equal``)

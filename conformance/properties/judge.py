@@ -2,7 +2,8 @@
 the worst elements located (batch/sequence, head, token, dim, region), and
 returns what the report records.
 
-- ``within_model``: numerics against the reference under the error model.
+- ``within_model``: numerics against the reference under the error model
+  (a bound per element, ``conformance.ground.tolerances.kernel_bounds``).
 - ``exactly``: storage whose value the contract fixes bit for bit (tails,
   untouched buffers, -inf/0 conventions).
 - ``raises_contract``: a contract rejection (type + message naming the argument).
@@ -28,7 +29,7 @@ import torch
 from conformance.ground.case import Case
 from conformance.ground.data import guard_bits
 from conformance.ground.outcome import PropertyFailure
-from conformance.ground.tolerances import abs_diff, bound, max_abs_error
+from conformance.ground.tolerances import abs_diff
 
 WORST = 5  # elements listed in a failure
 
@@ -73,11 +74,16 @@ def _coords(case: Case, quantity: str, index: Sequence[int]) -> dict:
     return out
 
 
-def worst_elements(case: Case, quantity: str, got: torch.Tensor, want: torch.Tensor, mask: torch.Tensor, regions=None, n: int = WORST) -> list:
+def worst_elements(case: Case, quantity: str, got: torch.Tensor, want: torch.Tensor, mask: torch.Tensor, regions=None, n: int = WORST, bound=None) -> list:
     """The ``n`` elements of ``mask`` where ``got`` and ``want`` differ most
-    (NaN and a one-sided inf rank first)."""
+    (NaN and a one-sided inf rank first); with ``bound`` (same shape), the
+    ones furthest over it, each listed with its bound and ratio."""
     g, w = got.to(torch.float64), want.to(torch.float64)
     diff = abs_diff(g, w, nan_equal=True)
+    err = diff
+    if bound is not None:
+        b = bound.to(torch.float64)
+        diff = _ratio(diff, b)
     diff = torch.where(mask, diff, torch.full_like(diff, -1.0))
     flat = diff.flatten()
     k = min(n, int(mask.sum()))
@@ -97,29 +103,52 @@ def worst_elements(case: Case, quantity: str, got: torch.Tensor, want: torch.Ten
                 "region": regions(coords) if regions is not None else "live",
                 "got": float(g.flatten()[p]),
                 "want": float(w.flatten()[p]),
+                **({"error": float(err.flatten()[p]), "bound": float(b.flatten()[p]), "ratio": val} if bound is not None else {}),
             }
         )
     return out
 
 
+def _ratio(err: torch.Tensor, bound: torch.Tensor) -> torch.Tensor:
+    """err / bound elementwise; 0 where both are 0, inf where only the bound is."""
+    safe = torch.where(bound > 0, bound, torch.ones_like(bound))
+    return torch.where(bound > 0, err / safe, torch.where(err == 0, torch.zeros_like(err), torch.full_like(err, float("inf"))))
+
+
 # ------------------------------------------------------------------- checks
-def within_model(property: str, case: Case, quantity: str, got, ref, lowp, live, regions=None, *, check: str = "error model") -> float:
-    """Assert max|got - ref| <= bound(...) over ``live``; return error/bound."""
-    err = max_abs_error(got, ref, live)
-    lowp_err = max_abs_error(lowp, ref, live)
-    finite_ref = ref[live][torch.isfinite(ref[live])]
-    amax = float(finite_ref.abs().max()) if finite_ref.numel() else 0.0
-    b = bound(quantity, case.dtype, lowp_err, amax)
-    ratio = err / b if b > 0 else (0.0 if err == 0 else float("inf"))
-    if not err <= b:
+def within_model(property: str, case: Case, quantity: str, got, ref, bound, live, regions=None, *, check: str = "error model") -> float:
+    """Assert |got - ref| <= bound element by element over ``live`` (``bound``
+    shaped like ``ref``: per element for O, per row for LSE); return the worst
+    error/bound. A bound that is not finite on a judged element fails: the
+    error model itself broke, so nothing it would accept can be trusted."""
+    b = bound.to(torch.float64)
+    broken = live & ~(torch.isfinite(b) & (b >= 0))
+    if bool(broken.any()):
         _fail(PropertyFailure(
             property,
             case,
-            f"{quantity.upper()} max|kernel - ref32| = {err:.3g} exceeds bound {b:.3g} (lowp error {lowp_err:.3g}; ratio {ratio:.3g})",
-            {"quantity": quantity, "error": err, "bound": b, "lowp_error": lowp_err, "ratio": ratio, "worst": worst_elements(case, quantity, got, ref, live, regions)},
-            check=check, where=live & ~(abs_diff(got, ref) <= b),
+            f"{quantity.upper()}: the error model is non-finite on {int(broken.sum())} judged element(s); nothing can be accepted",
+            {"quantity": quantity, "model_non_finite": int(broken.sum()), "worst": worst_elements(case, quantity, b, torch.zeros_like(b), broken, regions)},
+            check="model finite",
         ))
-    return ratio
+        return float("inf")
+    if not bool(live.any()):
+        return 0.0
+    err = abs_diff(got, ref)
+    ratio = torch.where(live, _ratio(err, b), torch.zeros_like(err))
+    worst = float(ratio.max())
+    if not worst <= 1.0:
+        at = int(ratio.flatten().argmax())
+        e, bb = float(err.flatten()[at]), float(b.flatten()[at])
+        over = int((ratio > 1).sum())
+        _fail(PropertyFailure(
+            property,
+            case,
+            f"{quantity.upper()} |kernel - ref| = {e:.3g} exceeds its bound {bb:.3g} (ratio {worst:.3g}; {over} element(s) over)",
+            {"quantity": quantity, "error": e, "bound": bb, "ratio": worst, "over": over, "worst": worst_elements(case, quantity, got, ref, live, regions, bound=b)},
+            check=check, where=live & (ratio > 1),
+        ))
+    return worst
 
 
 def exactly(property: str, case: Case, quantity: str, got, want, where, what: str, regions=None, *, check: Optional[str] = None) -> None:

@@ -1,4 +1,5 @@
-"""numerics: O and LSE against the fp32 reference under the error model."""
+"""numerics: O and LSE against the float64 reference under the error model
+of the kernel's own arithmetic (conformance.ground.tolerances.kernel_bounds)."""
 
 from __future__ import annotations
 
@@ -13,30 +14,77 @@ from conformance.properties import judge, recorder
 from conformance.properties.common import device, finish, launched_buffers, row_mask, row_regions
 
 
-def check_numerics(case: Case, adapter) -> Observation:
-    """O and LSE against the fp32 reference under the error model, with the
-    input storage outside the live tokens poisoned: NaN, except dense rows past
-    the padding lengths, which hold FINITE_PAD (their NaN is check_tails')."""
+def contract_rows(case: Case, inputs, visible: torch.Tensor):
+    """(O rows, LSE rows) whose value the contract fixes exactly, in the LSE
+    layout: dense rows past seq_q_len (O = 0, LSE = -inf even with sinks) and
+    rows with no visible key (O = 0; LSE = -inf, or the sink when there are
+    sinks: that one is a computed value, judged by the model)."""
+    no_key = visible == 0
+    padded = torch.zeros_like(no_key)
+    if not case.is_thd:
+        padded = ~inputs.q_live.to(visible.device)[:, None, :].expand_as(no_key)
+    o_rows = padded | no_key
+    return o_rows, padded | (no_key if inputs.sinks is None else torch.zeros_like(no_key))
+
+
+def legacy_ratios(case: Case, inputs, o, lse, o_live, lse_live) -> dict:
+    """error / bound under the rule the error model replaced (2x a same-dtype
+    run's error, against the fp32 reference); diagnostics only."""
+    from conformance.ground.tolerances import legacy_bound, max_abs_error
     from reference.attention import reference_for_case
 
-    recorder.begin("numerics", case)
+    ref = reference_for_case(case, inputs, torch.float32)
+    low = reference_for_case(case, inputs, TORCH_DTYPES[case.dtype])
+    out = {}
+    for i, (quantity, got, live) in enumerate((("o", o, o_live), ("lse", lse, lse_live))):
+        finite = ref[i][live][torch.isfinite(ref[i][live])]
+        b = legacy_bound(quantity, case.dtype, max_abs_error(low[i], ref[i], live), float(finite.abs().max()) if finite.numel() else 0.0)
+        err = max_abs_error(got, ref[i], live)
+        out[quantity] = err / b if b > 0 else (0.0 if err == 0 else float("inf"))
+    return out
+
+
+def check_numerics(case: Case, adapter, *, legacy: bool = False) -> Observation:
+    """O and LSE against the float64 reference under the error model
+    (``kernel_bounds``: per O element, per LSE row); rows whose value the
+    contract fixes (``contract_rows``) bit for bit. The input storage outside
+    the live tokens is poisoned: NaN, except dense rows past the padding
+    lengths, which hold FINITE_PAD (their NaN is check_tails'). ``legacy``
+    also records the replaced rule's ratios in the notes
+    (tools/calibrate_error_model.py)."""
+    from conformance.ground.tolerances import kernel_bounds
+    from reference.attention import reference_for_case
+
+    recorder.begin("numerics", case, **({"legacy": True} if legacy else {}))
     start = time.perf_counter()
     dev = device()
     inputs = make_inputs(case, dev, poison=True, pad_fill=FINITE_PAD)
     outputs = make_outputs(case, dev)
     result = adapter.run(case, inputs, outputs)
-    ref_o, ref_lse = reference_for_case(case, inputs, torch.float32)
-    low_o, low_lse = reference_for_case(case, inputs, TORCH_DTYPES[case.dtype])
+    ref_o, ref_lse, model = reference_for_case(case, inputs, torch.float64, extra=lambda it: kernel_bounds(it, case.dtype))
+    if not model:  # THD without a single Q row: no attention call, no row to judge
+        model = {"o": torch.full_like(ref_o, float("nan")), "lse": torch.full_like(ref_lse, float("nan")), "visible": torch.full_like(ref_lse, float("nan"))}
     regions = row_regions(case, inputs)
+    notes = dict(result.notes)
 
     def judged():
         judge.guards_intact("numerics", case, launched_buffers(inputs, outputs, result))
-        o_live = row_mask(case, inputs, "o", ref_o.shape)
-        lse_live = row_mask(case, inputs, "lse", ref_lse.shape)
+        o_rows = row_mask(case, inputs, "o", ref_o.shape)
+        lse_rows = row_mask(case, inputs, "lse", ref_lse.shape)
+        visible = torch.where(lse_rows, model["visible"], torch.ones_like(model["visible"]))
+        o_fixed, lse_fixed = contract_rows(case, inputs, visible)
+        if case.is_thd:  # O is (T_q, H, D), the row masks (H, T_q)
+            o_fixed = o_fixed.T[..., None].expand_as(ref_o)
+        else:
+            o_fixed = o_fixed[..., None].expand_as(ref_o)
+        judge.exactly("numerics", case, "o", result.o, ref_o, o_rows & o_fixed, "O rows the contract fixes (padded Q rows, rows with no visible key: 0)", regions, check="contract rows")
+        judge.exactly("numerics", case, "lse", result.lse, ref_lse, lse_rows & lse_fixed, "LSE rows the contract fixes (padded Q rows, rows with no visible key: -inf)", regions, check="contract rows")
+        if legacy:
+            notes["legacy_ratios"] = legacy_ratios(case, inputs, result.o, result.lse, o_rows, lse_rows)
+        # Inside finish every check is judged (judge.collecting): both ratios are recorded either way.
         return {
-            "o": judge.within_model("numerics", case, "o", result.o, ref_o, low_o, o_live, regions),
-            "lse": judge.within_model("numerics", case, "lse", result.lse, ref_lse, low_lse, lse_live, regions),
+            quantity: judge.within_model("numerics", case, quantity, got, ref, model[quantity], live, regions)
+            for quantity, got, ref, live in (("o", result.o, ref_o, o_rows & ~o_fixed), ("lse", result.lse, ref_lse, lse_rows & ~lse_fixed))
         }
 
-    return finish("numerics", case, start, judged, compile=result.compile.to_dict(), notes=dict(result.notes))
-
+    return finish("numerics", case, start, judged, compile=result.compile.to_dict(), notes=notes)

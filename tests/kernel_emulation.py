@@ -1,0 +1,316 @@
+"""A CPU emulation of the SM80 prefill kernels' arithmetic, for calibrating
+and testing the error model (conformance/tolerances.py) without a GPU.
+
+It follows the kernel's operations, not its code (site-packages
+``cudnn/sdpa/fwd/kernels/sm80/prefill_f16.py``, ``f16``): scores from the
+k16 tensor-core steps (``Arith.tc_bits``: the alignment window of a
+truncating accumulator, or 0 for an ideal one that rounds each step to
+nearest); the sign folded into S and the bias added as bias * fl32(1/|scale|);
+KV tiles of 64 walked from the last to the first; the running max moved only
+past RESCALE_LOG2; p = ex2(S*c - m) with c = fl32(|scale| log2 e); four lane
+partial sums of 16 p each per tile in column order; P rounded to the I/O dtype
+for the P@V steps; the butterfly; the sink lift; LSE = LN2 * (m + log2 l); O =
+fl_io(O_acc * (1/l)). Every fp32 operation is a float64 computation rounded
+to fp32 (exact for the products involved). ex2 / lg2 / rcp are correctly
+rounded, then moved by ``Arith.*_ulps`` ulps (the hardware's approximations
+are within 2 ulp: a biased emulation is the adversarial case).
+
+``Plant`` holds deliberate bugs (the power tests and the precision mutants'
+emulated twins). Rows with no visible key skip every tile (the kernel's
+masked tiles leave such rows at O = 0, LSE = -inf / the sink).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Callable, Optional, Tuple
+
+import torch
+
+from conformance.ground.tolerances import LANE_TERMS, MMA_K, RESCALE_LOG2, TILE_N
+from reference import masks
+
+F32, F64 = torch.float32, torch.float64
+LOG2E = math.log2(math.e)
+LN2_F32 = float(torch.tensor(math.log(2.0), dtype=F32))
+LOG2E_F32 = float(torch.tensor(LOG2E, dtype=F32))
+FTZ = 2.0**-126
+
+
+@dataclass(frozen=True)
+class Arith:
+    """How the emulated hardware rounds."""
+
+    tc_bits: int = 0  # mma alignment window (24: A100, 25: H100); 0: exact step sum rounded to nearest
+    ex2_ulps: int = 0  # ex2 results moved this many ulps (sign: direction)
+    lg2_ulps: int = 0
+    rcp_ulps: int = 0
+    fma: bool = True  # S*c - m fused (one rounding) or not (two)
+
+
+@dataclass(frozen=True)
+class Plant:
+    """Deliberate bugs in the emulated kernel (all off by default)."""
+
+    scale_factor: float = 1.0  # c = fl32(|scale| log2 e) multiplied by this
+    scale_io: bool = False  # c held in the I/O dtype
+    ln2: float = LN2_F32  # the LSE's LN2 constant
+    # (visibility (B,H,SQ,SKV), live kv lengths (B,), padding mask compiled in) -> keys to drop
+    drop: Optional[Callable[[torch.Tensor, torch.Tensor, bool], torch.Tensor]] = None
+    p_round: Optional[torch.dtype] = None  # P rounded through this dtype before the I/O dtype
+    drift: float = 1.0  # p of the first walked tile scaled by this in rows spanning >= 2 tiles
+    lse_log2: bool = False  # LSE written in log2 units
+    row_sum_io: bool = False  # lane row sums rounded to the I/O dtype after every tile
+
+
+def f32(x: torch.Tensor) -> torch.Tensor:
+    """Round to fp32 (to nearest), kept as float64."""
+    return x.to(F32).to(F64)
+
+
+def rz32(x: torch.Tensor) -> torch.Tensor:
+    """Round to fp32 toward zero, kept as float64."""
+    f = x.to(F32)
+    over = f.to(F64).abs() > x.abs()
+    return torch.where(over, torch.nextafter(f, torch.zeros_like(f)), f).to(F64)
+
+
+def nudge(x: torch.Tensor, ulps: int) -> torch.Tensor:
+    """fp32 values moved ``ulps`` ulps (toward +inf if positive), as float64."""
+    f = x.to(F32)
+    target = torch.full_like(f, math.inf if ulps > 0 else -math.inf)
+    for _ in range(abs(ulps)):
+        f = torch.where(torch.isfinite(f) & (f != 0), torch.nextafter(f, target), f)
+    return f.to(F64)
+
+
+def ex2(x: torch.Tensor, a: Arith) -> torch.Tensor:
+    y = nudge(f32(torch.exp2(x)), a.ex2_ulps)
+    return torch.where(y.abs() < FTZ, torch.zeros_like(y), y)  # .ftz
+
+
+def lg2(x: torch.Tensor, a: Arith) -> torch.Tensor:
+    return nudge(f32(torch.log2(x)), a.lg2_ulps)
+
+
+def rcp(x: torch.Tensor, a: Arith) -> torch.Tensor:
+    return nudge(f32(1.0 / x), a.rcp_ulps)
+
+
+def mma_step(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor, tc_bits: int) -> torch.Tensor:
+    """One k16 tensor-core step: acc (..., M, N) + a (..., M, K) @ b (..., K, N), fp32 result."""
+    if tc_bits == 0:
+        return f32(acc + torch.matmul(a, b))
+    terms = torch.cat([acc[..., None], a[..., :, None, :] * b.transpose(-1, -2)[..., None, :, :]], -1)
+    big = terms.abs().amax(-1, keepdim=True)
+    _, e = torch.frexp(torch.where(big > 0, big, torch.ones_like(big)))  # big = f * 2^e, f in [0.5, 1)
+    grid = torch.ldexp(torch.ones_like(big), (e - tc_bits).to(torch.int32))
+    s = (torch.trunc(terms / grid) * grid).sum(-1)  # exact: every term on the grid, ~30 bits in all
+    return rz32(torch.where(big[..., 0] > 0, s, torch.zeros_like(s)))
+
+
+def emulate_attention(q, k, v, *, scale, causal=False, bottom_right=False, window_left=-1, window_right=-1, bias=None, sinks=None,
+                      q_lens=None, kv_lens=None, io_dtype=torch.float16, arith: Arith = Arith(), plant: Plant = Plant(),
+                      mask_padded: bool = True):
+    """Dense logical (B,H,S,D) inputs (as ``reference.attention``) -> O in the
+    I/O dtype (B,Hq,SQ,Dv), LSE fp32 (B,Hq,SQ). ``mask_padded``: whether
+    the kernel compiles the per-element padding mask (only ``Plant.drop``
+    cares: the mutant it mirrors lives in that mask)."""
+    b, h_q, s_q, d = q.shape
+    h_kv, s_kv, d_v = k.shape[1], k.shape[2], v.shape[-1]
+    g = h_q // h_kv
+    from reference.attention import _lens
+
+    n_q, n_kv = _lens(q_lens, b, s_q, "cpu"), _lens(kv_lens, b, s_kv, "cpu")
+    q_live = torch.arange(s_q)[None, :] < n_q[:, None]
+    kv_live = torch.arange(s_kv)[None, :] < n_kv[:, None]
+    qz = torch.where(q_live[:, None, :, None], q.to(F64), 0.0)
+    kz = torch.where(kv_live[:, None, :, None], k.to(F64), 0.0).repeat_interleave(g, 1)
+    vz = torch.where(kv_live[:, None, :, None], v.to(F64), 0.0).repeat_interleave(g, 1)
+    sign = (scale > 0) - (scale < 0)
+    ks = abs(scale) if scale else 1.0
+    c = f32(torch.tensor(ks * LOG2E, dtype=F64))
+    if plant.scale_factor != 1.0:
+        c = f32(c * plant.scale_factor)
+    if plant.scale_io:
+        c = c.to(io_dtype).to(F64)
+    inv = f32(torch.tensor(1.0 / ks, dtype=F64))
+
+    vis = masks.visibility(s_q, s_kv, n_q, n_kv, causal=causal, bottom_right=bottom_right, window_left=window_left,
+                           window_right=window_right).expand(b, h_q, s_q, s_kv)
+    if plant.drop is not None:
+        vis = vis & ~plant.drop(vis, n_kv, mask_padded)
+    bias32 = None
+    if bias is not None:
+        bias32 = bias.to(F32).to(F64)
+        bias32 = bias32[:1].expand(b, h_q, s_q, s_kv) if bias32.shape[0] == 1 else bias32  # the kernel reads batch 0; the suite's bias is [1, ...]
+
+    n_tiles = -(-s_kv // TILE_N)
+    m_run = torch.full((b, h_q, s_q), -math.inf, dtype=F64)
+    lanes = torch.zeros((b, h_q, s_q, 4), dtype=F64)
+    acc = torch.zeros((b, h_q, s_q, d_v), dtype=F64)
+    tiles_seen = torch.zeros((b, h_q, s_q), dtype=torch.int64)
+    row_tiles = torch.zeros((b, h_q, s_q), dtype=torch.int64)
+    for t in range(n_tiles):
+        row_tiles += vis[..., t * TILE_N : (t + 1) * TILE_N].any(-1)
+    for t in reversed(range(n_tiles)):
+        lo, hi = t * TILE_N, min(s_kv, (t + 1) * TILE_N)
+        width = hi - lo
+        vt = vis[..., lo:hi]
+        active = vt.any(-1)
+        if not bool(active.any()):
+            continue
+        # ---- S = q.k, k16 steps (columns past d are the envelope's zeros: exact no-ops)
+        s = torch.zeros((b, h_q, s_q, width), dtype=F64)
+        for c0 in range(0, d, MMA_K):
+            s = mma_step(s, qz[..., c0 : c0 + MMA_K], kz[..., lo:hi, c0 : c0 + MMA_K].transpose(-1, -2), arith.tc_bits)
+        s = s * sign
+        if bias32 is not None:
+            s = f32(s + f32(bias32[..., lo:hi] * inv))
+        s = torch.where(vt, s, torch.full_like(s, -math.inf))
+        # ---- online softmax
+        m_iter = f32(s.amax(-1) * c)
+        m_prev = m_run
+        update = f32(m_iter - m_prev) > RESCALE_LOG2
+        m_new = torch.where(active & update, m_iter, m_prev)
+        alpha = torch.where(active, ex2(f32(m_prev - m_new), arith), torch.ones_like(m_prev))
+        alpha = torch.where(torch.isnan(alpha), torch.ones_like(alpha), alpha)
+        x = f32(s * c - m_new[..., None]) if arith.fma else f32(f32(s * c) - m_new[..., None])
+        p = torch.where(vt, ex2(x, arith), torch.zeros_like(x))
+        if plant.drift != 1.0:
+            first = (tiles_seen == 0) & (row_tiles >= 2)
+            p = torch.where(first[..., None], f32(p * plant.drift), p)
+        tiles_seen += active
+        pad = TILE_N - width
+        pl = torch.cat([p, torch.zeros(p.shape[:-1] + (pad,), dtype=F64)], -1) if pad else p
+        lane_p = pl.view(b, h_q, s_q, 8, 4, 2)  # (n_frag k, lane, column a/b)
+        l_iter = torch.zeros_like(lanes)
+        for kk in range(LANE_TERMS // 2):
+            for sub in range(2):
+                l_iter = f32(l_iter + lane_p[..., kk, :, sub])
+        ph = p
+        if plant.p_round is not None:
+            ph = ph.to(plant.p_round).to(F64)
+        ph = ph.to(io_dtype).to(F64)
+        acc = torch.where(active[..., None], f32(acc * alpha[..., None]), acc)
+        lanes = torch.where(active[..., None], f32(f32(lanes * alpha[..., None]) + l_iter), lanes)
+        if plant.row_sum_io:
+            lanes = torch.where(active[..., None], lanes.to(io_dtype).to(F64), lanes)
+        for c0 in range(0, width, MMA_K):
+            acc = mma_step(acc, ph[..., c0 : c0 + MMA_K], vz[..., lo + c0 : lo + min(width, c0 + MMA_K), :], arith.tc_bits)
+        m_run = torch.where(active, m_new, m_run)
+    l = f32(f32(lanes[..., 0] + lanes[..., 2]) + f32(lanes[..., 1] + lanes[..., 3]))
+    if sinks is not None:
+        s2 = f32(sinks.to(F32).to(F64).view(1, h_q, 1) * LOG2E_F32).expand_as(m_run)
+        lift = torch.maximum(m_run, s2)
+        os_ = ex2(f32(m_run - lift), arith)
+        l = f32(f32(l * os_) + ex2(f32(s2 - lift), arith))
+        acc = f32(acc * os_[..., None])
+        m_run = lift
+    lse = f32(plant.ln2 * f32(m_run + lg2(l, arith)))
+    lse = torch.where(l > 0, lse, torch.full_like(lse, -math.inf))
+    if plant.lse_log2:
+        lse = f32(lse * LOG2E_F32)
+    inv_l = torch.where(l > 0, rcp(torch.where(l > 0, l, torch.ones_like(l)), arith), torch.zeros_like(l))
+    if q_lens is not None:
+        row = q_live[:, None, :]
+        lse = torch.where(row, lse, torch.full_like(lse, -math.inf))
+        inv_l = torch.where(row, inv_l, torch.zeros_like(inv_l))
+    o = f32(acc * inv_l[..., None]).to(io_dtype)
+    return o, lse.to(F32)
+
+
+def emulate_case(case, tensors, arith: Arith = Arith(), plant: Plant = Plant()) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(O, LSE) of the emulated kernel for a Case, in the layouts of
+    ``conformance.ground.data.make_outputs`` (THD rows outside every sequence: 0)."""
+    io = getattr(torch, case.dtype)
+    common = dict(scale=case.softmax_scale, causal=case.causal, bottom_right=case.bottom_right, window_left=case.window_left,
+                  window_right=case.window_right, sinks=tensors.sinks, io_dtype=io, arith=arith, plant=plant)
+    if not case.is_thd:  # is_even_mn (SQ % 128, SKV % 64) and seq_kv_lens decide the padding mask
+        padded = bool(case.s_q % 128 or case.s_kv % TILE_N or case.seq_kv_lens is not None)
+        return emulate_attention(tensors.q, tensors.k, tensors.v, bias=tensors.bias, q_lens=tensors.seq_q_lens,
+                                 kv_lens=tensors.seq_kv_lens, mask_padded=padded, **common)
+    t_q, h_q, _ = tensors.q.shape
+    o = torch.zeros((t_q, h_q, tensors.v.shape[-1]), dtype=io)
+    lse = torch.zeros((h_q, t_q), dtype=F32)
+    cu_q, cu_kv = case.cu_seqlens("q"), case.cu_seqlens("kv")
+    as_bhsd = lambda x: x.permute(1, 0, 2).unsqueeze(0)  # noqa: E731
+    for s in range(case.n_seq):
+        q0, q1, k0, k1 = cu_q[s], cu_q[s + 1], cu_kv[s], cu_kv[s + 1]
+        if q1 == q0:
+            continue
+        os_, ls_ = emulate_attention(as_bhsd(tensors.q[q0:q1]), as_bhsd(tensors.k[k0:k1]), as_bhsd(tensors.v[k0:k1]), **common)
+        o[q0:q1] = os_[0].permute(1, 0, 2)
+        lse[:, q0:q1] = ls_[0]
+    return o, lse
+
+
+# ------------------------------------------------------------ drop plants
+def drop_key(index: int, min_keys: int = 1):
+    """Drop key ``index`` (counted from the row's first visible key) from every
+    row with at least ``min_keys`` visible keys."""
+
+    def drop(vis, n_kv, padded):
+        order = torch.cumsum(vis.to(torch.int64), -1) - 1
+        return vis & (order == index) & (vis.sum(-1, keepdim=True) >= min_keys)
+
+    return drop
+
+
+def drop_last_key_of_long_rows(vis, n_kv, padded):
+    """The ``precision_long_row_drops_last_key`` mutant: with the padding mask
+    compiled in, key eff_skv - 1 is masked when eff_skv > 2 tiles."""
+    j = torch.arange(vis.shape[-1])
+    n = n_kv.view(-1, 1, 1, 1)
+    return vis & bool(padded) & (j == n - 1) & (n > 2 * TILE_N)
+
+
+# The emulated twins of the catalogue's precision mutants (kernels/mutants.py),
+# and the other planted errors of the power tests, by name.
+TWINS = {
+    "precision_row_sum_in_io_dtype": Plant(row_sum_io=True),
+    "precision_ln2_four_digits": Plant(ln2=float(torch.tensor(0.6931, dtype=F32))),
+    "precision_scale_in_io_dtype": Plant(scale_io=True),
+    "precision_long_row_drops_last_key": Plant(drop=drop_last_key_of_long_rows),
+}
+PLANTS = {
+    **TWINS,
+    "scale_0.3%": Plant(scale_factor=1.003),
+    "drift_1%_first_tile": Plant(drift=1.01),
+    "p_through_e4m3": Plant(p_round=torch.float8_e4m3fn),
+    "p_through_bf16": Plant(p_round=torch.bfloat16),
+    "lse_log2_units": Plant(lse_log2=True),
+}
+
+
+# ---------------------------------------------------------------- adapter
+class EmulatedAdapter:
+    """A kernel adapter (``kernels.base.Adapter``) backed by the emulation, for
+    running the numerics property on the CPU (tests only)."""
+
+    name = "emulated"
+
+    def __init__(self, arith: Arith = Arith(), plant: Plant = Plant()):
+        self.arith, self.plant = arith, plant
+
+    def run(self, case, inputs, outputs=None, *, initialize_outputs=True):
+        from kernels.base import KernelResult
+
+        # stats_log2 (Case.lse_log2): the kernel multiplies its natural LSE by fp32 log2(e);
+        # a planted lse_log2 bug flips the units the Case asks for.
+        plant = dataclasses.replace(self.plant, lse_log2=self.plant.lse_log2 != case.lse_log2)
+        o, lse = emulate_case(case, inputs.to("cpu"), self.arith, plant)
+        if case.is_thd and outputs is not None:  # only the live rows are stored
+            buf_o, buf_lse = outputs
+            live = inputs.q_live.to(buf_o.device)
+            buf_o[live] = o[live.cpu()].to(buf_o.device)
+            buf_lse[:, live] = lse[:, live.cpu()].to(buf_lse.device)
+            o, lse = buf_o, buf_lse
+        return KernelResult(o, lse, notes={"adapter": "emulated", "arith": repr(self.arith)})
+
+    def compile_only(self, case):
+        from kernels.base import CompileDelta
+
+        return CompileDelta()
