@@ -118,6 +118,38 @@ def dense_geometry(case: Case, q, k, v, o, lse) -> tuple:
     )
 
 
+def meta_dense_geometry(case: Case, spec) -> tuple:
+    """The geometry a run of dense ``case`` hands compile_host, from the facts
+    alone: meta tensors (no memory, no device) in the layouts and staging a run
+    would use."""
+    dt = TORCH_DTYPES[case.dtype]
+    with torch.device("meta"):
+        q = _stage_dense(dense_view(case, case.batch, case.h_q, case.s_q, case.d_qk, dt), _qk_width(case.d_qk))
+        k = _stage_dense(dense_view(case, case.batch, case.h_kv, case.s_kv, case.d_qk, dt), _qk_width(case.d_qk))
+        v = _stage_dense(dense_view(case, case.batch, case.h_kv, case.s_kv, case.d_v, dt), spec.envelope[1])
+        o, lse = make_outputs(case, "meta")
+        o = _stage_dense(o, spec.envelope[1])
+    return dense_geometry(case, q, k, v, o, lse)
+
+
+def compile_key(case: Case, *, initialize_outputs: bool = True) -> tuple:
+    """The identity of the one compile a run of ``case`` asks the prepared entry
+    points for, from the facts alone (no template module loaded, nothing
+    compiled): equal keys share one compiled artifact, a new key is a new
+    compile (~1.5-2.6 s).
+
+    Dense: what ``_compile_dense`` hands ``template_key`` -- the geometry of the
+    nine operands, the window constexprs -- with (flavor, TemplateParams)
+    standing for the template module's source digest, which they determine.
+    THD: ``compile_thd_host``'s lru arguments (heads, sequence count, window,
+    the output-initialisation mode) with (flavor, TemplateParams). The arch
+    is one per run and left out. Raises what ``specialize`` raises."""
+    spec = specialize(case)
+    if case.is_thd:
+        return ("thd", spec.flavor, spec.params, case.h_q, case.h_kv, case.n_seq, spec.swa_window, bool(initialize_outputs))
+    return ("dense", spec.flavor, spec.params, meta_dense_geometry(case, spec), spec.swa_window, spec.right_bound)
+
+
 def _qk_width(d_qk: int) -> int:
     # The loads predicate whole 8-element vectors against the real d
     # (load_tile_2d valid_cols), so a d that is not a multiple of 8 is padded
@@ -279,15 +311,7 @@ class PreparedAdapter:
                     self._module(spec), case.h_q, case.h_kv, case.n_seq, spec.swa_window, THD_PREFIX_DTYPES, THD_SINK_DTYPE, None, initialize_outputs
                 )
             return box.delta
-        # Meta tensors in the layouts a run would hand the host (no memory, no device).
-        dt = TORCH_DTYPES[case.dtype]
-        with torch.device("meta"):
-            q = _stage_dense(dense_view(case, case.batch, case.h_q, case.s_q, case.d_qk, dt), _qk_width(case.d_qk))
-            k = _stage_dense(dense_view(case, case.batch, case.h_kv, case.s_kv, case.d_qk, dt), _qk_width(case.d_qk))
-            v = _stage_dense(dense_view(case, case.batch, case.h_kv, case.s_kv, case.d_v, dt), spec.envelope[1])
-            o, lse = make_outputs(case, "meta")
-            o = _stage_dense(o, spec.envelope[1])
-        geometry = dense_geometry(case, q, k, v, o, lse)
+        geometry = meta_dense_geometry(case, spec)  # the layouts a run would hand the host
         with measure() as box:
             self._compile_dense(self._module(spec), spec, geometry, arch=COMPILE_ONLY_ARCH)
         return box.delta

@@ -36,6 +36,13 @@ KIND_SCALE = {
     "cpu": 5.0,  # pure-Python checks (strategies, reference self-tests)
 }
 
+# Per-profile overrides of KIND_SCALE. Under ``ci`` the shape facts come from
+# small per-stratum pools (strategies.geometry), so a compile buys many GPU
+# examples: numerics and tails check 3.5x more (5,040 numerics+tails examples,
+# one compile key per ~15 of them: tools/count_compile_keys.py). ``nightly``
+# draws free geometry (a compile per example) and keeps the base shares.
+PROFILE_KIND_SCALE = {"ci": {"numerics": 3.5, "tails": 1.75}}
+
 # Every profile: no deadline (a kernel compile takes seconds) and no too-slow
 # health check; ``ci`` adds derandomization, ``ci``/``nightly`` print the blob.
 PROFILE_SETTINGS = {
@@ -68,8 +75,10 @@ def load_profile(cli_profile: Optional[str] = None) -> str:
     return name
 
 
-def examples(kind: str) -> int:
-    """max_examples for one property kind under the loaded profile."""
+def examples(kind: str, profile: Optional[str] = None) -> int:
+    """max_examples for one property kind under ``profile`` (default: the loaded one)."""
     if kind not in KIND_SCALE:
         raise ValueError(f"example kind {kind!r}: not one of {tuple(KIND_SCALE)}")
-    return max(1, round(settings().max_examples * KIND_SCALE[kind]))
+    name = profile or settings.get_current_profile_name()
+    base = settings.get_profile(name).max_examples if profile else settings().max_examples
+    return max(1, round(base * PROFILE_KIND_SCALE.get(name, {}).get(kind, KIND_SCALE[kind])))

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, find, given, settings
 from conformance.ground.case import Case
 from conformance.ground.contracts import broken_rules
 from strategies import cases, dense_cases, examples, load_profile, thd_cases
-from strategies import pools, profiles
+from strategies import geometry, pools, profiles
 from strategies.coverage import REQUIRED, flavor_of, labels
 
 FIXED = dict(derandomize=True, database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -56,9 +56,17 @@ def _wrapper_contracts_hold(c: Case):
         assert c.bias in (c.dtype, "float32") and c.bias_batch == 1
 
 
-@settings(max_examples=400, **FIXED)
-@given(cases())
-def test_drawn_cases_are_valid(c):
+@pytest.mark.parametrize("geometry", ["pool", "free"])
+def test_drawn_cases_are_valid(geometry):
+    @settings(max_examples=400, **FIXED)
+    @given(cases(geometry=geometry))
+    def check(c):
+        _valid(c)
+
+    check()
+
+
+def _valid(c):
     from kernels.specialize import specialize
 
     assert c.structural_problem() is None
@@ -70,11 +78,12 @@ def test_drawn_cases_are_valid(c):
 
 
 # ------------------------------------------------------------------- coverage
-def test_every_feature_is_exercised():
+@pytest.mark.parametrize("geometry", ["pool", "free"])
+def test_every_feature_is_exercised(geometry):
     seen = set()
 
     @settings(max_examples=600, **FIXED)
-    @given(cases())
+    @given(cases(geometry=geometry))
     def collect(c):
         seen.update(labels(c))
 
@@ -139,7 +148,7 @@ _SHRINK = settings(database=None, derandomize=True, max_examples=2000, suppress_
 
 
 def test_shrinks_bias_and_causal_to_the_smallest_case():
-    c = find(cases(), lambda c: c.bias is not None and c.causal, settings=_SHRINK)
+    c = find(cases(geometry="free"), lambda c: c.bias is not None and c.causal, settings=_SHRINK)
     assert c == Case(
         layout="dense", dtype="float16", batch=1, h_q=1, h_kv=1, d_qk=64, d_v=64, s_q=1, s_kv=1,
         causal=True, bias="float16",
@@ -147,13 +156,42 @@ def test_shrinks_bias_and_causal_to_the_smallest_case():
 
 
 def test_shrinks_to_the_first_tile_edge_past_a_tile():
-    c = find(dense_cases(), lambda c: c.s_q > pools.TILE_N, settings=_SHRINK)
+    c = find(dense_cases(geometry="free"), lambda c: c.s_q > pools.TILE_N, settings=_SHRINK)
     assert (c.batch, c.h_q, c.s_q, c.s_kv, c.bias, c.sinks, c.causal) == (1, 1, pools.TILE_N + 1, pools.TILE_N + 1, None, False, False)
 
 
 def test_shrinks_thd_to_one_short_sequence_pair():
-    c = find(thd_cases(), lambda c: c.causal and c.bottom_right and any(q > kv for q, kv in zip(c.q_lens, c.kv_lens)), settings=_SHRINK)
+    c = find(thd_cases(geometry="free"), lambda c: c.causal and c.bottom_right and any(q > kv for q, kv in zip(c.q_lens, c.kv_lens)), settings=_SHRINK)
     assert (c.h_q, c.q_lens, c.kv_lens, c.q_base, c.q_slack, c.sinks, c.window_left) == (1, (1,), (0,), 0, 0, False, -1)
+
+
+# Pool geometry: a failure shrinks to the smallest geometry of its stratum's
+# pool that still fails (gptoss fp16: flavor and dtype shrink first), runtime
+# facts minimal; `sdpa-conformance repro --shrink-geometry` goes on from there.
+def test_pool_shrinks_bias_and_causal_to_the_pools_smallest():
+    c = find(cases(geometry="pool"), lambda c: c.bias is not None and c.causal, settings=_SHRINK)
+    first = next(g for g in geometry.dense_pool("gptoss", "float16") if g.bias and g.causal)
+    assert c == first.case("float16")
+
+
+def test_pool_shrinks_past_a_tile_to_the_pools_smallest():
+    c = find(dense_cases(geometry="pool"), lambda c: c.s_q > pools.TILE_N, settings=_SHRINK)
+    first = next(g for g in geometry.dense_pool("gptoss", "float16") if g.s_q > pools.TILE_N)
+    assert c == first.case("float16", seq_q_lens=_ones(first.pad_q, first.batch), seq_kv_lens=_ones(first.pad_kv, first.batch))
+
+
+def test_pool_shrinks_thd_to_the_pools_smallest():
+    c = find(thd_cases(geometry="pool"), lambda c: c.causal and c.bottom_right and any(q > kv for q, kv in zip(c.q_lens, c.kv_lens)), settings=_SHRINK)
+    first = next(g for g in geometry.thd_pool("gptoss", "float16") if g.causal and g.bottom_right)
+    # The row, exactly; runtime facts near minimal (the lengths may stop at a
+    # local minimum of the shrinker, e.g. q=[63] kv=[1]).
+    row = geometry.ThdGeometry(c.h_q, c.h_kv, c.n_seq, c.causal, c.bottom_right, c.window_left, c.sinks, 1 if c.scale is None else (c.scale > 0) - (c.scale < 0))
+    assert row == first and (c.d_qk, c.d_v, c.dtype, c.window_right) == (64, 64, "float16", -1)
+    assert c.q_base == c.kv_base == c.q_slack == c.kv_slack == 0 and c.seed == 0
+
+
+def _ones(on: bool, batch: int):
+    return (1,) * batch if on else None
 
 
 def test_strategies_never_filter_or_assume():
@@ -187,8 +225,9 @@ def test_profiles_settings_and_examples():
     previous = settings._current_profile
     try:
         assert load_profile("ci") == "ci"
-        assert examples("numerics") == ci.max_examples
-        assert 1 <= examples("compile") < examples("numerics") < examples("cpu")
+        assert examples("numerics") == round(ci.max_examples * profiles.PROFILE_KIND_SCALE["ci"]["numerics"])
+        assert 1 <= examples("compile") < examples("contracts") < examples("tails") < examples("numerics")
+        assert examples("numerics", "nightly") == settings.get_profile("nightly").max_examples
         with pytest.raises(ValueError, match="kind"):
             examples("bogus")
     finally:
