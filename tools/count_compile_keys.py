@@ -97,6 +97,40 @@ def keys_of(prop: str, case, params: dict) -> list:
     return keys
 
 
+def _unvisited_rows(examples) -> dict:
+    """stratum -> the pool rows (dense "d<i>", THD "t<i>") no numerics example drew."""
+    from conformance.ground.tables import STRATA
+    from kernels.prepared import compile_key
+    from strategies import geometry
+
+    seen = {compile_key(case) for case, _ in examples if not case.violation}
+    out = {}
+    for f, d in STRATA:
+        rows = [(f"d{i}", g.case(d)) for i, g in enumerate(geometry.dense_pool(f, d))]
+        rows += [(f"t{i}", g.case(f, d)) for i, g in enumerate(geometry.thd_pool(f, d))]
+        missing = [name for name, c in rows if compile_key(c) not in seen]
+        if missing:
+            out[f"{f}-{d}"] = missing
+    return out
+
+
+def _label_gaps(cases) -> dict:
+    """stratum -> feature labels (strategies.coverage) of a pool that the
+    stratum's numerics examples never reached (runtime-only labels aside)."""
+    from conformance.ground.tables import STRATA, flavor_of
+    from strategies import geometry
+    from strategies.coverage import labels
+
+    out = {}
+    for f, d in STRATA:
+        pool = [g.case(d) for g in geometry.dense_pool(f, d)] + [g.case(f, d) for g in geometry.thd_pool(f, d)]
+        want = set().union(*(labels(c) for c in pool)) - {"thd:one_len"}
+        got = set().union(*(labels(c) for c in cases if c.dtype == d and flavor_of(c.d_qk, c.d_v) == f))
+        if want - got:
+            out[f"{f}-{d}"] = sorted(want - got)
+    return out
+
+
 def count(profile: str = "ci", geometry: str = None, select: str = None) -> dict:
     """Draw the profile's GPU examples and count their compile keys."""
     if geometry:
@@ -118,6 +152,10 @@ def count(profile: str = "ci", geometry: str = None, select: str = None) -> dict
             p["keys"].add(k)
             per_stratum[(k[1], "bfloat16" if k[2].io_bf16 else "float16")].add(k)
 
+    numerics = [(case, params) for prop, case, params in rec.calls if prop == "numerics"]
+    unvisited = _unvisited_rows(numerics)
+    gaps = _label_gaps([case for case, _ in numerics])
+
     def row(names):
         ex = sum(per_prop[n]["examples"] for n in names)
         keys = set().union(*(per_prop[n]["keys"] for n in names)) if names else set()
@@ -130,6 +168,8 @@ def count(profile: str = "ci", geometry: str = None, select: str = None) -> dict
         "properties": {n: row([n]) for n in sorted(per_prop)},
         "numerics+tails": row(["numerics", "tails"]),
         "launching": row([n for n in LAUNCHING if n in per_prop]),
+        "numerics_rows_never_drawn": unvisited,
+        "numerics_features_missing": gaps,
         "keys_per_stratum": {f"{f}-{d}": len(v) for (f, d), v in sorted(per_stratum.items())},
         "tests": dict(Counter(prop for prop, _, _ in rec.calls)),
     }
@@ -148,6 +188,10 @@ def main(argv=None) -> int:
     print(f"{'property':16} {'examples':>9} {'keys':>6} {'dense':>6} {'thd':>5} {'ex/key':>7}")
     for name, r in list(out["properties"].items()) + [("numerics+tails", out["numerics+tails"]), ("launching", out["launching"])]:
         print(f"{name:16} {r['examples']:9d} {r['keys']:6d} {r['dense_keys']:6d} {r['thd_keys']:5d} {str(r['examples_per_key']):>7}")
+    if out["numerics_rows_never_drawn"]:
+        print("numerics: pool rows never drawn: " + "; ".join(f"{k} {' '.join(v)}" for k, v in out["numerics_rows_never_drawn"].items()))
+    if out["numerics_features_missing"]:
+        print("numerics: pool features never drawn: " + "; ".join(f"{k} {' '.join(v)}" for k, v in out["numerics_features_missing"].items()))
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
     return 0
