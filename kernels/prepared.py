@@ -9,7 +9,7 @@ wrappers' contract checks in between. See kernels/README.md.
 from __future__ import annotations
 
 import dataclasses
-
+import hashlib
 import math
 import re
 from contextlib import contextmanager
@@ -150,6 +150,11 @@ def compile_key(case: Case, *, initialize_outputs: bool = True) -> tuple:
     return ("dense", spec.flavor, spec.params, meta_dense_geometry(case, spec), spec.swa_window, spec.right_bound)
 
 
+def key_digest(key: tuple) -> str:
+    """A short stable name of a compile key (reports count distinct keys)."""
+    return hashlib.sha1(repr(key).encode()).hexdigest()[:12]
+
+
 def _qk_width(d_qk: int) -> int:
     # The loads predicate whole 8-element vectors against the real d
     # (load_tile_2d valid_cols), so a d that is not a multiple of 8 is padded
@@ -266,7 +271,8 @@ class PreparedAdapter:
         if o_run is not o:
             o.copy_(o_run[..., : case.d_v])
         arch = "sm_80" if env.native else f"{env.live_arch} (compile_host names no --gpu-arch: the DSL targets the live device)"
-        return KernelResult(o, lse, box.delta, self._notes(spec, arch=arch, mode=env.mode, staged=staged))
+        key = key_digest(("dense", spec.flavor, spec.params, geometry, spec.swa_window, spec.right_bound))
+        return KernelResult(o, lse, box.delta, self._notes(spec, arch=arch, mode=env.mode, staged=staged, compile_key=key))
 
     def _run_thd(self, case, spec, env, inputs, o, lse, initialize_outputs) -> KernelResult:
         from cudnn.sdpa.fwd.config_sm80 import kernel_scale
@@ -295,7 +301,8 @@ class PreparedAdapter:
         if lse_run is not lse:
             lse.copy_(lse_run)
         arch_note = "sm_80" if arch is None else f"{arch} (--gpu-arch=sm_80 rewritten)"
-        notes = self._notes(spec, arch=arch_note, mode=env.mode, staged=staged, initialize_outputs=initialize_outputs)
+        key = key_digest(("thd", spec.flavor, spec.params, case.h_q, case.h_kv, case.n_seq, spec.swa_window, bool(initialize_outputs)))
+        notes = self._notes(spec, arch=arch_note, mode=env.mode, staged=staged, initialize_outputs=initialize_outputs, compile_key=key)
         return KernelResult(o, lse, box.delta, notes)
 
     # ------------------------------------------------------ compile only
