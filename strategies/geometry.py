@@ -73,7 +73,7 @@ from typing import Callable, Dict, Iterator, Optional, Sequence, Tuple
 from hypothesis import strategies as st
 
 from conformance.ground.case import Case
-from conformance.ground.tables import STRATA
+from conformance.ground.tables import STRATA, flavor_of
 
 from . import features, pools
 
@@ -468,13 +468,18 @@ def _candidates(c: Case) -> Iterator[Case]:
             for group in range(1, c.h_q // c.h_kv + 1):
                 if h_kv * group < c.h_q:
                     yield c.replace(h_q=h_kv * group, h_kv=h_kv)
-    # Head dims: the smallest envelope serving them, then smaller dims of the same flavor.
-    for flavor, dims in env.items():
-        if dims[0] <= c.d_qk and dims[1] <= c.d_v and dims != (c.d_qk, c.d_v):
-            yield c.replace(d_qk=dims[0], d_v=dims[1])
-    for dq, dv in sorted({p for ps in pools.OFF_ENVELOPE_DIMS.values() for p in ps} | set(env.values())):
-        if dq <= c.d_qk and dv <= c.d_v and (dq, dv) != (c.d_qk, c.d_v):
-            yield c.replace(d_qk=dq, d_v=dv)
+    # Head dims: an envelope is simpler than any off-envelope pair, a smaller
+    # flavor simpler than a larger one; then smaller off-envelope pairs.
+    flavor = flavor_of(c.d_qk, c.d_v)
+    smaller = list(env)[: list(env).index(flavor) + 1] if flavor in env else list(env)
+    on = (c.d_qk, c.d_v) == env.get(flavor)
+    for f in smaller:
+        if env[f] != (c.d_qk, c.d_v) and (not on or f != flavor):
+            yield c.replace(d_qk=env[f][0], d_v=env[f][1])
+    if not on:
+        for dq, dv in sorted({p for f in smaller for p in pools.OFF_ENVELOPE_DIMS[f]}):
+            if dq <= c.d_qk and dv <= c.d_v and (dq, dv) != (c.d_qk, c.d_v):
+                yield c.replace(d_qk=dq, d_v=dv)
     # Windows and bands: smaller sizes.
     for w in _smaller(c.window_left, pools.WINDOWS):
         yield c.replace(window_left=w)
