@@ -146,8 +146,16 @@ def compile_key(case: Case, *, initialize_outputs: bool = True) -> tuple:
     is one per run and left out. Raises what ``specialize`` raises."""
     spec = specialize(case)
     if case.is_thd:
-        return ("thd", spec.flavor, spec.params, case.h_q, case.h_kv, case.n_seq, spec.swa_window, bool(initialize_outputs))
-    return ("dense", spec.flavor, spec.params, meta_dense_geometry(case, spec), spec.swa_window, spec.right_bound)
+        return _thd_key(case, spec, initialize_outputs)
+    return _dense_key(spec, meta_dense_geometry(case, spec))
+
+
+def _dense_key(spec, geometry) -> tuple:
+    return ("dense", spec.flavor, spec.params, geometry, spec.swa_window, spec.right_bound)
+
+
+def _thd_key(case: Case, spec, initialize_outputs: bool) -> tuple:
+    return ("thd", spec.flavor, spec.params, case.h_q, case.h_kv, case.n_seq, spec.swa_window, bool(initialize_outputs))
 
 
 def key_digest(key: tuple) -> str:
@@ -271,7 +279,7 @@ class PreparedAdapter:
         if o_run is not o:
             o.copy_(o_run[..., : case.d_v])
         arch = "sm_80" if env.native else f"{env.live_arch} (compile_host names no --gpu-arch: the DSL targets the live device)"
-        key = key_digest(("dense", spec.flavor, spec.params, geometry, spec.swa_window, spec.right_bound))
+        key = key_digest(_dense_key(spec, geometry))
         return KernelResult(o, lse, box.delta, self._notes(spec, arch=arch, mode=env.mode, staged=staged, compile_key=key))
 
     def _run_thd(self, case, spec, env, inputs, o, lse, initialize_outputs) -> KernelResult:
@@ -301,7 +309,7 @@ class PreparedAdapter:
         if lse_run is not lse:
             lse.copy_(lse_run)
         arch_note = "sm_80" if arch is None else f"{arch} (--gpu-arch=sm_80 rewritten)"
-        key = key_digest(("thd", spec.flavor, spec.params, case.h_q, case.h_kv, case.n_seq, spec.swa_window, bool(initialize_outputs)))
+        key = key_digest(_thd_key(case, spec, initialize_outputs))
         notes = self._notes(spec, arch=arch_note, mode=env.mode, staged=staged, initialize_outputs=initialize_outputs, compile_key=key)
         return KernelResult(o, lse, box.delta, notes)
 

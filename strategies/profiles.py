@@ -4,9 +4,12 @@
 - ``ci``: derandomized (the same examples every run, so a red CI is
   reproducible from the log), no deadline (kernel compiles take seconds),
   ``print_blob`` for reproduction, a fixed example count (the default when
-  the ``CI`` environment variable is set).
-- ``nightly``: many examples; properties call ``hypothesis.target()`` on
-  their error ratio so the search climbs toward the tolerance edge.
+  the ``CI`` environment variable is set). Shape facts come from small
+  per-stratum geometry pools (strategies.geometry), so GPU examples are
+  cheap and numerics/tails check 3.5x/1.75x more of them.
+- ``nightly``: many examples over free geometry (a compile per example);
+  properties call ``hypothesis.target()`` on their error ratio so the
+  search climbs toward the tolerance edge.
 
 Selection: pytest's own ``--hypothesis-profile NAME`` wins, then the
 environment variable ``SDPA_HYPOTHESIS_PROFILE``, then ``ci`` under ``CI``,
