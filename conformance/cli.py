@@ -2,6 +2,7 @@
 
     sdpa-conformance repro sdpa-report/cases/numerics-1a2b3c4d5e.json
     sdpa-conformance repro sdpa-report/shards/<run>/gw3-4242.jsonl[:LINE]
+    sdpa-conformance repro sdpa-report/cases/numerics-1a2b3c4d5e.json --shrink-geometry
     sdpa-conformance report sdpa-report
     sdpa-conformance facts
 
@@ -70,6 +71,10 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--adapter", choices=ADAPTERS, default=None, help="kernel entry point (default: the one recorded in the file, else $SDPA_ADAPTER, else prepared)")
     r.add_argument("--sm80-compat", action="store_true", default=None, help="run sm80 code on a newer GPU (default: as recorded, or $SDPA_SM80_COMPAT=1)")
     r.add_argument("--kernels-source", metavar="PATH", default=None, help="cudnn-frontend python/ tree to test instead of the installed wheel")
+    r.add_argument("--shrink-geometry", action="store_true",
+                   help="when it still fails, shrink it further outside the run's geometry pools (every fact, greedily; a compile per new "
+                        "geometry) and write the simplest failing case next to FILE as *-min.json")
+    r.add_argument("--max-runs", type=int, default=300, metavar="N", help="--shrink-geometry: at most N property runs (default 300)")
     r.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
                    help="a replay with no verdict after this long is a hang: say so and exit 1 (default: 300; 0: wait forever)")
     sub.add_parser("facts", help="print the Case facts and the coverage axes (markdown), from their declarations",
@@ -286,7 +291,7 @@ def repro(args) -> int:
             print(line)
         covered = _known_finding_note(failure, params)
         print("\nstill fails" + (", as the known findings describe" if covered else "") + " (exit 1)")
-        return 1
+        return _shrink(args, doc, prop, case, adapter, params, failure) if args.shrink_geometry else 1
     except (NoGPU, Unsupported) as e:  # Unsupported: this adapter cannot run what the case file asks (--adapter)
         raise Usage(str(e)) from None
     except Unexpressible as e:
@@ -299,7 +304,7 @@ def repro(args) -> int:
         traceback.print_exc()
         lost = watchdog.context_lost(e)
         print(f"\nFAIL {prop}: raised {type(e).__name__}: {e}" + (f"\nCUDA context lost: {lost} (a sticky CUDA error)" if lost else "") + "\n\nstill fails (exit 1)")
-        return 1
+        return _shrink(args, doc, prop, case, adapter, params, e) if args.shrink_geometry else 1
     finally:
         _unbound()
     ratios = "   ".join(f"{q} error/bound {_fmt(r)}" for q, r in (obs.ratios or {}).items())
@@ -307,6 +312,47 @@ def repro(args) -> int:
     return 0
 
 
+def _shrink(args, doc: dict, prop: str, case, adapter, params: dict, failure: BaseException) -> int:
+    """repro --shrink-geometry: shrink the still-failing case over free
+    geometry (conformance.properties.shrink) and write the simplest failing
+    case next to the file. Exit 1: it still fails."""
+    from functools import partial
+    from pathlib import Path
+
+    from conformance.ground.outcome import PropertyFailure
+    from conformance.properties import PROPERTIES
+    from conformance.properties.shrink import shrink_geometry
+    from reports.casefile import inputs_digest, repro_command, strict
+
+    if case.violation:
+        print("--shrink-geometry: a contract-violating case has no geometry to shrink; nothing done")
+        return 1
+    print(f"\nshrinking outside the geometry pools (at most {args.max_runs} runs; a compile per new geometry) ...")
+    check = partial(PROPERTIES[prop], adapter=adapter)
+    def summary(e: BaseException) -> str:
+        return e.summary if isinstance(e, PropertyFailure) else f"{type(e).__name__}: {str(e)[:300]}"
+
+    def log(state) -> None:
+        print(f"  step {len(state.steps)} (run {state.runs}): {state.case.describe()}\n      {summary(state.failure)[:160]}", flush=True)
+
+    result = shrink_geometry(check, case, failure, max_runs=args.max_runs, log=log, **params)
+    if not result.steps:
+        print(f"no simpler case fails ({result.runs} runs): the case file is already minimal")
+        return 1
+    final = result.failure
+    out = Path(args.file).with_name(Path(args.file).stem + "-min.json")
+    shrunk = dict(doc, case=result.case.to_dict(), summary=summary(final), detail=getattr(final, "detail", {}) or {}, shrunk_from=str(args.file),
+                  inputs_sha256=inputs_digest(result.case), repro=repro_command(out))  # fmt: skip
+    out.write_text(json.dumps(strict(shrunk), indent=1, default=str) + "\n", encoding="utf-8")
+    print(f"\nsimplest failing case ({len(result.steps)} steps, {result.runs} runs{'' if result.complete else ', stopped by --max-runs'}):")
+    print(f"case:      {result.case.describe()}")
+    print(f"was:       {case.describe()}")
+    print(f"wrote {out}\n  {repro_command(out)}\n\nstill fails (exit 1)")
+    return 1
+
+
+def _known_finding_note(prop: str, case) -> None:
+    """Say so when the failure is an expected one (repro itself applies no findings)."""
 def _planted_note(doc: dict) -> None:
     """A case recorded with a planted mutant replays the planted bug only with it planted again."""
     from kernels.mutants import PLANT_ENV

@@ -38,7 +38,7 @@ from reports import casefile, shards
 
 DEFAULT_REPORT_DIR = "sdpa-report"
 FINDINGS_FILE = "known_findings.toml"
-PATH_OPTIONS = ("--report-dir", "--kernels-source", "--known-findings")
+PATH_OPTIONS = ("--report-dir", "--kernels-source", "--known-findings", "--compile-cache")
 
 
 @dataclass
@@ -59,6 +59,8 @@ class Run:
     hypothesis: dict = field(default_factory=dict)  # profile and seed, as strategies.profiles.describe says
     summary: Optional[dict] = None
     paths: Optional[dict] = None
+    compile_cache: Optional[str] = None  # the on-disk compiled cache every process of the run shares (kernels.cache)
+    compile_cache_previous: Optional[str] = None  # the variable's value before the run set it
 
 
 RUN = pytest.StashKey[Run]()
@@ -78,6 +80,9 @@ def pytest_addoption(parser):
     g.addoption("--known-findings", default=None, metavar="FILE",
                 help=f"known findings file (.toml or .json). Default: {FINDINGS_FILE} at the rootdir, if present.")
     isolation.addoption(g, parser)
+    g.addoption("--compile-cache", default=None, metavar="DIR",
+                help="on-disk compiled cache shared by the run's processes (a key compiles once per run; kept for later runs). "
+                     "Default: $SDPA_COMPILE_CACHE, else $CUDNN_FRONTEND_COMPILED_CACHE, else the frontend's ~/.cache/cudnn_frontend/compiled_plans.")
 
 
 def _check_rootdir(config) -> None:
@@ -160,6 +165,11 @@ def pytest_configure(config):
     _check_rootdir(config)
     run = _resolve(config)
     _configure_kernels(run)
+    from kernels import cache
+
+    shared = getattr(config, "workerinput", {}).get("sdpa_compile_cache")  # a worker: the controller's
+    run.compile_cache = shared or str(cache.resolve(config.getoption("compile_cache"), config.invocation_params.dir))
+    run.compile_cache_previous = cache.use(run.compile_cache)
     from strategies import profiles
 
     try:
@@ -226,6 +236,11 @@ def environment(run: Run) -> dict:
         mutant = planted()
         if mutant is not None:
             run.env["planted_mutant"] = mutant.name
+        if run.compile_cache:
+            from kernels import cache
+
+            run.env["compile_cache"] = run.compile_cache
+            run.env["compile_cache_note"] = cache.describe(run.compile_cache, e.capability is not None)
         if run.version_warnings:
             run.env["version_warnings"] = run.version_warnings
     return run.env
@@ -243,6 +258,8 @@ def pytest_report_header(config):
     iso = config.pluginmanager.get_plugin("sdpa_conformance_isolation")
     if iso is not None:
         lines.append(iso.header())
+    if env.get("compile_cache_note"):
+        lines.append(f"sdpa-conformance: {env['compile_cache_note']}")
     if env.get("planted_mutant"):
         from kernels.mutants import PLANT_ENV, planted
 
@@ -353,10 +370,14 @@ class Recording:
         """xdist controller: workers write into the controller's report dir."""
         node.workerinput["sdpa_report_dir"] = str(self.run.report_dir)
         node.workerinput["sdpa_run_id"] = self.run.run_id
+        node.workerinput["sdpa_compile_cache"] = self.run.compile_cache
 
     def pytest_unconfigure(self, config):
         previous_findings, previous_recorder = self.run.restore
         findings.activate(previous_findings)
+        from kernels import cache
+
+        cache.restore(self.run.compile_cache_previous)
         if self.run.recording:
             recorder.close_shard(previous_recorder)
 

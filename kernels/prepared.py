@@ -9,7 +9,7 @@ wrappers' contract checks in between. See kernels/README.md.
 from __future__ import annotations
 
 import dataclasses
-
+import hashlib
 import math
 import re
 from contextlib import contextmanager
@@ -128,6 +128,51 @@ def dense_geometry(case: Case, q, k, v, o, lse) -> tuple:
         vec(case.sinks, h),
         bias,
     )
+
+
+def meta_dense_geometry(case: Case, spec) -> tuple:
+    """The geometry a run of dense ``case`` hands compile_host, from the facts
+    alone: meta tensors (no memory, no device) in the layouts and staging a run
+    would use."""
+    dt = TORCH_DTYPES[case.dtype]
+    with torch.device("meta"):
+        q = _stage_dense(dense_view(case, case.batch, case.h_q, case.s_q, case.d_qk, dt), _qk_width(case.d_qk))
+        k = _stage_dense(dense_view(case, case.batch, case.h_kv, case.s_kv, case.d_qk, dt), _qk_width(case.d_qk))
+        v = _stage_dense(dense_view(case, case.batch, case.h_kv, case.s_kv, case.d_v, dt), spec.envelope[1])
+        o, lse = make_outputs(case, "meta")
+        o = _stage_dense(o, spec.envelope[1])
+    return dense_geometry(case, q, k, v, o, lse)
+
+
+def compile_key(case: Case, *, initialize_outputs: bool = True) -> tuple:
+    """The identity of the one compile a run of ``case`` asks the prepared entry
+    points for, from the facts alone (no template module loaded, nothing
+    compiled): equal keys share one compiled artifact, a new key is a new
+    compile (~1.5-2.6 s).
+
+    Dense: what ``_compile_dense`` hands ``template_key`` -- the geometry of the
+    nine operands, the window constexprs -- with (flavor, TemplateParams)
+    standing for the template module's source digest, which they determine.
+    THD: ``compile_thd_host``'s lru arguments (heads, sequence count, window,
+    the output-initialisation mode) with (flavor, TemplateParams). The arch
+    is one per run and left out. Raises what ``specialize`` raises."""
+    spec = specialize(case)
+    if case.is_thd:
+        return _thd_key(case, spec, initialize_outputs)
+    return _dense_key(spec, meta_dense_geometry(case, spec))
+
+
+def _dense_key(spec, geometry) -> tuple:
+    return ("dense", spec.flavor, spec.params, geometry, spec.swa_window, spec.right_bound)
+
+
+def _thd_key(case: Case, spec, initialize_outputs: bool) -> tuple:
+    return ("thd", spec.flavor, spec.params, case.h_q, case.h_kv, case.n_seq, spec.swa_window, bool(initialize_outputs))
+
+
+def key_digest(key: tuple) -> str:
+    """A short stable name of a compile key (reports count distinct keys)."""
+    return hashlib.sha1(repr(key).encode()).hexdigest()[:12]
 
 
 def _qk_width(d_qk: int) -> int:
@@ -260,7 +305,8 @@ class PreparedAdapter:
             o.copy_(written)
         arch = "sm_80" if env.native else f"{env.live_arch} (compile_host names no --gpu-arch: the DSL targets the live device)"
         handed = _handed(q=q, k=k, v=v, o=o_run, lse=lse, seq_kv_lens=inputs.seq_kv_lens, seq_q_lens=inputs.seq_q_lens, sinks=inputs.sinks, bias=inputs.bias)
-        return KernelResult(written, lse, box.delta, self._notes(spec, arch=arch, mode=env.mode, staged=staged), handed)
+        key = key_digest(_dense_key(spec, geometry))
+        return KernelResult(written, lse, box.delta, self._notes(spec, arch=arch, mode=env.mode, staged=staged, compile_key=key), handed)
 
     def _run_thd(self, case, spec, env, inputs, o, lse, initialize_outputs) -> KernelResult:
         from cudnn.sdpa.fwd.config_sm80 import kernel_scale
@@ -290,7 +336,8 @@ class PreparedAdapter:
         if lse_run is not lse:
             lse.copy_(lse_run)
         arch_note = "sm_80" if arch is None else f"{arch} (--gpu-arch=sm_80 rewritten)"
-        notes = self._notes(spec, arch=arch_note, mode=env.mode, staged=staged, initialize_outputs=initialize_outputs)
+        key = key_digest(_thd_key(case, spec, initialize_outputs))
+        notes = self._notes(spec, arch=arch_note, mode=env.mode, staged=staged, initialize_outputs=initialize_outputs, compile_key=key)
         handed = _handed(q=q, k=k, v=v, o=o_run, lse=lse_run, cu_q=inputs.cu_q, cu_kv=inputs.cu_kv, sinks=inputs.sinks)
         return KernelResult(written, lse_run, box.delta, notes, handed)
 
@@ -308,15 +355,7 @@ class PreparedAdapter:
                     self._module(spec), case.h_q, case.h_kv, case.n_seq, spec.swa_window, THD_PREFIX_DTYPES, THD_SINK_DTYPE, None, initialize_outputs
                 )
             return box.delta
-        # Meta tensors in the layouts a run would hand the host (no memory, no device).
-        dt = TORCH_DTYPES[case.dtype]
-        with torch.device("meta"):
-            q = _stage_dense(dense_view(case, case.batch, case.h_q, case.s_q, case.d_qk, dt), _qk_width(case.d_qk))
-            k = _stage_dense(dense_view(case, case.batch, case.h_kv, case.s_kv, case.d_qk, dt), _qk_width(case.d_qk))
-            v = _stage_dense(dense_view(case, case.batch, case.h_kv, case.s_kv, case.d_v, dt), spec.envelope[1])
-            o, lse = make_outputs(case, "meta")
-            o = _stage_dense(o, spec.envelope[1])
-        geometry = dense_geometry(case, q, k, v, o, lse)
+        geometry = meta_dense_geometry(case, spec)  # the layouts a run would hand the host
         with measure() as box:
             self._compile_dense(self._module(spec), spec, geometry, arch=COMPILE_ONLY_ARCH)
         return box.delta

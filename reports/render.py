@@ -131,10 +131,19 @@ def _coverage(s: dict) -> list:
 
 def _compile(s: dict) -> list:
     def row(name, c):
-        return [name, c["compiles"], c["hits"], c["memo_hits"], c["thd_lru_misses"], c["modules"], _fmt(c["seconds"])]
+        share = "-" if c.get("share") is None else f"{100 * c['share']:.0f}%"
+        return [name, c["compiles"], c["hits"], c["memo_hits"], c["thd_lru_misses"], c["modules"], _fmt(c["seconds"]), share]
 
     rows = [row(n, p["compile"]) for n, p in s["properties"].items() if p["examples"]] + [row("total", s["compile"])]
-    return [("h", 2, "Compile statistics"), ("table", ["property", "compiles", "hits", "memo hits", "THD LRU misses", "modules", "seconds"], rows)]
+    c = s["compile"]
+    out = [("h", 2, "Compile statistics"),
+           ("table", ["property", "compiles", "hits", "memo hits", "THD LRU misses", "modules", "seconds", "share of example time"], rows)]
+    if c.get("keys"):
+        out.append(("p", f"{c['keys']} distinct compile keys among the examples, {c['compiled_keys']} compiled in this run"
+                         f" ({c['repeat_compiles']} compiles of a key already compiled in this run)."))
+    if c.get("cache"):
+        out.append(("p", c["cache"]))
+    return out
 
 
 def _slowest(s: dict) -> list:

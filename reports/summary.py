@@ -58,6 +58,7 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
     tests: Dict[str, dict] = {}
     failures: Dict[tuple, dict] = {}
     times, faults = [], []
+    keys_seen, compiled = set(), Counter()  # compile-key digests (kernels.prepared notes): seen / compiled how often
     for r in records:
         kind = r.get("kind")
         if kind == "begin":
@@ -83,6 +84,10 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
                     p["compile"][k] += v
             p["seconds"] += r.get("seconds") or 0.0
+            key = (r.get("notes") or {}).get("compile_key")
+            if key:
+                keys_seen.add(key)
+                compiled[key] += int((r.get("compile") or {}).get("misses") or 0)
             obs_list.append(r)
         elif kind == "collected":
             collected.update(r.get("tests", {}))
@@ -133,7 +138,7 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
             "tests": {o: per_prop_tests[name][o] for o in OUTCOMES},
             "ratios": {q: _stats(v) for q, v in sorted(p["ratios"].items())},
             "ratios_by_dtype": {q: _stats(v) for q, v in sorted(p["by_dtype"].items())},  # "o fp16", "lse bf16", ...
-            "compile": _compile(p["compile"]),
+            "compile": _compile(p["compile"], p["seconds"]),
             "seconds": p["seconds"],
         }
 
@@ -161,7 +166,9 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
         "tests": {o: totals[o] for o in OUTCOMES} | {"total": sum(totals.values())},
         "properties": properties,
         "coverage": coverage(c for _, c in begun),
-        "compile": _compile(sum((p["compile"] for p in props.values()), Counter())),
+        "compile": _compile(sum((p["compile"] for p in props.values()), Counter()), sum(p["seconds"] for p in props.values()))
+        | {"keys": len(keys_seen), "compiled_keys": sum(1 for n in compiled.values() if n), "repeat_compiles": sum(max(0, n - 1) for n in compiled.values()),
+           "cache": session.get("environment", {}).get("compile_cache_note")},
         "slowest": [
             {"property": r["property"], "test": r.get("test"), "seconds": r.get("seconds"), "outcome": r.get("outcome"), "compile_seconds": (r.get("compile") or {}).get("seconds"), "case": r["case"]}
             for r in slowest
@@ -197,8 +204,12 @@ def _classify_failed(props, failed_obs: Counter, tests: Dict[str, dict], failure
             p["shrinking"] += n - k
 
 
-def _compile(c: Counter) -> dict:
-    return {"compiles": c.get("misses", 0), "hits": c.get("hits", 0), "memo_hits": c.get("memo_hits", 0), "thd_lru_misses": c.get("thd_lru_misses", 0), "modules": c.get("modules", 0), "seconds": c.get("seconds", 0.0)}
+def _compile(c: Counter, example_seconds: float = 0.0) -> dict:
+    """Compile counters; ``share``: compile seconds over the examples' seconds
+    (the worker time the examples took, compiles included)."""
+    seconds = c.get("seconds", 0.0)
+    return {"compiles": c.get("misses", 0), "hits": c.get("hits", 0), "memo_hits": c.get("memo_hits", 0), "thd_lru_misses": c.get("thd_lru_misses", 0),
+            "modules": c.get("modules", 0), "seconds": seconds, "share": seconds / example_seconds if example_seconds else None}
 
 
 def _findings(session: dict, observations: list, warnings: list) -> dict:

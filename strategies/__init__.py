@@ -1,6 +1,8 @@
 """Hypothesis strategies of the suite: valid Cases, violating Cases, profiles.
 
-- ``cases``/``dense_cases``/``thd_cases``: valid facts (``facts``, ``varlen``).
+- ``cases``/``dense_cases``/``thd_cases``: valid facts (``facts``, ``varlen``);
+  their compile-key facts come from per-stratum pools or free draws
+  (``geometry``: ``geometry="pool"|"free"``, $SDPA_GEOMETRY, the profile).
 - ``violating_cases``: one contract rule applied (``violations``).
 - ``load_profile``/``examples``: Hypothesis profiles (``profiles``).
 """

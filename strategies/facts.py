@@ -32,6 +32,7 @@ def dense_cases(
     edges: bool = True,
     max_batch: int = max(pools.BATCHES),
     max_tokens: Optional[int] = None,
+    geometry: Optional[str] = None,
     **common,
 ) -> st.SearchStrategy[Case]:
     """Valid dense Cases.
@@ -40,6 +41,9 @@ def dense_cases(
     bias_dtypes: "input" (the I/O dtype) and/or "float32".
     edges: allow tile-edge lengths (up to 257).
     max_tokens: bound batch * s_q and batch * s_kv.
+    geometry: "pool" (compile-key facts from the strata's pools, runtime facts
+    free: strategies.geometry) or "free"; None: $SDPA_GEOMETRY, else the
+    loaded profile's (nightly free, others pool).
     Common options (both layouts): ``strategies.features.Common``, e.g.
     flavors, dtypes, off_envelope, causal, windows, sinks, scales, max_heads.
     """
@@ -53,6 +57,12 @@ def dense_cases(
         raise ValueError("options 'max_batch'/'max_tokens': must be >= 1")
     batches = [b for b in pools.BATCHES if b <= max_batch and (max_tokens is None or b <= max_tokens)]
     memory, bias_dtypes = tuple(memory), tuple(bias_dtypes)
+    from . import geometry as geo
+
+    if geo.mode(geometry) == "pool":
+        dense = dict(bias=bias, bias_dtypes=bias_dtypes, padding=padding, memory=memory, edges=edges, max_batch=max_batch, max_tokens=max_tokens)
+        free = lambda f, d: dense_cases(geometry="free", **dense, **{**common, "flavors": (f,), "dtypes": (d,)})  # noqa: E731
+        return geo.pooled_dense(opts, free, **dense)
 
     @st.composite
     def draw_case(draw) -> Case:

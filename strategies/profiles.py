@@ -4,9 +4,12 @@
 - ``ci``: derandomized (the same examples every run, so a red CI is
   reproducible from the log), no deadline (kernel compiles take seconds),
   ``print_blob`` for reproduction, a fixed example count (the default when
-  the ``CI`` environment variable is set).
-- ``nightly``: many examples; properties call ``hypothesis.target()`` on
-  their error ratio so the search climbs toward the tolerance edge.
+  the ``CI`` environment variable is set). Shape facts come from small
+  per-stratum geometry pools (strategies.geometry), so GPU examples are
+  cheap and numerics/tails check 3.5x/1.75x more of them.
+- ``nightly``: many examples over free geometry (a compile per example);
+  properties call ``hypothesis.target()`` on their error ratio so the
+  search climbs toward the tolerance edge.
 
 Selection: pytest's own ``--hypothesis-profile NAME`` wins, then the
 environment variable ``SDPA_HYPOTHESIS_PROFILE``, then ``ci`` under ``CI``,
@@ -35,6 +38,13 @@ KIND_SCALE = {
     "compile": 0.2,  # CPU compile tier (~1.5 s per new geometry)
     "cpu": 5.0,  # pure-Python checks (strategies, reference self-tests)
 }
+
+# Per-profile overrides of KIND_SCALE. Under ``ci`` the shape facts come from
+# small per-stratum pools (strategies.geometry), so a compile buys many GPU
+# examples: numerics and tails check 3.5x more (5,040 numerics+tails examples,
+# one compile key per ~15 of them: tools/count_compile_keys.py). ``nightly``
+# draws free geometry (a compile per example) and keeps the base shares.
+PROFILE_KIND_SCALE = {"ci": {"numerics": 3.5, "tails": 1.75}}
 
 # Every profile: no deadline (a kernel compile takes seconds) and no too-slow
 # health check; ``ci`` adds derandomization, ``ci``/``nightly`` print the blob.
@@ -68,11 +78,13 @@ def load_profile(cli_profile: Optional[str] = None) -> str:
     return name
 
 
-def examples(kind: str) -> int:
-    """max_examples for one property kind under the loaded profile."""
+def examples(kind: str, profile: Optional[str] = None) -> int:
+    """max_examples for one property kind under ``profile`` (default: the loaded one)."""
     if kind not in KIND_SCALE:
         raise ValueError(f"example kind {kind!r}: not one of {tuple(KIND_SCALE)}")
-    return max(1, round(settings().max_examples * KIND_SCALE[kind]))
+    name = profile or settings.get_current_profile_name()
+    base = settings.get_profile(name).max_examples if profile else settings().max_examples
+    return max(1, round(base * PROFILE_KIND_SCALE.get(name, {}).get(kind, KIND_SCALE[kind])))
 
 
 def describe(name: str, seed=None) -> dict:

@@ -31,12 +31,12 @@ def _length(zeros: bool) -> st.SearchStrategy[int]:
 
 
 def length_lists(
-    draw, max_seqs: int, max_tokens: int, zeros: bool = True
+    draw, max_seqs: int, max_tokens: int, zeros: bool = True, min_seqs: int = 1
 ) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
-    """(q_lens, kv_lens) of 1..max_seqs sequences; each list sums to <= max_tokens.
+    """(q_lens, kv_lens) of min_seqs..max_seqs sequences; each list sums to <= max_tokens.
     One list of (q, kv) pairs, not a drawn count, so shrinking deletes whole
     sequences; a sequence's KV length equals its Q length unless drawn apart."""
-    pairs = draw(st.lists(st.tuples(_length(zeros), st.one_of(st.none(), _length(zeros))), min_size=1, max_size=max_seqs))
+    pairs = draw(st.lists(st.tuples(_length(zeros), st.one_of(st.none(), _length(zeros))), min_size=min_seqs, max_size=max_seqs))
     q_lens, kv_lens, q_left, kv_left = [], [], max_tokens, max_tokens
     for q, kv in pairs:
         # Clamp to what is left of the budget; without zeros, stop instead
@@ -60,6 +60,7 @@ def thd_cases(
     max_seqs: int = pools.THD_MAX_SEQS,
     zeros: bool = True,
     offsets: Optional[bool] = None,
+    geometry: Optional[str] = None,
     **common,
 ) -> st.SearchStrategy[Case]:
     """Valid THD Cases.
@@ -69,12 +70,18 @@ def thd_cases(
     zeros: allow zero-length sequences.
     offsets: non-zero first offsets (q_base/kv_base) and capacity slack
     (q_slack/kv_slack): None draws each, True forces all, False forbids.
+    geometry: "pool" or "free" (see ``dense_cases``; THD pools fix heads,
+    sequence count, mask family, left window, sinks and the score sign).
     Common options (both layouts): ``strategies.features.Common``, e.g.
     flavors, dtypes, off_envelope, causal, windows, sinks, scales, max_heads.
     """
     opts = Common(**common)
     if max_tokens < 1 or max_seqs < 1:
         raise ValueError("options 'max_tokens'/'max_seqs': must be >= 1")
+    from . import geometry as geo
+
+    if geo.mode(geometry) == "pool":
+        return geo.pooled_thd(opts, max_tokens=max_tokens, max_seqs=max_seqs, zeros=zeros, offsets=offsets)
 
     @st.composite
     def draw_case(draw) -> Case:

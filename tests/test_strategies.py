@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, find, given, settings
 from conformance.ground.case import Case
 from conformance.ground.contracts import broken_rules
 from strategies import cases, dense_cases, examples, load_profile, thd_cases
-from strategies import pools, profiles
+from strategies import geometry, pools, profiles
 from conformance.ground.coverage import REQUIRED, labels
 from conformance.ground.tables import flavor_of
 
@@ -57,9 +57,17 @@ def _wrapper_contracts_hold(c: Case):
         assert c.bias in (c.dtype, "float32") and c.bias_batch == 1
 
 
-@settings(max_examples=400, **FIXED)
-@given(cases())
-def test_drawn_cases_are_valid(c):
+@pytest.mark.parametrize("geometry", ["pool", "free"])
+def test_drawn_cases_are_valid(geometry):
+    @settings(max_examples=400, **FIXED)
+    @given(cases(geometry=geometry))
+    def check(c):
+        _valid(c)
+
+    check()
+
+
+def _valid(c):
     from kernels.specialize import specialize
 
     assert c.structural_problem() is None
@@ -71,11 +79,12 @@ def test_drawn_cases_are_valid(c):
 
 
 # ------------------------------------------------------------------- coverage
-def test_every_feature_is_exercised():
+@pytest.mark.parametrize("geometry", ["pool", "free"])
+def test_every_feature_is_exercised(geometry):
     seen = set()
 
     @settings(max_examples=600, **FIXED)
-    @given(cases())
+    @given(cases(geometry=geometry))
     def collect(c):
         seen.update(labels(c))
 
@@ -147,7 +156,7 @@ _SHRINK = settings(database=None, derandomize=True, max_examples=2000, suppress_
 
 
 def test_shrinks_bias_and_causal_to_the_smallest_case():
-    c = find(cases(), lambda c: c.bias is not None and c.causal, settings=_SHRINK)
+    c = find(cases(geometry="free"), lambda c: c.bias is not None and c.causal, settings=_SHRINK)
     assert c == Case(
         layout="dense", dtype="float16", batch=1, h_q=1, h_kv=1, d_qk=64, d_v=64, s_q=1, s_kv=1,
         causal=True, bias="float16",
@@ -155,7 +164,7 @@ def test_shrinks_bias_and_causal_to_the_smallest_case():
 
 
 def test_shrinks_to_the_first_tile_edge_past_a_tile():
-    c = find(dense_cases(), lambda c: c.s_q > pools.TILE_N, settings=_SHRINK)
+    c = find(dense_cases(geometry="free"), lambda c: c.s_q > pools.TILE_N, settings=_SHRINK)
     assert (c.batch, c.h_q, c.s_q, c.s_kv, c.bias, c.sinks, c.causal) == (1, 1, pools.TILE_N + 1, pools.TILE_N + 1, None, False, False)
 
 
@@ -164,9 +173,44 @@ def test_shrinks_thd_to_one_short_sequence_pair():
     pair: (1, 0) sits behind another branch of the length draw (a zero-length
     sequence), which the shrinker reaches or not depending on the draws before
     it, so pinning it would break on any new drawn fact."""
-    c = find(thd_cases(), lambda c: c.causal and c.bottom_right and any(q > kv for q, kv in zip(c.q_lens, c.kv_lens)), settings=_SHRINK)
+    c = find(thd_cases(geometry="free"), lambda c: c.causal and c.bottom_right and any(q > kv for q, kv in zip(c.q_lens, c.kv_lens)), settings=_SHRINK)
     assert (c.h_q, c.n_seq, c.q_base, c.q_slack, c.kv_base, c.kv_slack, c.sinks, c.window_left) == (1, 1, 0, 0, 0, 0, False, -1)
     assert c.q_lens[0] > c.kv_lens[0] and c.q_lens[0] <= max(pools.THD_SMALL)
+
+
+# Pool geometry: a failure shrinks to the smallest geometry of its stratum's
+# pool that still fails (gptoss fp16: flavor and dtype shrink first), runtime
+# facts minimal; `sdpa-conformance repro --shrink-geometry` goes on from there.
+def test_pool_shrinks_bias_and_causal_to_the_pools_smallest():
+    c = find(cases(geometry="pool"), lambda c: c.bias is not None and c.causal, settings=_SHRINK)
+    first = next(g for g in geometry.dense_pool("gptoss", "float16") if g.bias and g.causal)
+    assert c == first.case("float16")
+
+
+def test_pool_shrinks_past_a_tile_to_the_pools_smallest():
+    c = find(dense_cases(geometry="pool"), lambda c: c.s_q > pools.TILE_N, settings=_SHRINK)
+    first = next(g for g in geometry.dense_pool("gptoss", "float16") if g.s_q > pools.TILE_N)
+    assert c == first.case("float16", seq_q_lens=_ones(first.pad_q, first.batch), seq_kv_lens=_ones(first.pad_kv, first.batch))
+
+
+def test_pool_shrinks_thd_to_a_row_no_smaller_row_fails_with():
+    """Where the predicate also reads runtime facts (here the lengths), the
+    row is minimal for the example's runtime draws: no smaller row of the pool
+    fails with them (Hypothesis' shrinker stops at such a local minimum; a row
+    keeps the last n_seq of the drawn sequences)."""
+    fails = lambda c: c.causal and c.bottom_right and any(q > kv for q, kv in zip(c.q_lens, c.kv_lens))  # noqa: E731
+    c = find(thd_cases(geometry="pool"), fails, settings=_SHRINK)
+    rows = geometry.thd_pool("gptoss", "float16")
+    row = geometry.ThdGeometry(c.h_q, c.h_kv, c.n_seq, c.causal, c.bottom_right, c.window_left, c.sinks, 1 if c.scale is None else (c.scale > 0) - (c.scale < 0))
+    assert row in rows and (c.d_qk, c.d_v, c.dtype, c.window_right) == (64, 64, "float16", -1)
+    assert c.q_base == c.kv_base == c.q_slack == c.kv_slack == 0 and c.seed == 0
+    for smaller in rows[: rows.index(row)]:
+        if smaller.n_seq <= c.n_seq:
+            assert not fails(smaller.case("gptoss", "float16", q_lens=c.q_lens[-smaller.n_seq :], kv_lens=c.kv_lens[-smaller.n_seq :])), smaller
+
+
+def _ones(on: bool, batch: int):
+    return (1,) * batch if on else None
 
 
 def test_strategies_never_filter_or_assume():
@@ -200,8 +244,9 @@ def test_profiles_settings_and_examples():
     previous = settings._current_profile
     try:
         assert load_profile("ci") == "ci"
-        assert examples("numerics") == ci.max_examples
-        assert 1 <= examples("compile") < examples("numerics") < examples("cpu")
+        assert examples("numerics") == round(ci.max_examples * profiles.PROFILE_KIND_SCALE["ci"]["numerics"])
+        assert 1 <= examples("compile") < examples("contracts") < examples("tails") < examples("numerics")
+        assert examples("numerics", "nightly") == settings.get_profile("nightly").max_examples
         with pytest.raises(ValueError, match="kind"):
             examples("bogus")
     finally:

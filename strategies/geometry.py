@@ -1,0 +1,532 @@
+"""Geometry pools: the compile-key facts of a Case come from a few geometries
+per stratum, everything else is drawn freely per example.
+
+Why. Each distinct compile key is a kernel compile (~1.5 s on CPU, ~2 s on an
+H200), and a key is every fact the prepared entry points specialize on
+(``kernels.prepared.compile_key``):
+
+- dense: the shapes and strides of all nine operands (batch, heads, s_q,
+  s_kv, head dims, memory order, bias presence and dtype, sinks presence,
+  padding-length presence per side), the TemplateParams (flavor, dtype, mask
+  family, score sign) and the window constexprs (left window and right band
+  *sizes*);
+- THD: (flavor, dtype, mask family, left window size, sinks, score sign, h,
+  h_kv, sequence count, output-initialisation mode). Head dims below the
+  envelope are staged to it and the right band is a launch argument: free.
+
+Drawing all of those freely makes almost every example a new compile (ci
+profile, before the pools: 954 distinct keys for 1,440 numerics+tails
+examples). Here they come from a *geometry*: one row of a small per-stratum
+pool (18 dense, 10 THD). What is left -- the data seed, dense padding-length
+values (zeros included), THD per-sequence lengths, first offsets and slack,
+THD head dims and right band, the scale's magnitude within its compiled sign,
+sink and bias values -- is drawn per example and never reaches a key, so a
+compile buys many examples (tools/count_compile_keys.py measures it).
+
+The derivation (``dense_pool``/``thd_pool``). ``DENSE_ROWS``/``THD_ROWS``
+are a covering design written by hand: every row combines several
+features, and each stratum's pool holds every value of every axis at least
+once -- mask families (none, causal, causal_br, swa, swa_br, swa+causal,
+swa+causal_br, causal+band, causal_br+band), causal top-left and
+bottom-right each with sq>skv and sq<skv, MHA/GQA/MQA, batch 1..3, on- and
+off-envelope head dims (d_qk off, d_v off, both off), bias in the I/O dtype
+and fp32, sinks, score sign +/-/0, the three memory orders, padding on Q, on
+KV and on both. Rows name *classes*, not numbers: a length class (tiny,
+small, equal at an edge, sq>skv, sq<skv, tile-aligned) and a dims class are
+resolved per stratum by rotating through the class's values with the
+stratum's index, and so are window and band sizes. So the 8 strata cover
+different tile edges (63/64/65, 127/128/129, 191/192, 255/256/257 around
+TILE_M=128 and TILE_N=64) and different window sizes, and every value of
+``pools.WINDOWS``/``RIGHT_BANDS`` and of each length class appears in some
+stratum. The dense-only test subsets are rows too: 5 rows per stratum are
+``bshd_padded`` without padding (the tails test of pad columns), 4 pad both
+sides (the padding-poison tests), so those tests share the numerics keys.
+
+Shrinking. Rows are ordered simplest first (row 0 is B=1 H=1 S=1x1, the
+envelope, no feature) and a Case draws flavor, dtype, then the row index
+(``sampled_from`` shrinks to index 0), then its runtime facts: a failure
+shrinks to the smallest geometry *of its pool* that still fails, with
+runtime facts minimal. ``sdpa-conformance repro --shrink-geometry`` then
+leaves the pool: it shrinks the case file's facts over free geometry
+(``simpler`` below, driven by conformance.properties.shrink).
+
+Modes. ``pool`` (the ``ci`` and ``dev`` profiles, and any profile not named
+in ``PROFILE_MODES``) or ``free`` (``nightly``: every shape fact drawn from
+the value pools of ``strategies.pools``, a compile per example, the search
+that finds geometries the pools lack). ``$SDPA_GEOMETRY`` overrides the
+profile; a strategy's ``geometry=`` option overrides both. Options that
+restrict a strategy filter the pool; a stratum whose pool they empty draws
+free geometry instead (never the suite's own tests: tests/test_geometry.py).
+
+A new compile-key fact of the Case (a new TemplateParams field the strategies
+draw) must become a column of the rows here, or pool mode loses its bound.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Callable, Dict, Iterator, Optional, Sequence, Tuple
+
+from hypothesis import strategies as st
+
+from conformance.ground.case import Case
+from conformance.ground.tables import STRATA, flavor_of
+
+from . import features, pools
+
+GEOMETRY_ENV = "SDPA_GEOMETRY"
+MODES = ("pool", "free")
+# Profiles whose strategies draw free geometry; every other profile uses pools.
+PROFILE_MODES = {"nightly": "free"}
+
+
+def mode(requested: Optional[str] = None) -> str:
+    """The geometry mode: ``requested``, else $SDPA_GEOMETRY, else the loaded
+    Hypothesis profile's (``PROFILE_MODES``, default "pool")."""
+    if requested is None:
+        requested = os.environ.get(GEOMETRY_ENV) or None
+        if requested is None:
+            from hypothesis import settings
+
+            return PROFILE_MODES.get(settings.get_current_profile_name(), "pool")
+    if requested not in MODES:
+        raise ValueError(f"option 'geometry' (or ${GEOMETRY_ENV}): {requested!r} is not one of {MODES}")
+    return requested
+
+
+# ------------------------------------------------------------------ geometries
+@dataclass(frozen=True)
+class DenseGeometry:
+    """The compile-key facts of a dense Case (dtype and flavor: the stratum)."""
+
+    d_qk: int
+    d_v: int
+    batch: int
+    h_q: int
+    h_kv: int
+    s_q: int
+    s_kv: int
+    causal: bool = False
+    bottom_right: bool = False
+    window_left: int = -1
+    window_right: int = -1
+    bias: Optional[str] = None  # "input" (the I/O dtype) | "float32" | None
+    sinks: bool = False
+    sign: int = 1  # the score sign compiled in: +1 (default or positive scale), -1, 0
+    memory: str = "bshd"
+    pad_q: bool = False
+    pad_kv: bool = False
+    lse_log2: bool = False  # TemplateParams.stats_log2: compiled in
+
+    def case(self, dtype: str, **runtime) -> Case:
+        """The Case of this geometry with runtime facts at their simplest
+        (full padding lengths, the sign's simplest scale, seed 0) unless given."""
+        facts = dict(
+            layout="dense", dtype=dtype, batch=self.batch, h_q=self.h_q, h_kv=self.h_kv, d_qk=self.d_qk, d_v=self.d_v,
+            s_q=self.s_q, s_kv=self.s_kv, causal=self.causal, bottom_right=self.bottom_right, window_left=self.window_left,
+            window_right=self.window_right, bias=None if self.bias is None else (dtype if self.bias == "input" else "float32"),
+            sinks=self.sinks, lse_log2=self.lse_log2, scale=SIMPLEST_SCALE[self.sign], memory=self.memory,
+            seq_q_lens=(self.s_q,) * self.batch if self.pad_q else None,
+            seq_kv_lens=(self.s_kv,) * self.batch if self.pad_kv else None,
+        )  # fmt: skip
+        facts.update(runtime)
+        return Case(**facts)
+
+
+@dataclass(frozen=True)
+class ThdGeometry:
+    """The compile-key facts of a THD Case (dtype and flavor: the stratum)."""
+
+    h_q: int
+    h_kv: int
+    n_seq: int
+    causal: bool = False
+    bottom_right: bool = False
+    window_left: int = -1
+    sinks: bool = False
+    sign: int = 1
+    lse_log2: bool = False
+
+    def case(self, flavor: str, dtype: str, **runtime) -> Case:
+        d_qk, d_v = pools.FLAVOR_ENVELOPES[flavor]
+        facts = dict(
+            layout="thd", dtype=dtype, h_q=self.h_q, h_kv=self.h_kv, d_qk=d_qk, d_v=d_v, q_lens=(1,) * self.n_seq,
+            kv_lens=(1,) * self.n_seq, causal=self.causal, bottom_right=self.bottom_right, window_left=self.window_left,
+            sinks=self.sinks, lse_log2=self.lse_log2, scale=SIMPLEST_SCALE[self.sign],
+        )  # fmt: skip
+        facts.update(runtime)
+        return Case(**facts)
+
+
+# Scales by compiled sign: the magnitude is a launch argument (kernel_scale).
+POSITIVE_SCALES = tuple(s for s in pools.SCALES + pools.NASTY_SCALES if s > 0)
+NEGATIVE_SCALES = tuple(s for s in pools.NASTY_SCALES if s < 0)
+SIMPLEST_SCALE = {1: None, -1: NEGATIVE_SCALES[0], 0: 0.0}
+
+
+# ------------------------------------------------------------------ the rows
+# Length classes, (s_q, s_kv) from the strategies' length pools; a row's pair
+# is CLASS[(stratum + row) % len(CLASS)].
+LENGTHS: Dict[str, Tuple[Tuple[int, int], ...]] = {
+    "tiny": ((1, 1),),
+    "small": ((5, 16), (33, 2), (16, 33), (2, 5), (33, 33), (16, 1), (2, 2), (5, 33)),
+    "equal": ((65, 65), (64, 64), (127, 127), (129, 129), (128, 128), (63, 63), (257, 257), (192, 192)),
+    "q>kv": ((129, 63), (256, 65), (65, 1), (257, 128), (191, 127), (128, 64), (255, 129), (64, 63)),
+    "q<kv": ((63, 257), (1, 129), (65, 192), (127, 255), (64, 128), (1, 65), (129, 256), (33, 64)),
+    "aligned": ((128, 64), (256, 192), (128, 128), (256, 64), (128, 256), (256, 256), (128, 192), (256, 128)),
+}
+# Mask families: (causal, bottom_right, left window?, right band?); window and
+# band sizes rotate through pools.WINDOWS / pools.RIGHT_BANDS.
+MASKS = {
+    "none": (False, False, False, False),
+    "causal": (True, False, False, False),
+    "causal_br": (True, True, False, False),
+    "swa": (False, False, True, False),
+    "swa_br": (False, True, True, False),
+    "swa+causal": (True, False, True, False),
+    "swa+causal_br": (True, True, True, False),
+    "band": (True, False, False, True),
+    "band_br": (True, True, False, True),
+}
+DIMS = ("on", "off_qk", "off_v", "off_both")
+
+# fmt: off
+# Dense rows, simplest first. Columns: batch, (h_q, h_kv), length class, mask,
+# bias, sinks, sign, memory, padding (None/"q"/"kv"/"both"), dims class.
+# T: a tails row (bshd_padded, no padding); P: a padding-poison row (both sides).
+# Every mask family sits on two rows and every other value on two or more: a
+# test's examples do not always reach every row (Hypothesis' draws clump), and
+# a feature should not hang on one row.
+DENSE_ROWS = (
+    (1, (1, 1), "tiny",    "none",          None,      False,  1, "bshd",        None,   "on"),        # 0 minimal
+    (1, (1, 1), "small",   "causal",        None,      False,  1, "bshd_padded", None,   "on"),        # 1 T
+    (2, (2, 1), "equal",   "swa",           None,      False,  1, "bhsd",        None,   "on"),        # 2
+    (2, (1, 1), "small",   "none",          None,      False,  1, "bshd",        "both", "on"),        # 3 P
+    (1, (2, 2), "q>kv",    "causal",        "input",   False,  1, "bshd",        None,   "on"),        # 4
+    (1, (4, 2), "q<kv",    "swa+causal",    None,      True,  -1, "bshd_padded", None,   "off_qk"),    # 5 T
+    (1, (2, 1), "q>kv",    "causal_br",     "float32", False,  1, "bhsd",        None,   "on"),        # 6
+    (2, (2, 2), "q<kv",    "causal_br",     None,      False,  1, "bshd",        "both", "on"),        # 7 P
+    (1, (3, 1), "aligned", "swa",           None,      True,   1, "bshd",        "q",    "off_v"),     # 8
+    (1, (1, 1), "q<kv",    "swa_br",        "input",   False,  0, "bshd_padded", None,   "on"),        # 9 T
+    (3, (2, 1), "equal",   "swa+causal",    None,      False, -1, "bhsd",        "both", "off_both"),  # 10 P
+    (1, (8, 2), "q>kv",    "band",          "float32", True,   1, "bshd_padded", None,   "on"),        # 11 T
+    (2, (4, 2), "aligned", "swa_br",        "input",   True,   0, "bshd",        None,   "off_qk"),    # 12
+    (1, (6, 2), "q<kv",    "band_br",       None,      False,  1, "bhsd",        "kv",   "on"),        # 13
+    (1, (4, 1), "small",   "swa+causal_br", "float32", False, -1, "bshd_padded", None,   "off_v"),     # 14 T
+    (2, (2, 1), "q>kv",    "swa+causal_br", None,      True,   1, "bshd",        "both", "on"),        # 15 P
+    (3, (4, 2), "q<kv",    "band",          "input",   False,  1, "bshd",        "q",    "off_both"),  # 16
+    (2, (8, 2), "q>kv",    "band_br",       None,      True,  -1, "bhsd",        "kv",   "off_v"),     # 17
+)
+# THD rows, simplest first: (h_q, h_kv), sequence count, mask, sinks, sign.
+# Right bands are launch arguments: drawn per example on the causal rows.
+THD_ROWS = (
+    ((1, 1), 1, "none",          False,  1),  # 0 minimal
+    ((2, 1), 2, "causal",        False,  1),  # 1
+    ((2, 2), 1, "causal_br",     True,   1),  # 2
+    ((4, 2), 3, "swa",           False, -1),  # 3
+    ((3, 1), 2, "swa_br",        True,   0),  # 4
+    ((4, 1), 4, "swa+causal_br", False,  1),  # 5
+    ((8, 2), 4, "causal",        True,  -1),  # 6
+    ((6, 2), 3, "none",          True,   1),  # 7
+    ((2, 1), 3, "swa+causal",    False,  0),  # 8
+    ((4, 2), 2, "causal_br",     False, -1),  # 9
+)
+# fmt: on
+
+
+def _dims(flavor: str, kind: str, i: int) -> Tuple[int, int]:
+    env = pools.FLAVOR_ENVELOPES[flavor]
+    if kind == "on":
+        return env
+    off = pools.OFF_ENVELOPE_DIMS[flavor]
+    pick = {
+        "off_qk": [p for p in off if p[0] != env[0] and p[1] == env[1]],
+        "off_v": [p for p in off if p[0] == env[0] and p[1] != env[1]],
+        "off_both": [p for p in off if p[0] != env[0] and p[1] != env[1]],
+    }[kind]
+    return pick[(i * 7) % len(pick)]  # a stride of 7 spreads the picks over the list
+
+
+def _stratum(flavor: str, dtype: str) -> int:
+    return STRATA.index((flavor, dtype))
+
+
+def _mask(name: str, i: int) -> dict:
+    causal, br, window, band = MASKS[name]
+    return dict(
+        causal=causal, bottom_right=br, window_left=pools.WINDOWS[i % len(pools.WINDOWS)] if window else -1,
+        window_right=pools.RIGHT_BANDS[i % len(pools.RIGHT_BANDS)] if band else -1,
+    )  # fmt: skip
+
+
+def _lse_log2(s: int, r: int) -> bool:
+    """Base-2 Stats (a compile key) on every third row, rotating with the
+    stratum ``s``: never on a stratum's first (simplest) row ``r = 0``, so
+    shrinking leaves it."""
+    return r > 0 and (s + r) % 3 == 2
+
+
+@lru_cache(maxsize=None)
+def dense_pool(flavor: str, dtype: str) -> Tuple[DenseGeometry, ...]:
+    """The stratum's dense geometries, simplest first (see the module doc)."""
+    s = _stratum(flavor, dtype)
+    out = []
+    for r, (batch, (h_q, h_kv), length, mask, bias, sinks, sign, memory, pad, dims) in enumerate(DENSE_ROWS):
+        klass = LENGTHS[length]
+        s_q, s_kv = klass[(s + r) % len(klass)]
+        d_qk, d_v = _dims(flavor, dims, s + r)
+        out.append(DenseGeometry(
+            d_qk=d_qk, d_v=d_v, batch=batch, h_q=h_q, h_kv=h_kv, s_q=s_q, s_kv=s_kv, bias=bias, sinks=sinks, sign=sign,
+            memory=memory, pad_q=pad in ("q", "both"), pad_kv=pad in ("kv", "both"), lse_log2=_lse_log2(s, r), **_mask(mask, s + r),
+        ))  # fmt: skip
+    return tuple(out)
+
+
+@lru_cache(maxsize=None)
+def thd_pool(flavor: str, dtype: str) -> Tuple[ThdGeometry, ...]:
+    s = _stratum(flavor, dtype)
+    out = []
+    for r, ((h_q, h_kv), n_seq, mask, sinks, sign) in enumerate(THD_ROWS):
+        m = _mask(mask, s + r)
+        out.append(ThdGeometry(h_q, h_kv, n_seq, m["causal"], m["bottom_right"], m["window_left"], sinks, sign, _lse_log2(s, r)))
+    return tuple(out)
+
+
+# ------------------------------------------------------------- option filters
+def dense_allowed(g: DenseGeometry, flavor: str, opts: features.Common, *, bias, bias_dtypes, padding, memory, edges, max_batch, max_tokens) -> bool:
+    """Whether ``g`` honours a dense strategy's options (the free draw's rules)."""
+    env = pools.FLAVOR_ENVELOPES[flavor]
+    tokens = max_tokens if max_tokens is not None else 1 << 30
+    checks = (
+        opts.off_envelope is None or opts.off_envelope == ((g.d_qk, g.d_v) != env),
+        opts.causal is None or opts.causal == g.causal,
+        opts.windows or (g.window_left < 0 and g.window_right < 0),
+        opts.sinks is None or bool(opts.sinks) == g.sinks,
+        opts.lse_log2 is None or bool(opts.lse_log2) == g.lse_log2,
+        opts.scales or g.sign == 1,
+        g.h_q <= opts.max_heads,
+        (g.bias is None and not bias) or (g.bias is not None and bias is not False and g.bias in bias_dtypes),
+        padding is None or (g.pad_q and g.pad_kv) == padding and (g.pad_q or g.pad_kv) == padding,
+        g.memory in memory,
+        edges or (g.s_q in pools.SMALL_LENGTHS and g.s_kv in pools.SMALL_LENGTHS),
+        g.batch <= max_batch and g.batch * max(g.s_q, g.s_kv) <= tokens,
+    )
+    return all(checks)
+
+
+def thd_allowed(g: ThdGeometry, opts: features.Common, *, max_seqs: int) -> bool:
+    checks = (
+        opts.causal is None or opts.causal == g.causal,
+        opts.windows or g.window_left < 0,
+        opts.sinks is None or bool(opts.sinks) == g.sinks,
+        opts.lse_log2 is None or bool(opts.lse_log2) == g.lse_log2,
+        opts.scales or g.sign == 1,
+        g.h_q <= opts.max_heads,
+        g.n_seq <= max_seqs,
+    )
+    return all(checks)
+
+
+# ------------------------------------------------------------------ drawing
+# The runtime draws after the row index have one shape whatever the row (the
+# same choices in the same order, unused ones discarded): lowering the index
+# then never lengthens the example, so Hypothesis' shrinker can move a failure
+# to a smaller row that still fails. Of a fixed-size draw a row uses the *last*
+# entries (per-batch padding lengths, THD sequences): shrinking pushes the
+# unusual values to the end of a sequence, where a smaller row still sees them.
+LENGTH_CHOICES = max(pools.EDGE_LENGTHS + pools.SMALL_LENGTHS) + 1
+MAX_BATCH = max(pools.BATCHES)
+
+
+def scale(draw, sign: int, opts: features.Common) -> Optional[float]:
+    """A scale of the compiled ``sign``: the default (None) or, behind a
+    boolean, one of the positive scales; a negative one; or 0."""
+    custom = opts.scales and draw(st.booleans())
+    pick = draw(st.integers(0, len(POSITIVE_SCALES) * len(NEGATIVE_SCALES) - 1)) if custom else 0
+    if sign > 0:
+        return POSITIVE_SCALES[pick % len(POSITIVE_SCALES)] if custom else None
+    return NEGATIVE_SCALES[pick % len(NEGATIVE_SCALES)] if sign < 0 else 0.0
+
+
+def padding(draw, on: bool, batch: int, physical: int) -> Optional[Tuple[int, ...]]:
+    """Live lengths per batch entry in [1, physical], or [0, physical] behind a
+    boolean (the free draw's rule), for a geometry with this padding operand."""
+    low = 0 if draw(st.booleans()) else 1
+    raw = draw(st.tuples(*[st.integers(0, LENGTH_CHOICES - 1)] * MAX_BATCH))
+    return tuple(low + v % (physical - low + 1) for v in raw[MAX_BATCH - batch :]) if on else None
+
+
+def _strata(opts: features.Common):
+    return [(f, d) for f in opts.flavors for d in opts.dtypes]
+
+
+def pooled_dense(opts: features.Common, free: Callable[[str, str], st.SearchStrategy[Case]], **options) -> st.SearchStrategy[Case]:
+    """Dense Cases whose compile-key facts come from the strata's pools
+    (``options``: dense_cases' own, see ``dense_allowed``); ``free(flavor,
+    dtype)`` serves a stratum whose pool the options empty."""
+    table = {(f, d): tuple(g for g in dense_pool(f, d) if dense_allowed(g, f, opts, **options)) for f, d in _strata(opts)}
+    fallback = {k: free(*k) for k, v in table.items() if not v}
+
+    @st.composite
+    def draw_case(draw) -> Case:
+        flavor = draw(st.sampled_from(opts.flavors))
+        dtype = draw(st.sampled_from(opts.dtypes))
+        if not table[(flavor, dtype)]:
+            return draw(fallback[(flavor, dtype)])
+        g = draw(st.sampled_from(table[(flavor, dtype)]))
+        seq_q_lens = padding(draw, g.pad_q, g.batch, g.s_q)
+        seq_kv_lens = padding(draw, g.pad_kv, g.batch, g.s_kv)
+        return g.case(dtype, seq_q_lens=seq_q_lens, seq_kv_lens=seq_kv_lens, scale=scale(draw, g.sign, opts), seed=features.seed(draw))
+
+    return draw_case()
+
+
+def pooled_thd(opts: features.Common, *, max_tokens: int, max_seqs: int, zeros: bool, offsets: Optional[bool]) -> st.SearchStrategy[Case]:
+    """THD Cases whose compile-key facts come from the strata's pools; head
+    dims, lengths, offsets, the right band and the scale's magnitude free."""
+    from .varlen import _offset, length_lists
+
+    table = {(f, d): tuple(g for g in thd_pool(f, d) if thd_allowed(g, opts, max_seqs=max_seqs)) for f, d in _strata(opts)}
+    empty = [k for k, v in table.items() if not v]
+    if empty:  # every THD row of a stratum is excluded only by options no test uses
+        from .varlen import thd_cases
+
+        fallback = {k: thd_cases(geometry="free", max_tokens=max_tokens, max_seqs=max_seqs, zeros=zeros, offsets=offsets,
+                                 **{**dataclasses.asdict(opts), "flavors": (k[0],), "dtypes": (k[1],)}) for k in empty}  # fmt: skip
+
+    @st.composite
+    def draw_case(draw) -> Case:
+        flavor = draw(st.sampled_from(opts.flavors))
+        dtype = draw(st.sampled_from(opts.dtypes))
+        if not table[(flavor, dtype)]:
+            return draw(fallback[(flavor, dtype)])
+        g = draw(st.sampled_from(table[(flavor, dtype)]))
+        _, d_qk, d_v = features.head_dims(draw, dataclasses.replace(opts, flavors=(flavor,)))
+        n = min(max_seqs, pools.THD_MAX_SEQS)  # as many pairs as the largest row, the last n_seq kept
+        q_lens, kv_lens = length_lists(draw, n, max_tokens, zeros, min_seqs=n)
+        q_lens, kv_lens = q_lens[-g.n_seq :], kv_lens[-g.n_seq :]
+        band = draw(st.sampled_from(pools.RIGHT_BANDS)) if opts.windows and draw(st.booleans()) else -1
+        window_right = band if g.causal else -1
+        sc = scale(draw, g.sign, opts)
+        q_base, kv_base = _offset(draw, offsets), _offset(draw, offsets)
+        q_slack, kv_slack = _offset(draw, offsets), _offset(draw, offsets)
+        return g.case(
+            flavor, dtype, d_qk=d_qk, d_v=d_v, q_lens=q_lens, kv_lens=kv_lens, window_right=window_right, scale=sc,
+            q_base=q_base, kv_base=kv_base, q_slack=q_slack, kv_slack=kv_slack, seed=features.seed(draw),
+        )  # fmt: skip
+
+    return draw_case()
+
+
+# ----------------------------------------------------------- leaving the pool
+def _smaller(value: int, ladder: Sequence[int]) -> list:
+    return [n for n in sorted(set(ladder)) if n < value]
+
+
+def simpler(case: Case) -> Iterator[Case]:
+    """Cases one step simpler than ``case``, biggest steps first, over free
+    geometry (any value of the strategies' value pools, and any smaller
+    length); each is well formed and breaks no contract rule (the caller still
+    asks the kernels' validators: ``kernels.specialize``). ``sdpa-conformance
+    repro --shrink-geometry`` keeps the first that still fails and asks again,
+    until none does: a greedy shrink of the facts, blind to the pools a run
+    drew from (conformance.properties.shrink)."""
+    from conformance.ground.contracts import broken_rules
+
+    seen = {case}
+    for cand in _candidates(case):
+        if cand not in seen and cand.structural_problem() is None and not broken_rules(cand):
+            seen.add(cand)
+            yield cand
+
+
+def _candidates(c: Case) -> Iterator[Case]:
+    env = pools.FLAVOR_ENVELOPES
+    # Features off.
+    if c.bias is not None:
+        yield c.replace(bias=None, bias_batch=1)
+    if c.sinks:
+        yield c.replace(sinks=False)
+    if c.window_right >= 0:
+        yield c.replace(window_right=-1)
+    if c.window_left >= 0:
+        yield c.replace(window_left=-1, bottom_right=c.bottom_right and c.causal)
+    if c.causal:
+        yield c.replace(causal=False, window_right=-1, bottom_right=c.bottom_right and c.window_left >= 0)
+    if c.bottom_right:
+        yield c.replace(bottom_right=False)
+    if c.is_thd:
+        yield from _thd_candidates(c)
+    else:
+        for name in ("seq_q_lens", "seq_kv_lens"):
+            if getattr(c, name) is not None:
+                yield c.replace(**{name: None})
+        if c.batch > 1:
+            yield from (_rebatch(c, b) for b in range(1, c.batch))
+        if c.memory != "bshd":
+            yield c.replace(memory="bshd")
+        for s in _smaller(c.s_q, (1,) + pools.EDGE_LENGTHS + pools.SMALL_LENGTHS + (c.s_q - 1,)):
+            yield _relength(c, s_q=s)
+        for s in _smaller(c.s_kv, (1,) + pools.EDGE_LENGTHS + pools.SMALL_LENGTHS + (c.s_kv - 1,)):
+            yield _relength(c, s_kv=s)
+    # Heads: MHA with one head first, then fewer groups / KV heads.
+    if c.h_q > 1:
+        yield c.replace(h_q=1, h_kv=1)
+        for h_kv in range(1, c.h_kv + 1):
+            for group in range(1, c.h_q // c.h_kv + 1):
+                if h_kv * group < c.h_q:
+                    yield c.replace(h_q=h_kv * group, h_kv=h_kv)
+    # Head dims: an envelope is simpler than any off-envelope pair, a smaller
+    # flavor simpler than a larger one; then smaller off-envelope pairs.
+    flavor = flavor_of(c.d_qk, c.d_v)
+    smaller = list(env)[: list(env).index(flavor) + 1] if flavor in env else list(env)
+    on = (c.d_qk, c.d_v) == env.get(flavor)
+    for f in smaller:
+        if env[f] != (c.d_qk, c.d_v) and (not on or f != flavor):
+            yield c.replace(d_qk=env[f][0], d_v=env[f][1])
+    if not on:
+        for dq, dv in sorted({p for f in smaller for p in pools.OFF_ENVELOPE_DIMS[f]}):
+            if dq <= c.d_qk and dv <= c.d_v and (dq, dv) != (c.d_qk, c.d_v):
+                yield c.replace(d_qk=dq, d_v=dv)
+    # Windows and bands: smaller sizes.
+    for w in _smaller(c.window_left, pools.WINDOWS):
+        yield c.replace(window_left=w)
+    for w in _smaller(c.window_right, pools.RIGHT_BANDS):
+        yield c.replace(window_right=w)
+    # Runtime facts last: the scale (sign kept first), the dtype, the seed.
+    if c.scale is not None:
+        yield c.replace(scale=None)
+        if c.scale != SIMPLEST_SCALE[(c.scale > 0) - (c.scale < 0)]:
+            yield c.replace(scale=SIMPLEST_SCALE[(c.scale > 0) - (c.scale < 0)])
+    if c.dtype != "float16":
+        yield c.replace(dtype="float16", bias="float16" if c.bias == c.dtype else c.bias)
+    if c.seed != 0:
+        yield c.replace(seed=0)
+
+
+def _rebatch(c: Case, b: int) -> Case:
+    cut = lambda lens: None if lens is None else tuple(lens[:b])  # noqa: E731
+    return c.replace(batch=b, seq_q_lens=cut(c.seq_q_lens), seq_kv_lens=cut(c.seq_kv_lens))
+
+
+def _relength(c: Case, **lengths) -> Case:
+    c = c.replace(**lengths)
+    clip = lambda lens, n: None if lens is None else tuple(min(x, n) for x in lens)  # noqa: E731
+    return c.replace(seq_q_lens=clip(c.seq_q_lens, c.s_q), seq_kv_lens=clip(c.seq_kv_lens, c.s_kv))
+
+
+def _thd_candidates(c: Case) -> Iterator[Case]:
+    if c.n_seq > 1:  # drop one sequence (each in turn)
+        for i in range(c.n_seq):
+            yield c.replace(q_lens=c.q_lens[:i] + c.q_lens[i + 1 :], kv_lens=c.kv_lens[:i] + c.kv_lens[i + 1 :])
+    for name in ("q_base", "kv_base", "q_slack", "kv_slack"):
+        if getattr(c, name):
+            yield c.replace(**{name: 0})
+    for name in ("q_lens", "kv_lens"):
+        lens = getattr(c, name)
+        for i, n in enumerate(lens):
+            for m in _smaller(n, (0, 1) + pools.THD_SMALL + pools.THD_EDGES + pools.THD_LONG + (n - 1,)):
+                yield c.replace(**{name: lens[:i] + (m,) + lens[i + 1 :]})

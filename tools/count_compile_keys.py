@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""Count the compiles a GPU run of the suite asks for, on any machine.
+
+    PYTHONPATH=$PWD python3 tools/count_compile_keys.py                 # ci profile, the profile's geometry
+    PYTHONPATH=$PWD python3 tools/count_compile_keys.py --geometry free # every shape fact drawn freely
+    PYTHONPATH=$PWD python3 tools/count_compile_keys.py --json out.json
+
+It runs the suite's GPU property tests (``pytest -m gpu conformance``) in
+this process with every property check replaced by a recorder, so Hypothesis
+draws exactly the examples the profile draws (the ``ci`` profile is
+derandomized: the same draws on every machine), and computes the prepared
+adapter's compile key of each example (``kernels.prepared.compile_key``: the
+geometry and constexprs a dense run hands ``compile_host``, the lru arguments
+of ``compile_thd_host``) without compiling anything. It reports, per
+property, the examples, the distinct keys and examples per key; a run shares
+one on-disk compiled cache, so the run-wide distinct keys are the compiles a
+cold GPU run pays (each ~1.5-2.6 s).
+
+What it cannot see: on a GPU the numerics tests call ``hypothesis.target``
+with their error ratios, which steers the second half of each test's
+examples; the recorder reports no ratio, so that half is this script's
+approximation (under pool geometry the keys stay inside the pools either
+way). Compiles of the public wrapper adapter (its own plans and staging
+copies) are not counted: the prepared adapter is the default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# Properties that launch kernels and so pay a compile per new key.
+LAUNCHING = ("numerics", "tails", "compile_reuse")
+
+
+class Recorder:
+    """A pytest plugin: after collection, every property check (wherever a test
+    module imported it) records its call instead of running, and CUDA is
+    reported present so the ``gpu`` fixture lets the tests run."""
+
+    def __init__(self):
+        self.calls = []  # (property, Case, params)
+
+    def _stub(self, name):
+        from conformance.ground.outcome import Observation
+
+        def check(case, adapter=None, **params):
+            self.calls.append((name, case, params))
+            return Observation(name, case)
+
+        return check
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtestloop(self, session):
+        import torch
+
+        real = torch.cuda.is_available, torch.cuda.current_device
+        torch.cuda.is_available, torch.cuda.current_device = (lambda: True), (lambda: 0)
+        try:
+            return (yield)
+        finally:
+            torch.cuda.is_available, torch.cuda.current_device = real
+
+    def pytest_collection_finish(self, session):
+        from conformance import properties
+
+        originals = dict(properties.PROPERTIES)
+        stubs = {name: self._stub(name) for name in originals}
+        properties.PROPERTIES.update(stubs)
+        for mod in list(sys.modules.values()):
+            if not getattr(mod, "__name__", "").startswith("conformance"):
+                continue
+            for attr, value in list(vars(mod).items()):
+                for name, fn in originals.items():
+                    if value is fn:
+                        setattr(mod, attr, stubs[name])
+
+
+def keys_of(prop: str, case, params: dict) -> list:
+    """The compile keys one example of ``prop`` asks for (prepared adapter)."""
+    from kernels.prepared import compile_key
+
+    if prop not in LAUNCHING or case.violation:
+        return []
+    init = params.get("initialize_outputs", True)
+    keys = [compile_key(case, initialize_outputs=init)]
+    if prop == "compile_reuse" and case.is_thd:  # the property's new-sequence-count call
+        keys.append(compile_key(case.replace(q_lens=case.q_lens + (1,), kv_lens=case.kv_lens + (1,))))
+    return keys
+
+
+def _unvisited_rows(examples) -> dict:
+    """stratum -> the pool rows (dense "d<i>", THD "t<i>") no numerics example drew."""
+    from conformance.ground.tables import STRATA
+    from kernels.prepared import compile_key
+    from strategies import geometry
+
+    seen = {compile_key(case) for case, _ in examples if not case.violation}
+    out = {}
+    for f, d in STRATA:
+        rows = [(f"d{i}", g.case(d)) for i, g in enumerate(geometry.dense_pool(f, d))]
+        rows += [(f"t{i}", g.case(f, d)) for i, g in enumerate(geometry.thd_pool(f, d))]
+        missing = [name for name, c in rows if compile_key(c) not in seen]
+        if missing:
+            out[f"{f}-{d}"] = missing
+    return out
+
+
+def _label_gaps(cases) -> dict:
+    """stratum -> feature labels (conformance.ground.coverage) of a pool that the
+    stratum's numerics examples never reached (runtime-only labels aside)."""
+    from conformance.ground.tables import STRATA, flavor_of
+    from strategies import geometry
+    from conformance.ground.coverage import labels
+
+    out = {}
+    for f, d in STRATA:
+        pool = [g.case(d) for g in geometry.dense_pool(f, d)] + [g.case(f, d) for g in geometry.thd_pool(f, d)]
+        want = set().union(*(labels(c) for c in pool)) - {"thd:one_len"}
+        got = set().union(*(labels(c) for c in cases if c.dtype == d and flavor_of(c.d_qk, c.d_v) == f))
+        if want - got:
+            out[f"{f}-{d}"] = sorted(want - got)
+    return out
+
+
+def count(profile: str = "ci", geometry: str = None, select: str = None) -> dict:
+    """Draw the profile's GPU examples and count their compile keys."""
+    if geometry:
+        os.environ["SDPA_GEOMETRY"] = geometry
+    os.chdir(ROOT)
+    rec = Recorder()
+    with tempfile.TemporaryDirectory(prefix="sdpa-keys-") as tmp:
+        args = ["-q", "-p", "no:cacheprovider", "-m", "gpu", f"--hypothesis-profile={profile}", f"--report-dir={tmp}",
+                "-W", "ignore", "--ignore=conformance/test_findings.py", "conformance"]  # fmt: skip
+        if select:
+            args += ["-k", select]
+        pytest.main(args, plugins=[rec])
+    per_prop = defaultdict(lambda: {"examples": 0, "keys": set()})
+    per_stratum = defaultdict(set)
+    for prop, case, params in rec.calls:
+        p = per_prop[prop]
+        p["examples"] += 1
+        for k in keys_of(prop, case, params):
+            p["keys"].add(k)
+            per_stratum[(k[1], "bfloat16" if k[2].io_bf16 else "float16")].add(k)
+
+    numerics = [(case, params) for prop, case, params in rec.calls if prop == "numerics"]
+    unvisited = _unvisited_rows(numerics)
+    gaps = _label_gaps([case for case, _ in numerics])
+
+    def row(names):
+        ex = sum(per_prop[n]["examples"] for n in names)
+        keys = set().union(*(per_prop[n]["keys"] for n in names)) if names else set()
+        return {"examples": ex, "keys": len(keys), "examples_per_key": round(ex / len(keys), 2) if keys else None,
+                "dense_keys": sum(1 for k in keys if k[0] == "dense"), "thd_keys": sum(1 for k in keys if k[0] == "thd")}  # fmt: skip
+
+    out = {
+        "profile": profile,
+        "geometry": geometry or os.environ.get("SDPA_GEOMETRY") or "(profile default)",
+        "properties": {n: row([n]) for n in sorted(per_prop)},
+        "numerics+tails": row(["numerics", "tails"]),
+        "launching": row([n for n in LAUNCHING if n in per_prop]),
+        "numerics_rows_never_drawn": unvisited,
+        "numerics_features_missing": gaps,
+        "keys_per_stratum": {f"{f}-{d}": len(v) for (f, d), v in sorted(per_stratum.items())},
+        "tests": dict(Counter(prop for prop, _, _ in rec.calls)),
+    }
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--profile", default="ci")
+    p.add_argument("--geometry", choices=("pool", "free"), default=None, help="override the profile's geometry mode ($SDPA_GEOMETRY)")
+    p.add_argument("-k", dest="select", default=None, help="pytest -k expression (a subset of the tests)")
+    p.add_argument("--json", default=None, help="also write the counts here")
+    args = p.parse_args(argv)
+    out = count(args.profile, args.geometry, args.select)
+    print(f"\nprofile {out['profile']}, geometry {out['geometry']}")
+    print(f"{'property':16} {'examples':>9} {'keys':>6} {'dense':>6} {'thd':>5} {'ex/key':>7}")
+    for name, r in list(out["properties"].items()) + [("numerics+tails", out["numerics+tails"]), ("launching", out["launching"])]:
+        print(f"{name:16} {r['examples']:9d} {r['keys']:6d} {r['dense_keys']:6d} {r['thd_keys']:5d} {str(r['examples_per_key']):>7}")
+    if out["numerics_rows_never_drawn"]:
+        print("numerics: pool rows never drawn: " + "; ".join(f"{k} {' '.join(v)}" for k, v in out["numerics_rows_never_drawn"].items()))
+    if out["numerics_features_missing"]:
+        print("numerics: pool features never drawn: " + "; ".join(f"{k} {' '.join(v)}" for k, v in out["numerics_features_missing"].items()))
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
