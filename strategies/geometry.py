@@ -448,6 +448,8 @@ def _candidates(c: Case) -> Iterator[Case]:
     # Features off.
     if c.bias is not None:
         yield c.replace(bias=None, bias_batch=1)
+    if c.lse_log2:
+        yield c.replace(lse_log2=False)
     if c.sinks:
         yield c.replace(sinks=False)
     if c.window_right >= 0:
