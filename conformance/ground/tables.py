@@ -56,9 +56,6 @@ STRATA = [(f, d) for f in FLAVORS for d in DTYPES]
 STRATA_IDS = [f"{f}-{DTYPE_SHORT[d]}" for f, d in STRATA]
 
 
-def stratum_id(flavor: str, dtype: str) -> str:
-    return f"{flavor}-{DTYPE_SHORT[dtype]}"
-
 
 # ----------------------------------------------------------------- adapters
 # name -> what it drives; kernels.ADAPTERS maps the same names to classes.
