@@ -38,6 +38,7 @@ sees one ends, after leaving the case that did it on disk:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -177,12 +178,27 @@ class Isolation:
         return (yield from self._armed(item.nodeid, "gpu" in getattr(item, "fixturenames", ())))
 
     def _armed(self, label: str, bounded: bool):
+        with self._watched(label, bounded):
+            return (yield)
+
+    def _guarded(self, inner, nodeid: str):
+        @functools.wraps(inner)
+        def example(*args, **kwargs):
+            with self._watched(f"{nodeid}: one example"):
+                return inner(*args, **kwargs)
+
+        return example
+
+    @contextlib.contextmanager
+    def _watched(self, label: str, bounded: bool = True):
+        """One example (or plain test) under the watchdog: armed while it runs,
+        synchronized after it (a late fault shows up in the example that launched
+        it), and any exception looked at for a lost context, then re-raised."""
         if bounded:
             watchdog.arm(label)
         try:
-            result = yield
+            yield
             watchdog.settle()
-            return result
         except ContextLost:
             raise
         except BaseException as e:  # noqa: BLE001 - re-raised: only looked at
@@ -191,24 +207,6 @@ class Isolation:
         finally:
             if bounded:
                 watchdog.disarm()
-
-    def _guarded(self, inner, nodeid: str):
-        @functools.wraps(inner)
-        def example(*args, **kwargs):
-            watchdog.arm(f"{nodeid}: one example")
-            try:
-                result = inner(*args, **kwargs)
-                watchdog.settle()
-                return result
-            except ContextLost:
-                raise
-            except BaseException as e:  # noqa: BLE001 - re-raised: only looked at
-                self._check(e)
-                raise
-            finally:
-                watchdog.disarm()
-
-        return example
 
     def _check(self, exc: BaseException) -> None:
         """After an example's exception: end things if the context is dead."""
