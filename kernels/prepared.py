@@ -18,6 +18,7 @@ from typing import Optional
 import torch
 
 from conformance.ground.case import Case
+from conformance.ground.phases import timed
 from conformance.ground.tables import NO_GPU
 from conformance.ground.data import CaseTensors, TORCH_DTYPES, dense_view, guarded, guarded_copy, make_outputs
 from kernels.base import CompileDelta, KernelResult
@@ -254,6 +255,7 @@ class PreparedAdapter:
         return notes
 
     # -------------------------------------------------------------- run
+    @timed("launch")
     def run(self, case: Case, inputs: CaseTensors, outputs=None, *, initialize_outputs: bool = True, tamper=None) -> KernelResult:
         case.require_expressible(self.name)  # a fact these entry points cannot take: Unexpressible
         env = self._live()

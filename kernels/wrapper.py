@@ -19,6 +19,7 @@ from contextlib import ExitStack, contextmanager
 import torch
 
 from conformance.ground.case import Case
+from conformance.ground.phases import timed
 from conformance.ground.data import CaseTensors
 from kernels.base import CompileDelta, KernelResult, require
 from kernels.counters import measure
@@ -97,6 +98,7 @@ class WrapperAdapter:
                 stack.enter_context(compile_arch(prepared_host, env.live_arch))
             yield
 
+    @timed("launch")
     def run(self, case: Case, inputs: CaseTensors, outputs=None, *, initialize_outputs: bool = True, tamper=None) -> KernelResult:
         from cudnn.sdpa.fwd import sdpa_fwd_wrapper_sm80
 

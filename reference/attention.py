@@ -49,6 +49,8 @@ from typing import Callable, Dict, Optional, Sequence, Tuple, Union
 
 import torch
 
+from conformance.ground.phases import timed
+
 from . import masks
 
 Lens = Optional[Union[torch.Tensor, Sequence[int]]]
@@ -225,6 +227,7 @@ def attention(
 Extra = Callable[[Internals], Dict[str, torch.Tensor]]
 
 
+@timed("reference")
 def reference_for_case(case, tensors, compute_dtype: torch.dtype = torch.float32, *, extra: Optional[Extra] = None):
     """(O, LSE) of a ``conformance.ground.case.Case`` on the ``CaseTensors`` that
     ``make_inputs`` made, in the layouts of ``conformance.ground.data.make_outputs``

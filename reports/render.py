@@ -146,6 +146,21 @@ def _compile(s: dict) -> list:
     return out
 
 
+def _profile(s: dict) -> list:
+    prof = s.get("profile") or {}
+    if not prof.get("workers"):
+        return []
+    names = [k for k in prof["phases"]]
+    rows = [[w["worker"], w["examples"], _fmt(w["span_seconds"]), _fmt(w["between_examples"])] + [_fmt(w["phases"].get(k, 0.0)) for k in names]
+            for w in prof["workers"]]
+    rows.append(["total", sum(w["examples"] for w in prof["workers"]), _fmt(prof["span_seconds"]),
+                 _fmt(prof["span_seconds"] - prof["example_seconds"])] + [_fmt(prof["phases"][k]) for k in names])
+    return [("h", 2, "Per-worker profile (seconds)"),
+            ("p", "Each process's span from its first example to its last verdict; 'between examples' is Hypothesis (generation, "
+                  "shrinking), pytest and fixtures; the phases are conformance.ground.phases (compile is the adapters' compile step)."),
+            ("table", ["worker", "examples", "span", "between examples"] + names, rows)]
+
+
 def _slowest(s: dict) -> list:
     if not s["slowest"]:
         return [("h", 2, "Slowest examples"), ("p", "No examples.")]
@@ -153,7 +168,7 @@ def _slowest(s: dict) -> list:
     return [("h", 2, "Slowest examples"), ("table", ["seconds", "compile s", "property", "outcome", "case", "test"], rows)]
 
 
-SECTIONS = (_environment, _run, _failures, _findings, _properties, _ratio_plots, _coverage, _compile, _slowest)
+SECTIONS = (_environment, _run, _failures, _findings, _properties, _ratio_plots, _coverage, _compile, _profile, _slowest)
 
 
 def blocks(s: dict) -> list:

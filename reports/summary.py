@@ -50,7 +50,8 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
     warnings = list(warnings or [])
     session = next((r for r in reversed(records) if r.get("kind") == "session"), {})
     props: Dict[str, dict] = defaultdict(lambda: {"examples": 0, "passed": 0, "failed": 0, "shrinking": 0, "expected": 0, "xfailed": 0,
-                                                  "ratios": defaultdict(list), "by_dtype": defaultdict(list), "compile": Counter(), "seconds": 0.0})
+                                                  "ratios": defaultdict(list), "by_dtype": defaultdict(list), "compile": Counter(), "seconds": 0.0,
+                                                  "phases": Counter()})
     failed_obs: Counter = Counter()  # (test, property) -> failed examples, classified once the test outcomes are known
     test_props: Dict[str, set] = defaultdict(set)
     last_begin: Dict[str, dict] = {}
@@ -59,6 +60,7 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
     failures: Dict[tuple, dict] = {}
     times, faults = [], []
     keys_seen, compiled = set(), Counter()  # compile-key digests (kernels.prepared notes): seen / compiled how often
+    workers: Dict[str, dict] = defaultdict(lambda: {"examples": 0, "example_seconds": 0.0, "phases": Counter(), "first": None, "last": None})
     for r in records:
         kind = r.get("kind")
         if kind == "begin":
@@ -70,6 +72,8 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
             if case is not None:
                 begun.append((r["property"], case))
             times.append(r.get("t", 0.0))
+            w = workers[r.get("shard", "?")]
+            w["first"] = r.get("t") if w["first"] is None else w["first"]
         elif kind == "obs":
             p = props[r["property"]]
             if r.get("outcome") in ("passed", "xfailed"):
@@ -84,6 +88,12 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
                     p["compile"][k] += v
             p["seconds"] += r.get("seconds") or 0.0
+            p["phases"].update(r.get("phases") or {})
+            w = workers[r.get("shard", "?")]
+            w["examples"] += 1
+            w["example_seconds"] += r.get("seconds") or 0.0
+            w["phases"].update(r.get("phases") or {})
+            w["last"] = r.get("t_end") or w["last"]
             key = (r.get("notes") or {}).get("compile_key")
             if key:
                 keys_seen.add(key)
@@ -140,6 +150,7 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
             "ratios_by_dtype": {q: _stats(v) for q, v in sorted(p["by_dtype"].items())},  # "o fp16", "lse bf16", ...
             "compile": _compile(p["compile"], p["seconds"]),
             "seconds": p["seconds"],
+            "phases": _phases(p["phases"], p["seconds"]),
         }
 
     examples = sum(p["examples"] for p in properties.values())
@@ -169,6 +180,7 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
         "compile": _compile(sum((p["compile"] for p in props.values()), Counter()), sum(p["seconds"] for p in props.values()))
         | {"keys": len(keys_seen), "compiled_keys": sum(1 for n in compiled.values() if n), "repeat_compiles": sum(max(0, n - 1) for n in compiled.values()),
            "cache": session.get("environment", {}).get("compile_cache_note")},
+        "profile": _profile(workers, props),
         "slowest": [
             {"property": r["property"], "test": r.get("test"), "seconds": r.get("seconds"), "outcome": r.get("outcome"), "compile_seconds": (r.get("compile") or {}).get("seconds"), "case": r["case"]}
             for r in slowest
@@ -202,6 +214,36 @@ def _classify_failed(props, failed_obs: Counter, tests: Dict[str, dict], failure
             k = min(n, max(1, reported[(test, prop)]))
             p["failed"] += k
             p["shrinking"] += n - k
+
+
+def _phases(c: Counter, example_seconds: float) -> dict:
+    """Seconds per phase (conformance.ground.phases) and the rest of the
+    examples' seconds ("other": property code between the phases)."""
+    out = {k: round(v, 3) for k, v in sorted(c.items(), key=lambda kv: -kv[1])}
+    if example_seconds:
+        out["other"] = round(max(0.0, example_seconds - sum(c.values())), 3)
+    return out
+
+
+def _profile(workers: Dict[str, dict], props: Dict[str, dict]) -> dict:
+    """Where the worker time went: per process (shard), its span from its
+    first begun example to its last verdict, the examples' seconds split by
+    phase, and the rest of the span ("between examples": Hypothesis
+    generating and shrinking, pytest, fixtures, idle at the end)."""
+    rows = []
+    for shard, w in sorted(workers.items()):
+        if not w["examples"]:
+            continue
+        span = (w["last"] - w["first"]) if (w["first"] is not None and w["last"] is not None) else None
+        rows.append({"worker": shard, "examples": w["examples"], "span_seconds": round(span, 3) if span is not None else None,
+                     "example_seconds": round(w["example_seconds"], 3), "phases": _phases(w["phases"], w["example_seconds"]),
+                     "between_examples": round(span - w["example_seconds"], 3) if span is not None else None})
+    total = Counter()
+    for w in workers.values():
+        total.update(w["phases"])
+    example_seconds = sum(w["example_seconds"] for w in workers.values())
+    return {"workers": rows, "phases": _phases(total, example_seconds), "example_seconds": round(example_seconds, 3),
+            "span_seconds": round(sum(r["span_seconds"] or 0.0 for r in rows), 3)}
 
 
 def _compile(c: Counter, example_seconds: float = 0.0) -> dict:

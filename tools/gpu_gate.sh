@@ -16,7 +16,7 @@ OUT=${OUT:-/tmp/out}
 status=0
 for i in $(seq 1 "$N"); do
   python3 -m pytest -n 16 conformance --hypothesis-profile=ci -p no:cacheprovider -q -W ignore::DeprecationWarning \
-    --report-dir="$OUT/ci-$i" "$@" > "$OUT/ci-$i.log" 2>&1
+    --durations=30 --report-dir="$OUT/ci-$i" "$@" > "$OUT/ci-$i.log" 2>&1
   rc=$?; [ $rc -ne 0 ] && status=$rc
   tail -n 25 "$OUT/ci-$i.log" | grep -E "passed|failed|ERROR|stale|known findings" | tail -n 4
 done
@@ -36,5 +36,10 @@ for i in range(1, n + 1):
     print(f"run {i}: tests {t} | examples {r['examples']} in {r['wall_seconds']:.0f} s ({r['examples_per_minute']:.0f}/min) | compiles {c.get('compiles')} hits {c.get('hits')}")
     for q, line in sorted(ratios.items()):
         print(f"    error/bound {q}: {line}")
+    prof = s.get("profile") or {}
+    if prof.get("workers"):
+        spans = [w["span_seconds"] or 0 for w in prof["workers"]]
+        print(f"    profile: {len(spans)} workers, span max {max(spans):.0f} s, sum {prof['span_seconds']:.0f} s; examples {prof['example_seconds']:.0f} s: "
+              + ", ".join(f"{k} {v:.0f}" for k, v in prof["phases"].items()))
 PY
 exit $status

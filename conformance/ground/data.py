@@ -25,6 +25,7 @@ from typing import Dict, Optional, Tuple
 import torch
 
 from .case import ROW_PAD, Case
+from .phases import timed
 from .tables import TILE_M
 
 TORCH_DTYPES = {
@@ -283,6 +284,7 @@ def bias_dead(case: Case) -> Tuple[int, int]:
     return max(case.q_lengths(), default=case.s_q), max(case.kv_lengths(), default=case.s_kv)
 
 
+@timed("inputs")
 def make_inputs(case: Case, device="cpu", *, poison: bool = True, pad_fill: float = POISON) -> CaseTensors:
     """Regenerate the inputs of ``case`` (bit for bit) on ``device``, every
     buffer inside guard bands (``guarded``).
@@ -340,6 +342,7 @@ def make_inputs(case: Case, device="cpu", *, poison: bool = True, pad_fill: floa
     return t.to(device)
 
 
+@timed("inputs")
 def make_outputs(case: Case, device="cpu", *, fill: float = POISON, d_v: Optional[int] = None):
     """(O, LSE) buffers pre-filled with ``fill`` (NaN poison by default), laid
     out the way the adapters hand them to the kernels, inside guard bands:

@@ -25,6 +25,7 @@ class Observation:
     findings: list = field(default_factory=list)  # ids of the known findings that excused a failed check
     exercised: list = field(default_factory=list)  # ids of the known findings this example exercised
     notes: dict = field(default_factory=dict)
+    phases: dict = field(default_factory=dict)  # conformance.ground.phases: seconds per phase of this example
 
     def to_dict(self) -> dict:
         return {
@@ -37,6 +38,7 @@ class Observation:
             "findings": self.findings,
             "exercised": self.exercised,
             "notes": self.notes,
+            "phases": self.phases,
         }
 
 

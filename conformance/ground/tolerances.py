@@ -72,6 +72,8 @@ from typing import Dict
 
 import torch
 
+from .phases import timed
+
 # ---------------------------------------------------------------- constants
 # fp32 unit roundoff: every FADD/FMUL/FFMA of the kernel rounds to nearest.
 U32 = 2.0**-24
@@ -262,6 +264,7 @@ def dot_error(q: torch.Tensor, k: torch.Tensor, group: int) -> torch.Tensor:
     return out.view(q.shape[0], q.shape[1], q.shape[2], s_kv)
 
 
+@timed("bounds")
 def kernel_bounds(it, dtype: str, *, parts: bool = False) -> Dict[str, torch.Tensor]:
     """Bounds on |kernel - reference| from one float64 reference call's
     ``reference.attention.Internals``: ``o`` (B,H,SQ,Dv) per element,

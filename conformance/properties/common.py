@@ -9,6 +9,7 @@ from typing import Callable, Optional
 
 import torch
 
+from conformance.ground import phases
 from conformance.ground.case import Case, Unexpressible
 from conformance.ground.outcome import Observation, PropertyFailure
 from conformance.ground.tables import NO_GPU, TILE_M
@@ -37,7 +38,7 @@ def finish(name: str, case: Case, start: float, run, *, entry: Optional[str] = N
     from conformance.properties import judge
 
     obs = Observation(name, case, **fields)
-    with judge.collecting() as failures:
+    with judge.collecting() as failures, phases.phase("judge"):
         try:
             obs.ratios = run() or {}
         except PropertyFailure as failure:
@@ -45,6 +46,7 @@ def finish(name: str, case: Case, start: float, run, *, entry: Optional[str] = N
     verdict = findings.judge(name, case, failures, entry=entry)
     obs.exercised, obs.findings = verdict.exercised, verdict.reproduced
     obs.seconds = time.perf_counter() - start
+    obs.phases = phases.take((obs.compile or {}).get("seconds") or 0.0)
     if verdict.excused:
         obs.notes["excused"] = [{"finding": f.id, "check": x.check, "summary": x.summary} for x, f in verdict.excused]
     if verdict.unexcused:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import IO, Optional
 
 from conformance.ground.case import Case
+from conformance.ground.phases import timed
 from conformance.ground.outcome import Observation
 
 
@@ -57,11 +58,12 @@ def begin(property: str, case: Case, **params) -> None:
     write({"kind": "begin", "test": _state.test, "property": property, "case": case.to_dict(), "params": params, "context": _state.context, "t": time.time()})
 
 
+@timed("record")  # charged to the next example's phases (taken before this runs)
 def observe(observation: Observation) -> None:
     """The verdict of the example begun last (passed / xfailed / failed)."""
     last = _state.last
     params = last.params if last is not None and last.property == observation.property else {}
-    write({"kind": "obs", "test": _state.test, **observation.to_dict(), "params": params, "context": _state.context})
+    write({"kind": "obs", "test": _state.test, **observation.to_dict(), "params": params, "context": _state.context, "t_end": time.time()})
 
 
 def last_begun() -> Optional[Begun]:

@@ -1,0 +1,53 @@
+"""The per-example phase timer (conformance.ground.phases) and the report's
+per-worker profile built from it."""
+
+import time
+
+from conformance.ground import phases
+from reports.summary import merge
+
+
+def test_nested_phases_are_charged_exclusively():
+    phases.take()
+    with phases.phase("launch"):
+        time.sleep(0.02)
+        with phases.phase("reference"):
+            time.sleep(0.03)
+    got = phases.take(compile_seconds=0.005)
+    assert 0.029 <= got["reference"] < 0.06
+    assert 0.01 <= got["launch"] < 0.03  # 20 ms of its own, less the 5 ms compile moved out
+    assert got["compile"] == 0.005
+    assert phases.take() == {}
+
+
+def test_timed_decorator_and_unknown_phase():
+    @phases.timed("inputs")
+    def make():
+        time.sleep(0.01)
+        return 7
+
+    phases.take()
+    assert make() == 7 and phases.take()["inputs"] >= 0.009
+    try:
+        with phases.phase("not-a-phase"):
+            pass
+    except AssertionError:
+        pass
+    else:
+        raise AssertionError("an unknown phase name must be refused")
+
+
+def test_profile_sums_per_worker_and_reports_time_between_examples():
+    case = {"layout": "dense"}
+    recs = []
+    for shard, t0 in (("gw0-1", 100.0), ("gw1-2", 100.0)):
+        for i in range(2):
+            recs.append({"kind": "begin", "shard": shard, "property": "numerics", "case": case, "t": t0 + 10 * i})
+            recs.append({"kind": "obs", "shard": shard, "property": "numerics", "case": case, "outcome": "passed", "seconds": 4.0,
+                         "phases": {"compile": 3.0, "launch": 0.5}, "t_end": t0 + 10 * i + 4})
+    prof = merge(recs)["profile"]
+    assert [w["worker"] for w in prof["workers"]] == ["gw0-1", "gw1-2"]
+    w = prof["workers"][0]
+    assert w["examples"] == 2 and w["span_seconds"] == 14.0 and w["example_seconds"] == 8.0 and w["between_examples"] == 6.0
+    assert w["phases"] == {"compile": 6.0, "launch": 1.0, "other": 1.0}
+    assert prof["phases"]["compile"] == 12.0 and prof["example_seconds"] == 16.0
