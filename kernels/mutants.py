@@ -248,6 +248,19 @@ MUTANTS: Tuple[Mutant, ...] = (
         THD,
     ),
     Mutant(
+        "dense_store_past_s_q",
+        "output_tail",
+        _both(
+            "sq_store_bound = eff_sq if cutlass.const_expr(THD_VARLEN) else sq_runtime",
+            "sq_store_bound = eff_sq if cutlass.const_expr(THD_VARLEN) else sq_runtime + cutlass.Int32(64)",
+        ),
+        "tails_dense",
+        "Dense O/LSE stores of the last partial Q tile bounded one tile past S_q: the rows past S_q land in the next "
+        "head's or batch entry's rows and, for the last one, past the end of O and LSE: an out-of-bounds write the "
+        "guard bands must report with its address range (not a crash, not a silent corruption).",
+        dict(s_q=65, s_kv=70, h_q=1, h_kv=1, memory="bshd_padded"),
+    ),
+    Mutant(
         "thd_outputs_not_initialized",
         "output_tail",
         (Rewrite("host", "if t_q > 0:", "if t_q < 0:"),),

@@ -4,6 +4,8 @@
 #   device call, carry [".gpu"]:  bash tools/gpu_gate.sh [N] [pytest args...]
 #
 # Run 1 is cold (an empty compiled cache on a fresh machine), later runs warm.
+# GATE_DEADLINE=S: stop starting runs, and cut the one running, S seconds after
+# the script began (a device call is at most 600 s).
 # Each run's report goes to $OUT/ci-<i>; the last lines printed are one row
 # per run (tests, examples, wall, compiles, error/bound p99 per quantity and
 # dtype), read from report.json.
@@ -14,8 +16,15 @@ source .gpu/env.sh || exit 2
 ls .gpu/wheels/*.whl >/dev/null 2>&1 && python3 -m pip install -q --no-index --no-deps .gpu/wheels/*.whl 2>/dev/null
 OUT=${OUT:-/tmp/out}
 status=0
+began=$SECONDS
 for i in $(seq 1 "$N"); do
-  python3 -m pytest -n 16 conformance --hypothesis-profile=ci -p no:cacheprovider -q -W ignore::DeprecationWarning \
+  limit=""
+  if [ "${GATE_DEADLINE:-0}" -gt 0 ]; then
+    left=$(( GATE_DEADLINE - (SECONDS - began) ))
+    [ $left -lt 60 ] && { echo "run $i: not started, ${left} s left before GATE_DEADLINE"; N=$((i - 1)); break; }
+    limit="timeout -s INT $left"
+  fi
+  $limit python3 -m pytest -n 16 conformance --hypothesis-profile=ci -p no:cacheprovider -q -W ignore::DeprecationWarning \
     --durations=30 --report-dir="$OUT/ci-$i" "$@" > "$OUT/ci-$i.log" 2>&1
   rc=$?; [ $rc -ne 0 ] && status=$rc
   tail -n 25 "$OUT/ci-$i.log" | grep -E "passed|failed|ERROR|stale|known findings" | tail -n 4
