@@ -158,11 +158,26 @@ def _configure_kernels(run: Run) -> None:
 
 
 @pytest.hookimpl(tryfirst=True)  # first: the kernels source must be chosen before any plugin imports cudnn
+def _share_cores(config) -> None:
+    """An xdist worker takes its share of the cores for torch's CPU ops
+    (input generation): torch's default, every core in every process, ran 16
+    workers x 16 threads on 16 cores, and oversubscribed threads made
+    make_inputs ~10x slower (1 thread 0.04 s, 2 threads on 2 busy cores 0.41 s
+    per dense example; on the H200 host input generation was a third of all
+    worker time)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
+    if getattr(config, "workerinput", None) is not None and workers > 0:
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "property(name): the conformance property a test checks (report attribution)")
     if getattr(config.option, "help", False):
         return
     _check_rootdir(config)
+    _share_cores(config)
     run = _resolve(config)
     _configure_kernels(run)
     from kernels import cache
