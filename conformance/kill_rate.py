@@ -46,6 +46,7 @@ DEFAULT_REPORT_DIR = "sdpa-report"
 FINDINGS_FILE = "known_findings.toml"
 CONTROL = Mutant("control", "control", (), "", "No rewrites: the installed kernels. Must survive every property.")
 FAMILY_FLAVORS = {"f16": ("gptoss", "llama", "dsv3"), "d256": ("qwen",), "host": ("gptoss", "llama", "dsv3", "qwen")}
+LARGE_BUDGET = "large"  # the example budget (strategies.profiles) of the large tier's families
 GRACE_S = 150  # a worker's start-up, first compiles and overshoot past its budget
 
 
@@ -228,7 +229,8 @@ def run_mutant(mutant: Mutant, *, profile: str = "ci", budget_s: float = 240.0, 
     except StaleMutant as e:
         return rec | {"verdict": "stale", "error": str(e), "wall_s": round(time.perf_counter() - t0, 1)}
     flavors, deadline = flavors_for(mutant), t0 + budget_s
-    chosen = [k for k in KINDS if k.name in kinds]
+    # The large tier's searches (gigabytes per example) run only for a mutant that expects them.
+    chosen = [k for k in KINDS if k.name in kinds and (k.examples != LARGE_BUDGET or k.name == mutant.expected_killer)]
     shrink_cap = getattr(engine, "MAX_SHRINKING_SECONDS", None)
     engine.MAX_SHRINKING_SECONDS = shrink_s  # Hypothesis reads it when shrinking starts
     try:
