@@ -115,6 +115,13 @@ def node_id(kind: Kind, case: Case, drawn: Optional[dict] = None) -> str:
     return kind.family.nodeid({**stratum_of(case), **kind.fixed, **(drawn or {})})
 
 
+def searched(mutant: Mutant, kinds: Sequence[str] = KIND_NAMES) -> List[Kind]:
+    """The kinds of ``kinds`` a run of ``mutant`` searches, in order: the
+    large tier's (gigabytes per example) only for the mutant that names one
+    as its expected killer."""
+    return [k for k in KINDS if k.name in kinds and (k.examples != LARGE_BUDGET or k.name == mutant.expected_killer)]
+
+
 def flavors_for(mutant: Mutant) -> Tuple[str, ...]:
     """Flavors served by the files the mutant rewrites (all for the control)."""
     touched = {f for t in (mutant.targets or ("host",)) for f in FAMILY_FLAVORS[t]}
@@ -229,8 +236,7 @@ def run_mutant(mutant: Mutant, *, profile: str = "ci", budget_s: float = 240.0, 
     except StaleMutant as e:
         return rec | {"verdict": "stale", "error": str(e), "wall_s": round(time.perf_counter() - t0, 1)}
     flavors, deadline = flavors_for(mutant), t0 + budget_s
-    # The large tier's searches (gigabytes per example) run only for a mutant that expects them.
-    chosen = [k for k in KINDS if k.name in kinds and (k.examples != LARGE_BUDGET or k.name == mutant.expected_killer)]
+    chosen = searched(mutant, kinds)
     shrink_cap = getattr(engine, "MAX_SHRINKING_SECONDS", None)
     engine.MAX_SHRINKING_SECONDS = shrink_s  # Hypothesis reads it when shrinking starts
     try:
