@@ -241,13 +241,13 @@ REF_CHUNK_ELEMS = 1 << 24
 
 
 def chunked_attention(q, k, v, *, bias=None, q_lens: Lens = None, kv_lens: Lens = None, extra: Optional[Extra] = None,
-                      chunk_elems: int = REF_CHUNK_ELEMS, **common):
+                      chunk_elems: Optional[int] = None, **common):
     """``attention`` over chunks of query rows, each of at most ``chunk_elems``
     (row, key) pairs: (O, LSE, extras) with ``extra`` applied to each chunk's
     ``Internals`` and the pieces joined on the row axis (extras None without
     ``extra``)."""
     b, h, s_q, _ = q.shape
-    rows = max(1, chunk_elems // max(1, b * h * k.shape[2]))
+    rows = max(1, (chunk_elems or REF_CHUNK_ELEMS) // max(1, b * h * k.shape[2]))
     common = dict(common, q_lens=q_lens, kv_lens=kv_lens, internals=extra is not None)
     if rows >= s_q:
         got = attention(q, k, v, bias=bias, **common)
@@ -266,7 +266,7 @@ def chunked_attention(q, k, v, *, bias=None, q_lens: Lens = None, kv_lens: Lens 
 
 
 def reference_for_case(case, tensors, compute_dtype: torch.dtype = torch.float32, *, extra: Optional[Extra] = None,
-                       chunk_elems: int = REF_CHUNK_ELEMS):
+                       chunk_elems: Optional[int] = None):
     """(O, LSE) of a ``conformance.ground.case.Case`` on the ``CaseTensors`` that
     ``make_inputs`` made, in the layouts of ``conformance.ground.data.make_outputs``
     (dense O (B,H,SQ,Dv), LSE (B,H,SQ); THD O (T_q,H,Dv), LSE (H,T_q)), float32
@@ -277,7 +277,8 @@ def reference_for_case(case, tensors, compute_dtype: torch.dtype = torch.float32
     call (one per THD sequence); its tensors come back as a third item, a
     dict laid out like O or LSE (by rank), NaN outside every THD sequence;
     empty when no THD sequence has a Q row (no call was made).
-    ``chunk_elems``: the row chunking (``chunked_attention``)."""
+    ``chunk_elems``: the row chunking (``chunked_attention``; default
+    REF_CHUNK_ELEMS)."""
     common = dict(
         scale=case.softmax_scale,
         causal=case.causal,

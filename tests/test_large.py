@@ -199,7 +199,7 @@ def test_large_tier_selection(opts, env, want, monkeypatch):
 
 # ----------------------------------------------------------- compile tier
 @pytest.mark.compile
-@pytest.mark.parametrize("shape", ["long", "thd_seqs"])
+@pytest.mark.parametrize("shape", ["long", "decode", "gqa64", "thd_seqs"])
 def test_large_geometries_compile_for_sm80(shape, tmp_path, monkeypatch):
     from kernels.prepared import PreparedAdapter
 
@@ -207,3 +207,22 @@ def test_large_geometries_compile_for_sm80(shape, tmp_path, monkeypatch):
     case = _draws(large_cases(shape), 1)[0]
     delta = PreparedAdapter(rewrites=()).compile_only(case)
     assert delta.misses >= 1
+
+
+# ------------------------------------------- the property, chunked, on CPU
+def test_numerics_with_a_chunked_reference_judges_the_emulated_kernel(monkeypatch):
+    """The numerics property with the reference cut into chunks of rows (as a
+    32k case is) passes the emulated kernel and fails a planted bug."""
+    from unittest import mock
+
+    from conformance.ground.outcome import PropertyFailure
+    from conformance.properties import numerics as properties
+    from reference import attention
+    from tests.kernel_emulation import EmulatedAdapter, Plant, drop_key
+
+    case = Case(batch=2, h_q=2, h_kv=1, s_q=20, s_kv=70, d_qk=16, d_v=16, causal=True, bottom_right=True, seq_kv_lens=(70, 33), seed=3)
+    monkeypatch.setattr(attention, "REF_CHUNK_ELEMS", 3 * case.batch * case.h_q * case.s_kv)  # 3 rows per call
+    with mock.patch.object(properties, "device", lambda: torch.device("cpu")):
+        properties.check_numerics(case, EmulatedAdapter())
+        with pytest.raises(PropertyFailure):
+            properties.check_numerics(case, EmulatedAdapter(plant=Plant(drop=drop_key(0))))
