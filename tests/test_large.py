@@ -6,13 +6,11 @@ selection, and the compile tier for two large geometries."""
 
 from __future__ import annotations
 
-import math
 from types import SimpleNamespace
 
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from conformance.ground import data
 from conformance.ground.case import Case

@@ -71,6 +71,14 @@ def _copy_in_place(dst, src) -> None:
             flat_storage(a).copy_(flat_storage(b))
 
 
+def _repoison(case: Case, outputs, dev) -> None:
+    """The output buffers back to what ``make_outputs`` writes (poison), so a
+    launch that writes nothing cannot pass for one that does."""
+    fresh = make_outputs(case, dev)
+    for mine, new in zip(outputs, fresh):
+        flat_storage(mine).copy_(flat_storage(new))
+
+
 def _bits_equal(property: str, case: Case, quantity: str, got: torch.Tensor, want: torch.Tensor, what: str, check: str) -> None:
     everywhere = torch.ones(got.shape, dtype=torch.bool, device=got.device)
     judge.exactly(property, case, quantity, got, want, everywhere, what, check=check)
@@ -118,9 +126,7 @@ def check_graph_replay(case: Case, adapter) -> Observation:
         if captured_error is None:
             changed = make_inputs(after, dev, poison=True)
             _copy_in_place(inputs, changed)
-            fresh_o, fresh_lse = make_outputs(after, dev)
-            flat_storage(outputs[0]).copy_(flat_storage(fresh_o))
-            flat_storage(outputs[1]).copy_(flat_storage(fresh_lse))
+            _repoison(after, outputs, dev)
             graph.replay()
             torch.cuda.synchronize(dev)
             replayed = prepared.result()
@@ -187,6 +193,7 @@ def check_launch_hygiene(case: Case, adapter) -> Observation:
     inputs, outputs = make_inputs(case, dev, poison=True), make_outputs(case, dev)
     prepared = adapter.prepare(case, inputs, outputs)
     prepared.launch()  # the first launch may load modules and bind the context
+    _repoison(case, outputs, dev)
     torch.cuda.synchronize(dev)
     before = _allocations(dev)
     mode = torch.cuda.get_sync_debug_mode()
@@ -209,12 +216,12 @@ def check_launch_hygiene(case: Case, adapter) -> Observation:
         judge.guards_intact("launch_hygiene", case, launched_buffers(inputs, outputs, result))
         judge.guards_intact("launch_hygiene", case, launched_buffers(eager_inputs, eager_outputs, eager))
         if error is not None or caught:
-            judge._fail(PropertyFailure("launch_hygiene", case, f"the launch synchronizes with or reads back to the host: {caught or error}",
-                                        {"calls": caught, "error": str(error)}, check="no host synchronization", observed="synchronized"))  # fmt: skip
+            judge.failed("launch_hygiene", case, f"the launch synchronizes with or reads back to the host: {caught or error}",
+                         {"calls": caught, "error": str(error)}, check="no host synchronization", observed="synchronized")
         moved = {k: after[k] - before[k] for k in ALLOCATION_COUNTERS if after[k] != before[k]}
         if moved:
-            judge._fail(PropertyFailure("launch_hygiene", case, f"the launch allocated device memory: {moved}", {"allocations": moved},
-                                        check="no allocation", observed="allocated"))  # fmt: skip
+            judge.failed("launch_hygiene", case, f"the launch allocated device memory: {moved}", {"allocations": moved},
+                         check="no allocation", observed="allocated")
         judge.compile_delta("launch_hygiene", case, counters.delta, NO_COMPILE, "a warm launch")
         _bits_equal("launch_hygiene", case, "o", result.o, eager.o, "O of the watched launch vs an eager launch", "launch did the work")
         _bits_equal("launch_hygiene", case, "lse", result.lse, eager.lse, "LSE of the watched launch vs an eager launch", "launch did the work")
