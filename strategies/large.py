@@ -65,8 +65,10 @@ def _dense_runtime(draw, row: dict) -> dict:
     out = {"seed": _seed(draw), "scale": _scale(draw, row)}
     for side, phys in (("seq_q_lens", row["s_q"]), ("seq_kv_lens", row["s_kv"])):
         if row.get(side):
-            edge = st.sampled_from((0, 1, phys - 1, phys))
-            out[side] = tuple(draw(st.one_of(edge, st.integers(0, phys))) for _ in range(row.get("batch", 1)))
+            # Simplest first is the full length (a budget of 2-3 examples must not spend
+            # one on rows with no key), then the edges, then anything.
+            edge = st.sampled_from((phys, phys - 1, 1, 0))
+            out[side] = tuple(draw(st.one_of(edge, st.integers(0, phys).map(lambda n, p=phys: p - n))) for _ in range(row.get("batch", 1)))
     return out
 
 
