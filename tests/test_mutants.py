@@ -142,6 +142,8 @@ def test_the_large_tier_is_searched_only_by_its_mutants():
     by_name = {m.name: m for m in MUTANTS}
     assert "numerics_large_offsets" in [k.name for k in M.searched(by_name["kv_offset_int32"])]
     assert not set(large) & {k.name for k in M.searched(by_name["bias_not_unscaled"])}
+    assert set(large) <= {k.name for k in M.searched(M.CONTROL)}  # the pristine kernels get every search
+    assert set(large) <= {k.name for k in M.searched(by_name["bias_not_unscaled"], large, explicit=True)}
 
 
 def test_budget_stops_the_search():
