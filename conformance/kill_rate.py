@@ -46,6 +46,7 @@ DEFAULT_REPORT_DIR = "sdpa-report"
 FINDINGS_FILE = "known_findings.toml"
 CONTROL = Mutant("control", "control", (), "", "No rewrites: the installed kernels. Must survive every property.")
 FAMILY_FLAVORS = {"f16": ("gptoss", "llama", "dsv3"), "d256": ("qwen",), "host": ("gptoss", "llama", "dsv3", "qwen")}
+LARGE_BUDGET = "large"  # the example budget (strategies.profiles) of the large tier's families
 GRACE_S = 150  # a worker's start-up, first compiles and overshoot past its budget
 
 
@@ -112,6 +113,18 @@ def node_id(kind: Kind, case: Case, drawn: Optional[dict] = None) -> str:
     """The pytest node id of the test parameter ``kind`` searched ``case``
     in (``drawn``: the transform-axis values it was drawn with)."""
     return kind.family.nodeid({**stratum_of(case), **kind.fixed, **(drawn or {})})
+
+
+def searched(mutant: Mutant, kinds: Sequence[str] = KIND_NAMES, *, explicit: bool = False) -> List[Kind]:
+    """The kinds of ``kinds`` a run of ``mutant`` searches, in order. The
+    large tier's (gigabytes per example) only for the mutant that names one
+    as its expected killer, the control (the pristine kernels must pass every
+    search a mutant may get), or when ``--properties`` named them
+    (``explicit``)."""
+    def wanted(k: Kind) -> bool:
+        return k.examples != LARGE_BUDGET or explicit or k.name == mutant.expected_killer or mutant.name == CONTROL.name
+
+    return [k for k in KINDS if k.name in kinds and wanted(k)]
 
 
 def flavors_for(mutant: Mutant) -> Tuple[str, ...]:
@@ -210,7 +223,7 @@ def search(kind: Kind, adapter, flavors, *, profile: str, until: float, t0: floa
 
 
 def run_mutant(mutant: Mutant, *, profile: str = "ci", budget_s: float = 240.0, shrink_s: float = 45.0,
-               kinds: Sequence[str] = KIND_NAMES, check=check_property, adapter_factory=None) -> dict:  # fmt: skip
+               kinds: Sequence[str] = KIND_NAMES, explicit: bool = False, check=check_property, adapter_factory=None) -> dict:  # fmt: skip
     """Run one mutant through the property kinds; returns its verdict record.
     Each kind gets an equal share of what is left of ``budget_s``."""
     from hypothesis.internal.conjecture import engine
@@ -228,7 +241,7 @@ def run_mutant(mutant: Mutant, *, profile: str = "ci", budget_s: float = 240.0, 
     except StaleMutant as e:
         return rec | {"verdict": "stale", "error": str(e), "wall_s": round(time.perf_counter() - t0, 1)}
     flavors, deadline = flavors_for(mutant), t0 + budget_s
-    chosen = [k for k in KINDS if k.name in kinds]
+    chosen = searched(mutant, kinds, explicit=explicit)
     shrink_cap = getattr(engine, "MAX_SHRINKING_SECONDS", None)
     engine.MAX_SHRINKING_SECONDS = shrink_s  # Hypothesis reads it when shrinking starts
     try:
@@ -282,7 +295,7 @@ def _worker(mutant: Mutant, opts: dict, out) -> None:
             from conformance.ground import findings
 
             findings.activate(findings.load(opts["findings"]))
-        rec = run_mutant(mutant, profile=opts["profile"], budget_s=opts["budget_s"], shrink_s=opts["shrink_s"], kinds=opts["kinds"])
+        rec = run_mutant(mutant, profile=opts["profile"], budget_s=opts["budget_s"], shrink_s=opts["shrink_s"], kinds=opts["kinds"], explicit=opts.get("explicit", False))
     except BaseException as e:  # noqa: BLE001 - outside any property call: the harness, not the mutant
         traceback.print_exc()
         rec = {"name": mutant.name, "bug_class": mutant.bug_class, "targets": list(mutant.targets), "expected_killer": mutant.expected_killer,
@@ -461,7 +474,8 @@ def _validate(args) -> dict:
             findings.load(found)
         except findings.FindingsError as e:
             raise Usage(str(e)) from None
-    return {"mutants": [m for m in MUTANTS if only is None or m.name in only], "kinds": kinds, "profile": profile, "findings": found}
+    return {"mutants": [m for m in MUTANTS if only is None or m.name in only], "kinds": kinds, "explicit": args.properties is not None, "profile": profile,
+            "findings": found}  # fmt: skip
 
 
 def list_catalogue(mutants: Sequence[Mutant], out=print) -> int:
@@ -500,8 +514,8 @@ def main(args) -> int:
     env, start = detect(), time.time()
     log_dir = Path(args.report_dir) / "mutants-logs"
     log_dir.mkdir(parents=True, exist_ok=True)
-    opts = {"profile": v["profile"], "budget_s": args.budget_s, "shrink_s": args.shrink_s, "kinds": v["kinds"], "findings": v["findings"],
-            "kernels_source": args.kernels_source, "log_dir": str(log_dir), "threads": max(1, (os.cpu_count() or 1) // args.jobs)}  # fmt: skip
+    opts = {"profile": v["profile"], "budget_s": args.budget_s, "shrink_s": args.shrink_s, "kinds": v["kinds"], "explicit": v["explicit"],
+            "findings": v["findings"], "kernels_source": args.kernels_source, "log_dir": str(log_dir), "threads": max(1, (os.cpu_count() or 1) // args.jobs)}  # fmt: skip
     print(f"{len(v['mutants'])} mutants + control, {args.jobs} jobs, budget {args.budget_s:g} s each, profile {v['profile']}, kinds {', '.join(v['kinds'])}")
     records = run_all([CONTROL] + v["mutants"], opts, args.jobs)
     control, mutant_records = records[0], records[1:]

@@ -80,9 +80,35 @@ def pytest_addoption(parser):
     g.addoption("--known-findings", default=None, metavar="FILE",
                 help=f"known findings file (.toml or .json). Default: {FINDINGS_FILE} at the rootdir, if present.")
     isolation.addoption(g, parser)
+    g.addoption("--large", action="store_true", default=False,
+                help="run the large tier (tests marked large: production-scale shapes, minutes and gigabytes; "
+                     "also -m large, $SDPA_LARGE=1 or the nightly profile). Default: skipped.")
     g.addoption("--compile-cache", default=None, metavar="DIR",
                 help="on-disk compiled cache shared by the run's processes (a key compiles once per run; kept for later runs). "
                      "Default: $SDPA_COMPILE_CACHE, else $CUDNN_FRONTEND_COMPILED_CACHE, else the frontend's ~/.cache/cudnn_frontend/compiled_plans.")
+
+
+LARGE_ENV = "SDPA_LARGE"
+
+
+def large_tier_selected(config) -> bool:
+    """Whether the large tier runs: --large, $SDPA_LARGE=1, a -m expression
+    asking for it, or the nightly profile."""
+    from strategies import profiles
+
+    expr = config.getoption("markexpr", default="") or ""
+    asked = "large" in expr and "not large" not in expr
+    profile = profiles.profile_name(config.getoption("hypothesis_profile", default=None))
+    return bool(config.getoption("large", default=False)) or os.environ.get(LARGE_ENV) == "1" or asked or profile == "nightly"
+
+
+def pytest_collection_modifyitems(config, items):
+    if large_tier_selected(config):
+        return
+    skip = pytest.mark.skip(reason="large tier: run with --large (or -m large, $SDPA_LARGE=1, the nightly profile)")
+    for item in items:
+        if item.get_closest_marker("large") is not None:
+            item.add_marker(skip)
 
 
 def _check_rootdir(config) -> None:

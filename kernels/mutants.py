@@ -50,6 +50,7 @@ BUG_CLASSES = {
     "gqa_mapping": "GQA head mapping wrong",
     "output_tail": "output tail left unwritten or over-written",
     "right_band": "causal right band ignored (beyond the list: a mask-family bug)",
+    "large_offsets": "an element offset computed in 32 bits (wraps past 2^31 elements)",
     "precision": "an arithmetic slip the error model must see: an intermediate rounded to the I/O dtype, a constant "
     "a few digits short, a scale held in the I/O dtype, a key lost from long rows",
     # Faults (FAULTS below): what the run's isolation must contain, not what a property judges.
@@ -320,6 +321,20 @@ MUTANTS: Tuple[Mutant, ...] = (
         "numerics_dense",
         "The runtime causal right band (window_right) is dropped: a banded causal mask degrades to plain causal.",
         dict(s_q=70, s_kv=70, causal=True, window_left=16, window_right=5),
+    ),
+    Mutant(
+        "kv_offset_int32",
+        "large_offsets",
+        _both(
+            "        K_BATCH_OFF = kv_seq_origin * K_ROW_STRIDE_E\n        V_BATCH_OFF = kv_seq_origin * V_ROW_STRIDE_E\n",
+            "        K_BATCH_OFF = cutlass.Int64(cutlass.Int32(kv_seq_origin) * cutlass.Int32(K_ROW_STRIDE_E))\n"
+            "        V_BATCH_OFF = cutlass.Int64(cutlass.Int32(kv_seq_origin) * cutlass.Int32(V_ROW_STRIDE_E))\n",
+        ),
+        "numerics_large_offsets",
+        "The THD K/V sequence offset (first token x row stride) computed in 32 bits: past 2^31 elements it wraps, so "
+        "packed K/V beyond 4 GiB (fp16) are read from the wrapped address (the decoys 2^32 elements lower) or from "
+        "before the allocation: the classic int32 index overflow of varlen attention at production scale.",
+        dict(layout="thd", h_q=1, h_kv=1, q_lens=(3, 5), kv_lens=(4, 6), kv_base=8),
     ),
 )
 

@@ -13,7 +13,7 @@ import hashlib
 import math
 import re
 from contextlib import contextmanager
-from typing import Optional
+from typing import Callable, List, Optional
 
 import torch
 
@@ -187,6 +187,19 @@ def _ptr(t: Optional[torch.Tensor]):
     return None if t is None else t.data_ptr()
 
 
+@dataclasses.dataclass
+class Prepared:
+    """A staged, compiled launch of one Case on fixed buffers
+    (``PreparedAdapter.prepare``): ``launch()`` enqueues the kernel alone on
+    the current stream; ``result()`` finishes (copy-back) and reports;
+    ``staged``: the operands handed as staging copies (a change made in place
+    to such an input after ``prepare`` does not reach the kernel)."""
+
+    launch: Callable[[], None]
+    result: Callable[[], KernelResult]
+    staged: List[str]
+
+
 # Compiled dense specializations of this process: (compile key, arch) -> artifact.
 _DENSE = {}
 
@@ -257,6 +270,22 @@ class PreparedAdapter:
     # -------------------------------------------------------------- run
     @timed("launch")
     def run(self, case: Case, inputs: CaseTensors, outputs=None, *, initialize_outputs: bool = True, tamper=None) -> KernelResult:
+        # Counters around the whole call (staging, compile, launch, copy-back):
+        # a compile the launch path asks for counts too. seconds stays the
+        # compile step's own time (measured inside).
+        with measure() as whole:
+            prepared = self.prepare(case, inputs, outputs, initialize_outputs=initialize_outputs, tamper=tamper)
+            prepared.launch()
+            result = prepared.result()
+        result.compile = dataclasses.replace(whole.delta, seconds=result.compile.seconds)
+        return result
+
+    def prepare(self, case: Case, inputs: CaseTensors, outputs=None, *, initialize_outputs: bool = True, tamper=None) -> "Prepared":
+        """Stage and compile ``case`` for these buffers without launching:
+        ``launch()`` then enqueues exactly the kernel on the current stream
+        (pointers and launch arguments bound here; no staging, compile or
+        allocation), as often as asked (CUDA-graph capture included);
+        ``result()`` copies staged outputs back and gives the KernelResult."""
         case.require_expressible(self.name)  # a fact these entry points cannot take: Unexpressible
         env = self._live()
         dev = inputs.q.device if inputs.q.is_cuda else torch.device("cuda", torch.cuda.current_device())
@@ -265,16 +294,9 @@ class PreparedAdapter:
         if o.device != dev or lse.device != dev:
             raise ValueError(f"output buffers must be on {dev} (the kernel writes them in place)")
         spec = _tampered(specialize(case), case, tamper)
-        # Counters around the whole call (staging, compile, launch, copy-back):
-        # a compile the launch path asks for counts too. seconds stays the
-        # compile step's own time (measured inside).
-        with measure() as whole:
-            if case.is_thd:
-                result = self._run_thd(case, spec, env, inputs, o, lse, initialize_outputs)
-            else:
-                result = self._run_dense(case, spec, env, inputs, o, lse)
-        result.compile = dataclasses.replace(whole.delta, seconds=result.compile.seconds)
-        return result
+        if case.is_thd:
+            return self._prepare_thd(case, spec, env, inputs, o, lse, initialize_outputs)
+        return self._prepare_dense(case, spec, env, inputs, o, lse)
 
     def _launch_context(self, dev):
         from cudnn._device import ensure_current_context
@@ -284,7 +306,7 @@ class PreparedAdapter:
         ensure_current_context(int(stream), dev.index)
         return int(stream)
 
-    def _run_dense(self, case, spec, env, inputs, o, lse) -> KernelResult:
+    def _prepare_dense(self, case, spec, env, inputs, o, lse) -> "Prepared":
         from cudnn.frost.compiled_cache import positional_entry
         from cudnn.sdpa.fwd.config_sm80 import kernel_scale
 
@@ -300,17 +322,23 @@ class PreparedAdapter:
         if fn is None:
             raise NotImplementedError("prepared_host.compile_host gave no positional tvm-ffi entry")
         scale = kernel_scale(case.softmax_scale)
-        stream = self._launch_context(q.device)
-        fn(_ptr(q), _ptr(k), _ptr(v), _ptr(o_run), _ptr(lse), _ptr(inputs.seq_kv_lens), _ptr(inputs.seq_q_lens), _ptr(inputs.sinks), _ptr(inputs.bias), scale * LOG2E, 1.0 / scale, stream)
-        written = o_run[..., : case.d_v]  # what the kernel wrote (the staging copy when staged)
-        if o_run is not o:
-            o.copy_(written)
-        arch = "sm_80" if env.native else f"{env.live_arch} (compile_host names no --gpu-arch: the DSL targets the live device)"
-        handed = _handed(q=q, k=k, v=v, o=o_run, lse=lse, seq_kv_lens=inputs.seq_kv_lens, seq_q_lens=inputs.seq_q_lens, sinks=inputs.sinks, bias=inputs.bias)
-        key = key_digest(_dense_key(spec, geometry))
-        return KernelResult(written, lse, box.delta, self._notes(spec, arch=arch, mode=env.mode, staged=staged, compile_key=key), handed)
+        args = (_ptr(q), _ptr(k), _ptr(v), _ptr(o_run), _ptr(lse), _ptr(inputs.seq_kv_lens), _ptr(inputs.seq_q_lens), _ptr(inputs.sinks), _ptr(inputs.bias), scale * LOG2E, 1.0 / scale)
 
-    def _run_thd(self, case, spec, env, inputs, o, lse, initialize_outputs) -> KernelResult:
+        def launch():
+            fn(*args, self._launch_context(q.device))
+
+        def result() -> KernelResult:
+            written = o_run[..., : case.d_v]  # what the kernel wrote (the staging copy when staged)
+            if o_run is not o:
+                o.copy_(written)
+            arch = "sm_80" if env.native else f"{env.live_arch} (compile_host names no --gpu-arch: the DSL targets the live device)"
+            handed = _handed(q=q, k=k, v=v, o=o_run, lse=lse, seq_kv_lens=inputs.seq_kv_lens, seq_q_lens=inputs.seq_q_lens, sinks=inputs.sinks, bias=inputs.bias)
+            key = key_digest(_dense_key(spec, geometry))
+            return KernelResult(written, lse, box.delta, self._notes(spec, arch=arch, mode=env.mode, staged=staged, compile_key=key), handed)
+
+        return Prepared(launch, result, staged)
+
+    def _prepare_thd(self, case, spec, env, inputs, o, lse, initialize_outputs) -> "Prepared":
         from cudnn.sdpa.fwd.config_sm80 import kernel_scale
 
         fdqk, fdv = spec.envelope
@@ -325,23 +353,29 @@ class PreparedAdapter:
             with compile_arch(host, arch):
                 _, fn = host.compile_thd_host(mod, case.h_q, case.h_kv, case.n_seq, spec.swa_window, THD_PREFIX_DTYPES, THD_SINK_DTYPE, None, initialize_outputs)
         scale = kernel_scale(case.softmax_scale)
-        stream = self._launch_context(q.device)
-        fn(
+        args = (
             _ptr(q), _ptr(k), _ptr(v), _ptr(o_run), _ptr(lse_run), _ptr(inputs.cu_q), _ptr(inputs.cu_kv), _ptr(inputs.sinks),
             case.t_q, case.t_kv, case.max_s_q,
             case.h_q * fdqk, fdqk, case.h_kv * fdqk, fdqk, case.h_kv * fdv, fdv,
-            scale * LOG2E, 1.0 / scale, spec.right_bound, (1, 1, 1), stream,
+            scale * LOG2E, 1.0 / scale, spec.right_bound, (1, 1, 1),
         )  # fmt: skip
-        written = o_run[..., : case.d_v]  # what the kernel wrote (the staging copy when staged)
-        if o_run is not o:
-            o.copy_(written)
-        if lse_run is not lse:
-            lse.copy_(lse_run)
-        arch_note = "sm_80" if arch is None else f"{arch} (--gpu-arch=sm_80 rewritten)"
-        key = key_digest(_thd_key(case, spec, initialize_outputs))
-        notes = self._notes(spec, arch=arch_note, mode=env.mode, staged=staged, initialize_outputs=initialize_outputs, compile_key=key)
-        handed = _handed(q=q, k=k, v=v, o=o_run, lse=lse_run, cu_q=inputs.cu_q, cu_kv=inputs.cu_kv, sinks=inputs.sinks)
-        return KernelResult(written, lse_run, box.delta, notes, handed)
+
+        def launch():
+            fn(*args, self._launch_context(q.device))
+
+        def result() -> KernelResult:
+            written = o_run[..., : case.d_v]  # what the kernel wrote (the staging copy when staged)
+            if o_run is not o:
+                o.copy_(written)
+            if lse_run is not lse:
+                lse.copy_(lse_run)
+            arch_note = "sm_80" if arch is None else f"{arch} (--gpu-arch=sm_80 rewritten)"
+            key = key_digest(_thd_key(case, spec, initialize_outputs))
+            notes = self._notes(spec, arch=arch_note, mode=env.mode, staged=staged, initialize_outputs=initialize_outputs, compile_key=key)
+            handed = _handed(q=q, k=k, v=v, o=o_run, lse=lse_run, cu_q=inputs.cu_q, cu_kv=inputs.cu_kv, sinks=inputs.sinks)
+            return KernelResult(written, lse_run, box.delta, notes, handed)
+
+        return Prepared(launch, result, staged)
 
     # ------------------------------------------------------ compile only
     def compile_only(self, case: Case, *, initialize_outputs: bool = True, tamper=None) -> CompileDelta:

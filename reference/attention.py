@@ -133,11 +133,17 @@ def attention(
     kv_lens: Lens = None,
     compute_dtype: torch.dtype = torch.float32,
     internals: bool = False,
+    row0: int = 0,
+    q_phys: Optional[int] = None,
 ):
     """Attention on dense logical tensors q (B,Hq,SQ,Dqk), k (B,Hkv,SKV,Dqk),
     v (B,Hkv,SKV,Dv). Returns O (B,Hq,SQ,Dv) and natural-log LSE (B,Hq,SQ), in
     float64 when ``compute_dtype`` is float64, else float32; with
     ``internals`` (float64 only) also the ``Internals`` of the call.
+
+    A chunk of rows: ``q`` (and ``bias``) hold query rows row0 .. row0+SQ-1 of
+    a query of ``q_phys`` physical rows (``q_lens`` and the mask are the whole
+    query's); every result is per row, so chunks concatenate to the whole.
 
     compute_dtype float32/float64: everything in that precision. float16/
     bfloat16 ("lowp", the legacy error model's same-dtype run): q@k^T and P@V
@@ -156,9 +162,9 @@ def attention(
     lowp = compute_dtype in LOWP
     acc = torch.float32 if lowp else compute_dtype  # softmax / output precision
 
-    n_q = _lens(q_lens, b, s_q, dev)
+    n_q = _lens(q_lens, b, s_q if q_phys is None else q_phys, dev)
     n_kv = _lens(kv_lens, b, s_kv, dev)
-    q_live = torch.arange(s_q, device=dev)[None, :] < n_q[:, None]  # (B, SQ)
+    q_live = torch.arange(row0, row0 + s_q, device=dev)[None, :] < n_q[:, None]  # (B, SQ)
     kv_live = torch.arange(s_kv, device=dev)[None, :] < n_kv[:, None]
 
     # Poison rule: dead rows become 0 before any product.
@@ -180,7 +186,7 @@ def attention(
             bias_acc = bias.to(device=dev, dtype=acc)
             logits.add_(bias_acc)
         vis = masks.visibility(s_q, s_kv, n_q, n_kv, causal=causal, bottom_right=bottom_right,
-                               window_left=window_left, window_right=window_right)
+                               window_left=window_left, window_right=window_right, row0=row0)
         logits.masked_fill_(~vis, float("-inf"))
         del vis
 
@@ -227,8 +233,43 @@ def attention(
 Extra = Callable[[Internals], Dict[str, torch.Tensor]]
 
 
+# Reference memory. One float64 attention call with the error model holds about
+# a dozen (B, H, rows, SKV) tensors (logits, p, the model's per-key terms); the
+# query rows are cut into chunks of at most REF_CHUNK_ELEMS (row, key) pairs
+# (B * H * rows * SKV, 128 MiB per float64 tensor) so a 32k x 32k case costs
+# O(S x chunk), not O(S^2). Every quantity is per row, so the chunks
+# concatenate to the unchunked call (tests/test_reference.py).
+REF_CHUNK_ELEMS = 1 << 24
+
+
+def chunked_attention(q, k, v, *, bias=None, q_lens: Lens = None, kv_lens: Lens = None, extra: Optional[Extra] = None,
+                      chunk_elems: Optional[int] = None, **common):
+    """``attention`` over chunks of query rows, each of at most ``chunk_elems``
+    (row, key) pairs: (O, LSE, extras) with ``extra`` applied to each chunk's
+    ``Internals`` and the pieces joined on the row axis (extras None without
+    ``extra``)."""
+    b, h, s_q, _ = q.shape
+    rows = max(1, (chunk_elems or REF_CHUNK_ELEMS) // max(1, b * h * k.shape[2]))
+    common = dict(common, q_lens=q_lens, kv_lens=kv_lens, internals=extra is not None)
+    if rows >= s_q:
+        got = attention(q, k, v, bias=bias, **common)
+        return got[0], got[1], None if extra is None else extra(got[2])
+    os_, lses, extras = [], [], []
+    for r0 in range(0, s_q, rows):
+        r1 = min(s_q, r0 + rows)
+        part = None if bias is None else bias[:, :, r0:r1]
+        got = attention(q[:, :, r0:r1], k, v, bias=part, row0=r0, q_phys=s_q, **common)
+        os_.append(got[0])
+        lses.append(got[1])
+        if extra is not None:
+            extras.append(extra(got[2]))
+    joined = None if extra is None else {name: torch.cat([x[name] for x in extras], 2) for name in extras[0]}
+    return torch.cat(os_, 2), torch.cat(lses, 2), joined
+
+
 @timed("reference")
-def reference_for_case(case, tensors, compute_dtype: torch.dtype = torch.float32, *, extra: Optional[Extra] = None):
+def reference_for_case(case, tensors, compute_dtype: torch.dtype = torch.float32, *, extra: Optional[Extra] = None,
+                       chunk_elems: Optional[int] = None):
     """(O, LSE) of a ``conformance.ground.case.Case`` on the ``CaseTensors`` that
     ``make_inputs`` made, in the layouts of ``conformance.ground.data.make_outputs``
     (dense O (B,H,SQ,Dv), LSE (B,H,SQ); THD O (T_q,H,Dv), LSE (H,T_q)), float32
@@ -238,7 +279,9 @@ def reference_for_case(case, tensors, compute_dtype: torch.dtype = torch.float32
     ``extra`` (float64 only): called with the ``Internals`` of every attention
     call (one per THD sequence); its tensors come back as a third item, a
     dict laid out like O or LSE (by rank), NaN outside every THD sequence;
-    empty when no THD sequence has a Q row (no call was made)."""
+    empty when no THD sequence has a Q row (no call was made).
+    ``chunk_elems``: the row chunking (``chunked_attention``; default
+    REF_CHUNK_ELEMS)."""
     common = dict(
         scale=case.softmax_scale,
         causal=case.causal,
@@ -247,12 +290,13 @@ def reference_for_case(case, tensors, compute_dtype: torch.dtype = torch.float32
         window_right=case.window_right,
         sinks=tensors.sinks,
         compute_dtype=compute_dtype,
-        internals=extra is not None,
+        extra=extra,
+        chunk_elems=chunk_elems,
     )
     if not case.is_thd:
-        got = attention(tensors.q, tensors.k, tensors.v, bias=tensors.bias,
-                        q_lens=tensors.seq_q_lens, kv_lens=tensors.seq_kv_lens, **common)
-        return _lse_units(case, got[0], got[1], None if extra is None else extra(got[2]))
+        got = chunked_attention(tensors.q, tensors.k, tensors.v, bias=tensors.bias,
+                                q_lens=tensors.seq_q_lens, kv_lens=tensors.seq_kv_lens, **common)
+        return _lse_units(case, *got)
     acc = torch.float64 if compute_dtype == torch.float64 else torch.float32
     dev = tensors.q.device
     t_q, h_q, _ = tensors.q.shape
@@ -265,10 +309,10 @@ def reference_for_case(case, tensors, compute_dtype: torch.dtype = torch.float32
         if q1 == q0:
             continue
         as_bhsd = lambda x: x.permute(1, 0, 2).unsqueeze(0)  # noqa: E731  (T,H,D) -> (1,H,T,D)
-        got = attention(as_bhsd(tensors.q[q0:q1]), as_bhsd(tensors.k[k0:k1]), as_bhsd(tensors.v[k0:k1]), **common)
+        got = chunked_attention(as_bhsd(tensors.q[q0:q1]), as_bhsd(tensors.k[k0:k1]), as_bhsd(tensors.v[k0:k1]), **common)
         o[q0:q1] = got[0][0].permute(1, 0, 2)
         lse[:, q0:q1] = got[1][0]
-        for name, x in (extra(got[2]) if extra is not None else {}).items():
+        for name, x in (got[2] if extra is not None else {}).items():
             if name not in extras:  # O-like (T_q,H,D) or LSE-like (H,T_q), NaN outside sequences
                 shape = (t_q, h_q, x.shape[-1]) if x.dim() == 4 else (h_q, t_q)
                 extras[name] = torch.full(shape, float("nan"), dtype=x.dtype, device=dev)
@@ -302,9 +346,11 @@ def visible_counts(case, tensors) -> torch.Tensor:
 
     mask = dict(causal=case.causal, bottom_right=case.bottom_right, window_left=case.window_left, window_right=case.window_right)
     dev = tensors.q.device
-    if not case.is_thd:
-        vis = visibility(case.s_q, case.s_kv, torch.tensor(case.q_lengths(), device=dev), torch.tensor(case.kv_lengths(), device=dev), **mask)
-        return vis.sum(-1).expand(case.batch, case.h_q, case.s_q)
+    if not case.is_thd:  # in row chunks: O(S x chunk) memory, as the reference
+        n_q, n_kv = torch.tensor(case.q_lengths(), device=dev), torch.tensor(case.kv_lengths(), device=dev)
+        rows = max(1, REF_CHUNK_ELEMS // (case.batch * case.s_kv))
+        counts = [visibility(min(rows, case.s_q - r0), case.s_kv, n_q, n_kv, row0=r0, **mask).sum(-1) for r0 in range(0, case.s_q, rows)]
+        return torch.cat(counts, 2).expand(case.batch, case.h_q, case.s_q)
     counts = torch.zeros(case.h_q, case.t_q, dtype=torch.int64, device=dev)
     cu = case.cu_seqlens("q")
     for s, (n_q, n_kv) in enumerate(zip(case.q_lens, case.kv_lens)):

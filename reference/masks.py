@@ -37,10 +37,12 @@ def band(i, j, n_q, n_kv, *, causal: bool, bottom_right: bool, window_left: int,
 
 
 def visibility(s_q: int, s_kv: int, q_lens: torch.Tensor, kv_lens: torch.Tensor, *, causal: bool, bottom_right: bool,
-               window_left: int, window_right: int) -> torch.Tensor:
-    """Bool (B, 1, SQ, SKV): True where the key is visible. Lengths are int64 (B,)."""
+               window_left: int, window_right: int, row0: int = 0) -> torch.Tensor:
+    """Bool (B, 1, SQ, SKV): True where the key is visible. Lengths are int64 (B,).
+    ``row0``: the SQ rows are query rows row0 .. row0 + SQ - 1 (a chunk of rows;
+    the lengths stay those of the whole query)."""
     dev = q_lens.device
-    i = torch.arange(s_q, device=dev).view(1, 1, s_q, 1)
+    i = torch.arange(row0, row0 + s_q, device=dev).view(1, 1, s_q, 1)
     j = torch.arange(s_kv, device=dev).view(1, 1, 1, s_kv)
     n_q = q_lens.view(-1, 1, 1, 1)
     n_kv = kv_lens.view(-1, 1, 1, 1)

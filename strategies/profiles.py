@@ -37,6 +37,11 @@ KIND_SCALE = {
     "contracts": 0.5,  # violating cases: one exception per example
     "compile": 0.2,  # CPU compile tier (~1.5 s per new geometry)
     "cpu": 5.0,  # pure-Python checks (strategies, reference self-tests)
+    # The large tier (strategies.large): gigabytes and up to 1e9 reference pairs per example,
+    # a few examples per test (PROFILE_KIND_SCALE pins ci and nightly).
+    "large": 0.1,
+    # Upstream-parity tests on fixed small geometries (no compile per example).
+    "parity": 0.25,
 }
 
 # Per-profile overrides of KIND_SCALE. Under ``ci`` the shape facts come from
@@ -44,7 +49,11 @@ KIND_SCALE = {
 # examples: numerics and tails check 3.5x more (5,040 numerics+tails examples,
 # one compile key per ~15 of them: tools/count_compile_keys.py). ``nightly``
 # draws free geometry (a compile per example) and keeps the base shares.
-PROFILE_KIND_SCALE = {"ci": {"numerics": 3.5, "tails": 1.75}}
+#
+# The large tier keeps 2 examples per test under ci (its slice test; the rest
+# with --large) and 3 under nightly: its budget is 10 minutes on one H200 with
+# 16 workers (README "Large tier"); the parity tests 10 under ci, 50 nightly.
+PROFILE_KIND_SCALE = {"ci": {"numerics": 3.5, "tails": 1.75, "large": 0.05}, "nightly": {"large": 0.003, "parity": 0.05}}
 
 # Every profile: no deadline (a kernel compile takes seconds) and no too-slow
 # health check; ``ci`` adds derandomization, ``ci``/``nightly`` print the blob.

@@ -136,10 +136,20 @@ def test_known_findings_excuse_exactly_what_they_describe():
         assert M.run_mutant(MUTANTS[0], check=_nan_rows(live_too=False), kinds=("padding_poison",), **ci)["verdict"] == "killed"
 
 
+def test_the_large_tier_is_searched_only_by_its_mutants():
+    large = [k.name for k in M.KINDS if k.examples == M.LARGE_BUDGET]
+    assert large == ["numerics_large_offsets"]
+    by_name = {m.name: m for m in MUTANTS}
+    assert "numerics_large_offsets" in [k.name for k in M.searched(by_name["kv_offset_int32"])]
+    assert not set(large) & {k.name for k in M.searched(by_name["bias_not_unscaled"])}
+    assert set(large) <= {k.name for k in M.searched(M.CONTROL)}  # the pristine kernels get every search
+    assert set(large) <= {k.name for k in M.searched(by_name["bias_not_unscaled"], large, explicit=True)}
+
+
 def test_budget_stops_the_search():
     slow = lambda k, c, a: time.sleep(0.05) or Observation(k.property, c)  # noqa: E731
     rec = M.run_mutant(MUTANTS[0], check=slow, profile="dev", budget_s=0.3, shrink_s=1)
-    assert rec["verdict"] == "survived" and not rec["complete"] and len(rec["kinds"]) == len(M.KINDS)
+    assert rec["verdict"] == "survived" and not rec["complete"] and len(rec["kinds"]) == len(M.searched(MUTANTS[0]))
     assert any(k["cut"] for k in rec["kinds"]) and rec["wall_s"] < 10
 
 
@@ -222,12 +232,12 @@ def test_node_ids_name_the_collected_tests(tmp_path):
     """Every node id a search can report (node-id known findings excuse
     failures there) names a collected test: each stratum, each drawn value."""
     r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:xdist", "--report-dir", str(tmp_path), "conformance/test_numerics.py",
-                        "conformance/test_tails.py", "conformance/test_compile.py"], capture_output=True, text=True, timeout=300)  # fmt: skip
+                        "conformance/test_tails.py", "conformance/test_compile.py", "conformance/test_large.py"], capture_output=True, text=True, timeout=300)  # fmt: skip
     collected = {line.strip() for line in r.stdout.splitlines() if "::" in line}
     from strategies.pools import FLAVOR_ENVELOPES
 
     assert [k.name for k in M.KINDS] == ["numerics_dense", "numerics_thd", "tails_thd_init", "tails_thd_noinit", "tails_dense", "padding_poison",
-                                         "compile_reuse_dense", "compile_reuse_thd"]  # fmt: skip
+                                         "compile_reuse_dense", "compile_reuse_thd", "numerics_large_offsets"]  # fmt: skip
     for kind in M.KINDS:
         drawn_axes = [a for a in kind.family.axes if a.role == TRANSFORM]
         for flavor, (dq, dv) in FLAVOR_ENVELOPES.items():

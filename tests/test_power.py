@@ -56,3 +56,65 @@ def test_disk_reuse_catches_a_per_process_cache_key(layout, adapter, gpu):
     check_disk_reuse(case, adapter)  # the pristine cache serves the second process
     with pytest.raises(PropertyFailure, match="counters over budget"):
         check_disk_reuse(case, adapter, prelude=PER_PROCESS_DISK_KEY)
+
+
+# ------------------------------------------------ graph replay, launch hygiene
+def _replay_case(layout: str) -> Case:
+    from strategies.large import REPLAY_ROWS, case_of
+
+    row = REPLAY_ROWS[layout]
+    if layout == "thd":
+        lens = (300, 0, 17, 512, 64, 129, 1, 255)
+        return case_of(row, dict(q_lens=lens, kv_lens=tuple(n + 3 if n else 0 for n in lens), kv_base=5, seed=1))
+    return case_of(row, dict(seq_q_lens=(300, 41), seq_kv_lens=(7, 700), seed=1))
+
+
+def _broken_prepared(kind: str):
+    """A PreparedAdapter whose prepared launch is wrong in one way:
+    ``stale`` binds private copies of the inputs (a change in place never
+    reaches the kernel, while it claims no staging); ``sync`` synchronizes
+    the device; ``alloc`` allocates a scratch buffer per launch."""
+    import torch
+
+    from conformance.ground.data import relocate
+    from kernels.prepared import PreparedAdapter
+
+    class Broken(PreparedAdapter):
+        def prepare(self, case, inputs, outputs=None, **kw):
+            if kind == "stale":
+                copies = type(inputs)(inputs.case, **{n: (None if getattr(inputs, n) is None else relocate(getattr(inputs, n), getattr(inputs, n).device))
+                                                      for n in ("q", "k", "v", "bias", "sinks", "seq_q_lens", "seq_kv_lens", "cu_q", "cu_kv", "q_live", "kv_live")})  # fmt: skip
+                return super().prepare(case, copies, outputs, **kw)
+            prepared = super().prepare(case, inputs, outputs, **kw)
+            launch = prepared.launch
+            if kind == "sync":
+                prepared.launch = lambda: (launch(), torch.cuda.synchronize())
+            else:
+                prepared.launch = lambda: (launch(), torch.empty(1 << 20, device=inputs.q.device))
+            return prepared
+
+    return Broken(rewrites=())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["dense", "thd"])
+def test_graph_replay_catches_a_launch_bound_to_stale_inputs(layout, gpu):
+    from conformance.properties import check_graph_replay
+    from kernels.prepared import PreparedAdapter
+
+    case = _replay_case(layout)
+    check_graph_replay(case, PreparedAdapter(rewrites=()))
+    with pytest.raises(PropertyFailure, match="replayed"):
+        check_graph_replay(case, _broken_prepared("stale"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind, match", [("sync", "synchronizes"), ("alloc", "allocated")])
+def test_launch_hygiene_catches_a_sync_and_an_allocation(kind, match, gpu):
+    from conformance.properties import check_launch_hygiene
+    from kernels.prepared import PreparedAdapter
+
+    case = _replay_case("thd")
+    check_launch_hygiene(case, PreparedAdapter(rewrites=()))
+    with pytest.raises(PropertyFailure, match=match):
+        check_launch_hygiene(case, _broken_prepared(kind))

@@ -236,3 +236,41 @@ def test_oracle_comparison_catches_mask_mutants(name, monkeypatch):
     with pytest.raises(AssertionError):  # ... and the mutant fails it
         for g, w in zip(got, want):
             assert_same(g, w)
+
+
+# ------------------------------------------------------------ row chunking
+def _model(case):
+    from conformance.ground.tolerances import kernel_bounds
+
+    return lambda it: kernel_bounds(it, case.dtype)
+
+
+@settings(max_examples=60, **SETTINGS)
+@given(cases(), st.integers(1, 40))
+@example(DENSE_EDGE, 1)
+@example(THD_EDGE, 1)
+def test_row_chunks_equal_the_whole_call(case, chunk_elems):
+    """The chunked reference (``chunk_elems`` (row, key) pairs per call, down
+    to one row) gives the unchunked O, LSE and error-model bounds: every
+    quantity, the mask and the padded-row override included, is per row."""
+    t = make_inputs(case, poison=True)
+    whole = reference_for_case(case, t, F64, extra=_model(case), chunk_elems=1 << 40)
+    parts = reference_for_case(case, t, F64, extra=_model(case), chunk_elems=chunk_elems)
+    for w, p in zip(whole[:2], parts[:2]):
+        assert_same(p, w, tol=1e-12)
+    assert whole[2].keys() == parts[2].keys()
+    for name in whole[2]:
+        assert_same(parts[2][name], whole[2][name], tol=1e-12)
+
+
+def test_row_chunking_has_power(monkeypatch):
+    """A chunked call that forgot its row offset (each chunk masked as if it
+    began at row 0) differs: the equality above can fail."""
+    case = DENSE_EDGE.replace(seq_q_lens=None, causal=True, window_right=-1)
+    t = make_inputs(case, poison=True)
+    whole = reference_for_case(case, t, F64, chunk_elems=1 << 40)
+    real = masks.visibility
+    monkeypatch.setattr(masks, "visibility", lambda *a, row0=0, **kw: real(*a, **kw))
+    parts = reference_for_case(case, t, F64, chunk_elems=case.batch * case.h_q * case.s_kv)
+    with pytest.raises(AssertionError):
+        assert_same(parts[0], whole[0])

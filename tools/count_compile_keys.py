@@ -38,7 +38,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # Properties that launch kernels and so pay a compile per new key.
-LAUNCHING = ("numerics", "tails", "compile_reuse")
+LAUNCHING = ("numerics", "tails", "compile_reuse", "graph_replay", "launch_hygiene")
 
 
 class Recorder:

@@ -284,6 +284,88 @@ def bias_dead(case: Case) -> Tuple[int, int]:
     return max(case.q_lengths(), default=case.s_q), max(case.kv_lengths(), default=case.s_kv)
 
 
+# ------------------------------------------------ big THD capacities, decoys
+# A packed operand of more than SPAN_DRAW_ELEMS elements (the large tier's
+# capacities, e.g. K/V placed past 2^32 elements by kv_base) is built on the
+# target device: values are drawn for its live span only (drawing gigabytes
+# on the CPU would take minutes), dead storage holds the poison, and the
+# storage a 32-bit offset would reach instead of the live span holds decoys.
+# Below the threshold the bits are those of every earlier schema (whole
+# capacity drawn in order), so saved case files replay unchanged.
+SPAN_DRAW_ELEMS = 1 << 26
+# Element offsets are 64-bit in the kernels (prefill_f16.py:443-463: "Cast
+# BEFORE every product"). One computed in 32 bits wraps modulo WRAP: a live
+# element at offset e >= WRAP is read from e - WRAP (signed or unsigned wrap
+# alike while e < WRAP + 2^31); an offset in [2^31, 2^32) wraps negative, out
+# of the allocation (a fault, or the front guard band's NaN).
+WRAP = 1 << 32
+# Decoys are finite values of another draw, DECOY_SCALE times larger: a read
+# of them instead of the live rows moves O and LSE far outside the error
+# model, and unlike NaN they cannot be mistaken for the poison rule.
+DECOY_SCALE = 4.0
+DECOY_SEED = 0xDEC0
+
+
+def wrapped_span(first: int, end: int, row: int) -> Optional[Tuple[int, int]]:
+    """Elements [lo, hi) of a packed operand (token-axis stride ``row``) that
+    a 32-bit offset would reach instead of its live tokens [first, end): the
+    live elements at offsets >= WRAP, moved down by WRAP; None when no live
+    element sits that far."""
+    a, b = first * row, end * row
+    if b <= WRAP:
+        return None
+    return max(a, WRAP) - WRAP, b - WRAP
+
+
+def _packed_span(capacity: int, h: int, d: int, first: int, end: int, values: torch.Tensor, dt, device,
+                 poison: bool, decoys: torch.Generator) -> torch.Tensor:
+    """A guarded packed (capacity, h, d) buffer on ``device``: poison (0 when
+    not ``poison``) everywhere, ``values`` at tokens [first, end), decoys at
+    ``wrapped_span``."""
+    x = guarded((capacity, h, d), dt, device, row=h * d, fill=POISON if poison else 0.0)
+    x[first:end] = values.to(device=device, dtype=dt)
+    span = wrapped_span(first, end, h * d)
+    if span is not None:
+        lo, hi = span
+        flat = x.view(-1)
+        flat[lo:hi] = (torch.randn(hi - lo, generator=decoys) * DECOY_SCALE).to(device=device, dtype=dt)
+    return x
+
+
+def decoy_spans(case: Case) -> Dict[str, Tuple[int, int]]:
+    """name -> the element span of each packed input that holds decoys (THD)."""
+    if not case.is_thd:
+        return {}
+    cu_q, cu_kv = case.cu_seqlens("q"), case.cu_seqlens("kv")
+    spans = {"q": wrapped_span(cu_q[0], cu_q[-1], case.h_q * case.d_qk), "k": wrapped_span(cu_kv[0], cu_kv[-1], case.h_kv * case.d_qk),
+             "v": wrapped_span(cu_kv[0], cu_kv[-1], case.h_kv * case.d_v)}
+    return {n: s for n, s in spans.items() if s is not None}
+
+
+def span_drawn(case: Case) -> bool:
+    """Whether ``make_inputs`` draws only the live span (SPAN_DRAW_ELEMS)."""
+    if not case.is_thd:
+        return False
+    return max(case.t_q * case.h_q * case.d_qk, case.t_kv * case.h_kv * max(case.d_qk, case.d_v)) > SPAN_DRAW_ELEMS
+
+
+def _thd_span_inputs(case: Case, device, poison: bool) -> CaseTensors:
+    g = torch.Generator().manual_seed(case.seed)
+    decoys = torch.Generator().manual_seed(case.seed ^ DECOY_SEED)
+    dt = TORCH_DTYPES[case.dtype]
+    cu_q, cu_kv = case.cu_seqlens("q"), case.cu_seqlens("kv")
+    nq, nkv = cu_q[-1] - cu_q[0], cu_kv[-1] - cu_kv[0]
+    randn = lambda *shape: torch.randn(*shape, generator=g, dtype=torch.float32)  # noqa: E731
+    q, k, v = randn(nq, case.h_q, case.d_qk), randn(nkv, case.h_kv, case.d_qk), randn(nkv, case.h_kv, case.d_v)
+    q = _packed_span(case.t_q, case.h_q, case.d_qk, cu_q[0], cu_q[-1], q, dt, device, poison, decoys)
+    k = _packed_span(case.t_kv, case.h_kv, case.d_qk, cu_kv[0], cu_kv[-1], k, dt, device, poison, decoys)
+    v = _packed_span(case.t_kv, case.h_kv, case.d_v, cu_kv[0], cu_kv[-1], v, dt, device, poison, decoys)
+    sinks = relocate(guarded_copy(randn(case.h_q) * SINK_SPREAD), device) if case.sinks else None
+    ints = lambda xs: relocate(_guarded_ints(xs), device)  # noqa: E731
+    return CaseTensors(case, q, k, v, sinks=sinks, cu_q=ints(cu_q), cu_kv=ints(cu_kv),
+                       q_live=_packed_live(cu_q, case.t_q), kv_live=_packed_live(cu_kv, case.t_kv))
+
+
 @timed("inputs")
 def make_inputs(case: Case, device="cpu", *, poison: bool = True, pad_fill: float = POISON) -> CaseTensors:
     """Regenerate the inputs of ``case`` (bit for bit) on ``device``, every
@@ -291,6 +373,8 @@ def make_inputs(case: Case, device="cpu", *, poison: bool = True, pad_fill: floa
     ``pad_fill``: what dense rows past the padding lengths (and dead bias
     cells, ``bias_dead``) hold when poisoned (NaN, or FINITE_PAD); all other
     dead storage is NaN when ``poison``."""
+    if span_drawn(case):
+        return _thd_span_inputs(case, device, poison)
     g = torch.Generator().manual_seed(case.seed)
     dt = TORCH_DTYPES[case.dtype]
 

@@ -92,6 +92,19 @@ CHECKS: Dict[str, Dict[str, Tuple[str, str]]] = {
         "disk hit": (PLAIN, "the second process reads the on-disk cache"),
     },
     "compiles": {},
+    "graph_replay": {
+        "capture": (OUTCOME, "one launch can be captured in a CUDA graph"),
+        "replay equals eager": (ROWS, "after the inputs changed in place, the replay's O and LSE equal an eager launch's bit for bit"),
+        "compile budget": (PLAIN, "capture, replay and the eager launch of the changed Case compile nothing"),
+        **_GUARDS,
+    },
+    "launch_hygiene": {
+        "no host synchronization": (OUTCOME, "a warm launch neither synchronizes nor reads device memory back to the host"),
+        "no allocation": (OUTCOME, "a warm launch allocates no device memory (caching-allocator counters)"),
+        "compile budget": (PLAIN, "a warm launch compiles nothing"),
+        "launch did the work": (ROWS, "the watched launch's O and LSE equal an eager launch's bit for bit"),
+        **_GUARDS,
+    },
 }
 QUANTITIES = ("o", "lse")
 ACCEPTED = "accepted"  # the ``observed`` outcome of a call that returned normally

@@ -194,6 +194,12 @@ def raises_contract(property: str, case: Case, call: Callable[[], object], exc_t
     return None
 
 
+def failed(property: str, case: Case, summary: str, detail: dict, *, check: str, observed: Optional[str] = None) -> None:
+    """A failed check that is an outcome, not a comparison (e.g. a launch
+    that synchronized): ``observed`` names what happened."""
+    _fail(PropertyFailure(property, case, summary, detail, check=check, observed=observed))
+
+
 def compile_delta(property: str, case: Case, delta, budget: dict, what: str, *, check: str = "compile budget") -> None:
     """Assert one call's counter deltas stay within ``budget`` (counter name ->
     maximum), e.g. {"misses": 0, "thd_lru_misses": 0, "modules": 0}."""

@@ -29,6 +29,7 @@ from conformance.ground.outcome import Observation
 from conformance.ground.tables import STRATA, STRATA_IDS, flavor_of
 from conformance.properties import DISK_CASES, PROPERTIES
 from strategies import cases, dense_cases, thd_cases, violating_cases
+from strategies.large import GQA_SHAPES, LARGE_SHAPES, LSE_PAD_SHAPES, OFFSET_SHAPES, REPLAY_ROWS, SLICE_SHAPES, large_cases, replay_cases
 
 # How an axis' values reach the check (and what the kill-rate harness does):
 STRATUM = "stratum"  # (flavor, dtype): restricts the strategy to one stratum (harness: the mutant's flavors, every dtype)
@@ -182,7 +183,10 @@ def stratum_of(case: Case) -> dict:
 
 
 NUMERICS, TAILS, COMPILE, CONTRACTS = (f"conformance/test_{m}.py" for m in ("numerics", "tails", "compile", "contracts"))
+LARGE, PARITY = "conformance/test_large.py", "conformance/test_parity.py"
 GPU, COMPILE_TIER = ("gpu",), ("compile",)
+# The large tier: selected by --large (or -m large) and the nightly profile, skipped otherwise (conformance.plugin).
+LARGE_TIER = ("gpu", "large")
 
 MATRIX: Tuple[Family, ...] = (
     # numerics: O and LSE against the fp32 reference, poisoned dead inputs.
@@ -202,6 +206,20 @@ MATRIX: Tuple[Family, ...] = (
     Family("test_disk_cache_serves_a_second_process", COMPILE, "disk_reuse", None, GPU, (DISK_LAYOUTS,), case=_disk_case,
            doc="CUDNN_FRONTEND_COMPILED_CACHE: a second process reloads what the first compiled, without compiling "
                "(counters read around its one launch)."),  # fmt: skip
+    # the large tier (strategies.large): production-scale shapes against the row-chunked reference.
+    Family("test_large", LARGE, "numerics", "large", LARGE_TIER, (_axis("shape", LARGE_SHAPES, SOURCE),), large_cases,
+           doc="dense S 32k, S_q = 1 against 32k KV, H_q 64 GQA 8:1, 1,024-CTA grids, >= 64 packed sequences of >= 64k tokens"),
+    Family("test_large_offsets", LARGE, "numerics", "large", LARGE_TIER, (_axis("shape", OFFSET_SHAPES, SOURCE),), large_cases, kind="numerics_large",
+           doc="THD K/V element offsets past 2^31 and 2^32, decoys where a 32-bit offset would read (conformance.ground.data.wrapped_span)"),
+    Family("test_large_slice", LARGE, "numerics", "large", GPU, (_axis("shape", SLICE_SHAPES, SOURCE),), large_cases,
+           doc="the large tier's ci slice: decode rows against 8k KV, 64 packed sequences"),
+    # upstream parity (cudnn-frontend's SM80 tests): GQA groups, padded-row LSE, graph replay, launch hygiene.
+    Family("test_gqa_groups", PARITY, "numerics", "parity", GPU, (_axis("shape", GQA_SHAPES, SOURCE),), large_cases),
+    Family("test_padded_row_lse", PARITY, "numerics", "parity", GPU, (_axis("shape", LSE_PAD_SHAPES, SOURCE),), large_cases),
+    Family("test_graph_replay", PARITY, "graph_replay", "parity", GPU, (_axis("layout", REPLAY_ROWS, SOURCE),), replay_cases,
+           adapter="prepared_adapter"),  # fmt: skip
+    Family("test_launch_hygiene", PARITY, "launch_hygiene", "parity", GPU, (_axis("layout", REPLAY_ROWS, SOURCE),), replay_cases,
+           adapter="prepared_adapter"),  # fmt: skip
     # contract rejections, per entry point.
     Family("test_config_rejects", CONTRACTS, "rejection", "contracts", (), (rules_of(CONFIG),), _violating, params={"entry": CONFIG}, adapter=None),
     Family("test_prepared_rejects_before_compiling", CONTRACTS, "rejection", "compile", COMPILE_TIER, (rules_of(PREPARED),), _violating,

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The large tier and the upstream-parity tests on the lent GPU, in one device call:
+#
+#   device call, carry [".gpu"]:  bash tools/gpu_large.sh [pytest args...]
+#
+# 1. the large tier (--large) and the parity tests, ci profile, 16 workers: its
+#    wall time is the tier's budget (10 minutes on one H200); the 20 slowest
+#    tests and the peak GPU memory (nvidia-smi, sampled every 2 s) are printed;
+# 2. the GPU power tests of graph_replay / launch_hygiene (tests/test_power.py);
+# 3. the kv_offset_int32 mutant against its expected killer (numerics_large_offsets).
+# Logs and reports under $OUT.
+set -uo pipefail
+source .gpu/env.sh || exit 2
+ls .gpu/wheels/*.whl >/dev/null 2>&1 && python3 -m pip install -q --no-index --no-deps .gpu/wheels/*.whl 2>/dev/null
+OUT=${OUT:-/tmp/out}
+status=0
+nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 2000 > "$OUT/gpu-mem.csv" 2>/dev/null &
+smi=$!
+start=$(date +%s)
+python3 -m pytest -n 16 --hypothesis-profile=ci --large -p no:cacheprovider -q -W ignore::DeprecationWarning --durations=20 \
+  --report-dir="$OUT/large" conformance/test_large.py conformance/test_parity.py "$@" > "$OUT/large.log" 2>&1 || status=$?
+echo "large tier + parity: $(( $(date +%s) - start )) s wall, rc $status, peak GPU memory $(sort -n "$OUT/gpu-mem.csv" | tail -1) MiB"
+kill "$smi" 2>/dev/null
+grep -E "passed|failed|error" "$OUT/large.log" | tail -n 3
+sed -n '/slowest 20 durations/,/^$/p' "$OUT/large.log" | head -n 22
+python3 -m pytest -q -p no:cacheprovider tests/test_power.py -k "graph_replay or launch_hygiene" > "$OUT/power.log" 2>&1 || status=$?
+tail -n 2 "$OUT/power.log"
+python3 -m conformance.kill_rate --only kv_offset_int32 --properties numerics_large_offsets --budget-s 300 --shrink-s 30 \
+  --report-dir "$OUT/mutants" > "$OUT/mutant.log" 2>&1 || status=$?
+tail -n 8 "$OUT/mutant.log"
+exit $status
