@@ -36,6 +36,9 @@ KIND_SCALE = {
     "tails": 0.5,  # poisoned-output / padding checks on the GPU
     "contracts": 0.5,  # violating cases: one exception per example
     "compile": 0.2,  # CPU compile tier (~1.5 s per new geometry)
+    # Two launches per example, no reference; one test per relation x stratum (13 x 8): ci 3 examples
+    # each (312 examples, 624 launches on the pools' compile keys), dev 1.
+    "metamorphic": 0.075,
     "cpu": 5.0,  # pure-Python checks (strategies, reference self-tests)
 }
 

@@ -12,6 +12,7 @@ from typing import Callable, Dict
 from conformance.ground.outcome import Observation
 from conformance.properties.common import NoGPU, device, entry_adapter, served
 from conformance.properties.compile_cache import DISK_CASES, check_compile_reuse, check_compiles, check_disk_reuse, runtime_variants
+from conformance.properties.metamorphic import DENSE_RELATIONS, RELATIONS, THD_RELATIONS, check_metamorphic
 from conformance.properties.numerics import check_numerics
 from conformance.properties.rejection import check_rejection
 from conformance.properties.tails import check_tails, tail_expectation
@@ -27,12 +28,15 @@ PROPERTIES: Dict[str, Callable[..., Observation]] = {
         ("disk_reuse", check_disk_reuse),
         ("rejection", check_rejection),
         ("compiles", check_compiles),
+        ("metamorphic", check_metamorphic),
     )
 }
 check_numerics, check_tails, check_compile_reuse = PROPERTIES["numerics"], PROPERTIES["tails"], PROPERTIES["compile_reuse"]
 check_disk_reuse, check_rejection, check_compiles = PROPERTIES["disk_reuse"], PROPERTIES["rejection"], PROPERTIES["compiles"]
+check_metamorphic = PROPERTIES["metamorphic"]
 
 __all__ = [
     "PROPERTIES", "NoGPU", "device", "entry_adapter", "DISK_CASES", "runtime_variants", "tail_expectation",
     "check_numerics", "check_tails", "check_compile_reuse", "check_disk_reuse", "check_rejection", "check_compiles",
+    "check_metamorphic", "RELATIONS", "DENSE_RELATIONS", "THD_RELATIONS",
 ]
