@@ -71,11 +71,11 @@ def _defined(case: Case, x: CaseTensors, o_shape, lse_shape):
     return row_mask(case, x, "o", o_shape), row_mask(case, x, "lse", lse_shape)
 
 
-def _perm(rng: random.Random, n: int) -> List[int]:
-    """A permutation of range(n), never the identity when n > 1."""
+def _perm(rng: random.Random, n: int, *, identity: bool = False) -> List[int]:
+    """A permutation of range(n); never the identity when n > 1 unless ``identity``."""
     p = list(range(n))
     rng.shuffle(p)
-    if n > 1 and p == sorted(p):
+    if not identity and n > 1 and p == sorted(p):
         p = p[1:] + p[:1]
     return p
 
@@ -108,10 +108,13 @@ def _head_order(case: Case, rng) -> Tuple[List[int], List[int]]:
     is old group tau[j], its heads shuffled), so head i still reads the KV head
     of the Q head it holds."""
     g = case.h_q // case.h_kv
-    tau = _perm(rng, case.h_kv)
-    inner = [_perm(rng, g) if case.h_kv > 1 else _perm(rng, g) for _ in range(case.h_kv)]
-    if case.h_kv > 1 and g > 1 and all(r == list(range(g)) for r in inner):
-        inner[0] = inner[0][1:] + inner[0][:1]
+    tau = _perm(rng, case.h_kv, identity=True)
+    inner = [_perm(rng, g, identity=True) for _ in range(case.h_kv)]
+    if case.h_q > 1 and tau == sorted(tau) and all(r == sorted(r) for r in inner):  # moves nothing: rotate
+        if case.h_kv > 1:
+            tau = tau[1:] + tau[:1]
+        else:
+            inner[0] = inner[0][1:] + inner[0][:1]
     sigma = [tau[i // g] * g + inner[i // g][i % g] for i in range(case.h_q)]
     return sigma, tau
 
