@@ -188,6 +188,21 @@ def test_relations_keep_the_compile_key(layout):
     assert not M.RELATIONS["entry"].same_key
 
 
+def test_entry_skips_what_the_other_entry_point_cannot_express():
+    """lse_log2 through the wrapper: no second launch to compare with (a
+    Hypothesis rejection in a test, Unexpressible outside), nothing recorded."""
+    from conformance.ground.case import Unexpressible
+    from conformance.properties import recorder
+
+    class Wrapperish(EmulatedAdapter):
+        name = "wrapper"
+
+    recorder.set_test(None)
+    with on_cpu(Wrapperish()), pytest.raises(Unexpressible, match="lse_log2"):
+        check_metamorphic(DENSE.replace(lse_log2=True), EmulatedAdapter(), relation="entry")
+    assert recorder.last_begun() is None
+
+
 def test_the_matrix_binds_every_relation_per_stratum():
     from conformance.properties.matrix import FAMILIES
     from conformance.ground.tables import STRATA
