@@ -160,11 +160,12 @@ MUTANTS: Tuple[Mutant, ...] = (
             "        kv_seq_origin = cutlass.Int64(cu_k_b) - cutlass.Int64(cutlass.Int32(s_kv_b > cutlass.Int32(4 * tile_n)) * "
             "cutlass.Int32(batch_idx > cutlass.Int32(0)))\n",
         ),
-        "metamorphic_thd_isolation",
+        "metamorphic_thd_seq_perm",
         "The K/V origin of a long THD sequence (more than four KV tiles) after the first is one row early: every row "
         "reads the previous sequence's last key and loses its own last one. One key of hundreds or thousands: in a "
         "flat softmax its effect on O sits inside the reference bound, while changing the neighbour's data (isolation) "
-        "or the packing order (seq_perm) moves this sequence's outputs, which must not move at all.",
+        "or the packing order (seq_perm: the likelier draw, any order that gives the long sequence another predecessor) moves "
+        "this sequence's outputs, which must not move at all.",
         THD_LONG,
     ),
     Mutant(

@@ -36,9 +36,10 @@ KIND_SCALE = {
     "tails": 0.5,  # poisoned-output / padding checks on the GPU
     "contracts": 0.5,  # violating cases: one exception per example
     "compile": 0.2,  # CPU compile tier (~1.5 s per new geometry)
-    # Two launches per example, no reference; one test per relation x stratum (13 x 8): ci 3 examples
-    # each (312 examples, 624 launches on the pools' compile keys), dev 1.
-    "metamorphic": 0.075,
+    # Two launches per example, no reference; one test per relation x stratum (13 x 8), so the pytest
+    # profiles scale it down below (PROFILE_KIND_SCALE); this base share is what a kill-rate search of
+    # one relation gets (conformance.kill_rate: ci 20 examples).
+    "metamorphic": 0.5,
     "cpu": 5.0,  # pure-Python checks (strategies, reference self-tests)
 }
 
@@ -47,7 +48,10 @@ KIND_SCALE = {
 # examples: numerics and tails check 3.5x more (5,040 numerics+tails examples,
 # one compile key per ~15 of them: tools/count_compile_keys.py). ``nightly``
 # draws free geometry (a compile per example) and keeps the base shares.
-PROFILE_KIND_SCALE = {"ci": {"numerics": 3.5, "tails": 1.75}}
+# metamorphic: 104 tests (13 relations x 8 strata) of two launches per example: ci 3 examples each (312
+# examples, 624 launches, on the pools' compile keys), dev 1, nightly 50 (5,200 over free geometry).
+PROFILE_KIND_SCALE = {"ci": {"numerics": 3.5, "tails": 1.75, "metamorphic": 0.075}, "dev": {"metamorphic": 0.1},
+                      "nightly": {"metamorphic": 0.05}}  # fmt: skip
 
 # Every profile: no deadline (a kernel compile takes seconds) and no too-slow
 # health check; ``ci`` adds derandomization, ``ci``/``nightly`` print the blob.
