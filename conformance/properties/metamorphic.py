@@ -325,8 +325,10 @@ RELATIONS: Dict[str, Relation] = {r.name: r for r in (
              "the same: the packed offset of a sequence enters only as the origin of its addresses, never a tile "
              "boundary or a mask position; shifts that are no multiple of TILE_N would expose a tile anchored to the pack"),
     Relation("isolation", BOTH, _isolation,
-             "no CTA reads another batch entry's / sequence's rows, nor storage outside the live rows (masked keys "
-             "are zero-filled, P = 0): changing those leaves every other output identical"),
+             "no CTA reads another batch entry's / sequence's rows; storage outside the live rows is either never "
+             "loaded (THD: rows past a sequence are predicated off and zero-filled) or weighted P = 0 (dense padded "
+             "K/V rows of the last tile: 0 x finite = 0; NaN there is the known finding dense-padded-kv-rows-nan, "
+             "so this relation changes finite values only): changing those leaves every other output identical"),
     Relation("v_pow2", BOTH, _v_pow2,
              "V enters only P@V: p * v * 2^k is exact, the fp32 accumulation's rounding (alignment grid at the "
              "largest term) and acc * (1/l) scale with it, so O scales by 2^k where the I/O dtype rounds it as a "
