@@ -39,7 +39,7 @@ BUG_CLASSES = {
     "bias": "bias indexing or scaling (batch-0 bias broadcast: see NOT_PLANTED)",
     "off_envelope": "off-envelope head dims bound with the unpadded stride / width",
     "compile_key": "a compile key that sees runtime facts (packed token totals)",
-    "cu_seqlens": "cu_seqlens_k ignored or taken from Q",
+    "cu_seqlens": "cu_seqlens_k ignored or taken from Q, or a sequence's origin off by a row (a neighbour's key read)",
     "causal_diagonal": "causal diagonal off by one",
     "sliding_window": "sliding-window bound off by one",
     "bottom_right": "bottom-right alignment from the padded maxima instead of the live lengths",
@@ -152,6 +152,22 @@ MUTANTS: Tuple[Mutant, ...] = (
         "K/V sequence offsets and lengths read from cu_seqlens_q: right whenever the Q and KV packings agree, wrong "
         "for cross-attention-like packings and different first offsets.",
         THD,
+    ),
+    Mutant(
+        "thd_neighbour_key",
+        "cu_seqlens",
+        _both(
+            "        kv_seq_origin = cutlass.Int64(cu_k_b)\n",
+            "        kv_seq_origin = cutlass.Int64(cu_k_b) - cutlass.Int64(cutlass.Int32(s_kv_b > cutlass.Int32(4 * tile_n)) * "
+            "cutlass.Int32(batch_idx > cutlass.Int32(0)))\n",
+        ),
+        "metamorphic_thd_seq_perm",
+        "The K/V origin of a long THD sequence (more than four KV tiles) after the first is one row early: every row "
+        "reads the previous sequence's last key and loses its own last one. One key of hundreds or thousands: in a "
+        "flat softmax its effect on O sits inside the reference bound, while changing the neighbour's data (isolation) "
+        "or the packing order (seq_perm: the likelier draw, any order that gives the long sequence another predecessor) moves "
+        "this sequence's outputs, which must not move at all.",
+        THD_LONG,
     ),
     Mutant(
         "causal_diagonal_excluded",

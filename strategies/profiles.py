@@ -36,6 +36,10 @@ KIND_SCALE = {
     "tails": 0.5,  # poisoned-output / padding checks on the GPU
     "contracts": 0.5,  # violating cases: one exception per example
     "compile": 0.2,  # CPU compile tier (~1.5 s per new geometry)
+    # Two launches per example, no reference; one test per relation x stratum (13 x 8), so the pytest
+    # profiles scale it down below (PROFILE_KIND_SCALE); this base share is what a kill-rate search of
+    # one relation gets (conformance.kill_rate: ci 20 examples).
+    "metamorphic": 0.5,
     "cpu": 5.0,  # pure-Python checks (strategies, reference self-tests)
     # The large tier (strategies.large): gigabytes and up to 1e9 reference pairs per example,
     # a few examples per test (PROFILE_KIND_SCALE pins ci and nightly).
@@ -53,7 +57,10 @@ KIND_SCALE = {
 # The large tier keeps 2 examples per test under ci (its slice test; the rest
 # with --large) and 3 under nightly: its budget is 10 minutes on one H200 with
 # 16 workers (README "Large tier"); the parity tests 10 under ci, 50 nightly.
-PROFILE_KIND_SCALE = {"ci": {"numerics": 3.5, "tails": 1.75, "large": 0.05}, "nightly": {"large": 0.003, "parity": 0.05}}
+# metamorphic: 104 tests (13 relations x 8 strata) of two launches per example: ci 3 examples each (312
+# examples, 624 launches, on the pools' compile keys), dev 1, nightly 50 (5,200 over free geometry).
+PROFILE_KIND_SCALE = {"ci": {"numerics": 3.5, "tails": 1.75, "large": 0.05, "metamorphic": 0.075}, "dev": {"metamorphic": 0.1},
+                      "nightly": {"large": 0.003, "parity": 0.05, "metamorphic": 0.05}}  # fmt: skip
 
 # Every profile: no deadline (a kernel compile takes seconds) and no too-slow
 # health check; ``ci`` adds derandomization, ``ci``/``nightly`` print the blob.

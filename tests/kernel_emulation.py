@@ -63,6 +63,16 @@ class Plant:
     drift: float = 1.0  # p of the first walked tile scaled by this in rows spanning >= 2 tiles
     lse_log2: bool = False  # LSE written in log2 units
     row_sum_io: bool = False  # lane row sums rounded to the I/O dtype after every tile
+    # Bugs the metamorphic relations must see (conformance.properties.metamorphic):
+    kv_heads_repeated: bool = False  # Q head h reads KV head h % H_kv (repeat) instead of h // group
+    kv_lens_of_batch0: bool = False  # dense: every batch entry masks with batch 0's seq_kv_len
+    v_offset: float = 0.0  # V + offset before P@V (a zero-point slip: O no longer scales with V)
+    # Sequences (dense: batch entries) after the first with at least this many keys read their
+    # first key's V from the neighbour's last row (THD: the packed row before it; 0: off). K, the
+    # row sum and LSE stay right: O moves by P_0 |v - v'|, inside the error model once the row is long.
+    neighbour_v_min_keys: int = 0
+    absolute_kv_tiles: bool = False  # THD: KV tiles anchored to the packed offset, not the sequence start
+    nondeterministic: bool = False  # every other launch, LSE one fp32 ulp up (a reduction order that varies)
 
 
 def f32(x: torch.Tensor) -> torch.Tensor:
@@ -113,7 +123,7 @@ def mma_step(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor, tc_bits: int) 
 
 def emulate_attention(q, k, v, *, scale, causal=False, bottom_right=False, window_left=-1, window_right=-1, bias=None, sinks=None,
                       q_lens=None, kv_lens=None, io_dtype=torch.float16, arith: Arith = Arith(), plant: Plant = Plant(),
-                      mask_padded: bool = True):
+                      mask_padded: bool = True, lead: int = 0):
     """Dense logical (B,H,S,D) inputs (as ``reference.attention``) -> O in the
     I/O dtype (B,Hq,SQ,Dv), LSE fp32 (B,Hq,SQ). ``mask_padded``: whether
     the kernel compiles the per-element padding mask (only ``Plant.drop``
@@ -127,8 +137,9 @@ def emulate_attention(q, k, v, *, scale, causal=False, bottom_right=False, windo
     q_live = torch.arange(s_q)[None, :] < n_q[:, None]
     kv_live = torch.arange(s_kv)[None, :] < n_kv[:, None]
     qz = torch.where(q_live[:, None, :, None], q.to(F64), 0.0)
-    kz = torch.where(kv_live[:, None, :, None], k.to(F64), 0.0).repeat_interleave(g, 1)
-    vz = torch.where(kv_live[:, None, :, None], v.to(F64), 0.0).repeat_interleave(g, 1)
+    spread = (lambda x: x.repeat(1, g, 1, 1)) if plant.kv_heads_repeated else (lambda x: x.repeat_interleave(g, 1))
+    kz = spread(torch.where(kv_live[:, None, :, None], k.to(F64), 0.0))
+    vz = spread(torch.where(kv_live[:, None, :, None], v.to(F64) + plant.v_offset, 0.0))
     sign = (scale > 0) - (scale < 0)
     ks = abs(scale) if scale else 1.0
     c = f32(torch.tensor(ks * LOG2E, dtype=F64))
@@ -142,6 +153,11 @@ def emulate_attention(q, k, v, *, scale, causal=False, bottom_right=False, windo
                            window_right=window_right).expand(b, h_q, s_q, s_kv)
     if plant.drop is not None:
         vis = vis & ~plant.drop(vis, n_kv, mask_padded)
+    if lead:  # ``lead`` invisible zero keys in front: the tiles start ``lead`` keys earlier
+        assert bias is None, "lead keys with a bias"
+        kz, vz = (torch.cat([torch.zeros(x.shape[:2] + (lead, x.shape[-1]), dtype=F64), x], 2) for x in (kz, vz))
+        vis = torch.cat([torch.zeros(vis.shape[:-1] + (lead,), dtype=torch.bool), vis], -1)
+        s_kv += lead
     bias32 = None
     if bias is not None:
         bias32 = bias.to(F32).to(F64)
@@ -230,8 +246,17 @@ def emulate_case(case, tensors, arith: Arith = Arith(), plant: Plant = Plant()) 
                   window_right=case.window_right, sinks=tensors.sinks, io_dtype=io, arith=arith, plant=plant)
     if not case.is_thd:  # is_even_mn (SQ % 128, SKV % 64) and seq_kv_lens decide the padding mask
         padded = bool(case.s_q % 128 or case.s_kv % TILE_N or case.seq_kv_lens is not None)
-        return emulate_attention(tensors.q, tensors.k, tensors.v, bias=tensors.bias, q_lens=tensors.seq_q_lens,
-                                 kv_lens=tensors.seq_kv_lens, mask_padded=padded, **common)
+        kv_lens = tensors.seq_kv_lens
+        if plant.kv_lens_of_batch0 and kv_lens is not None:
+            kv_lens = kv_lens[:1].expand(case.batch)
+        v = tensors.v
+        if plant.neighbour_v_min_keys:  # batch entry b >= 1: its first key's V from entry b - 1's last row
+            v = v.clone()
+            for b, n in enumerate(case.kv_lengths()):
+                if b and n >= plant.neighbour_v_min_keys:
+                    v[b, :, 0] = tensors.v[b - 1, :, -1]
+        return _noisy(emulate_attention(tensors.q, tensors.k, v, bias=tensors.bias, q_lens=tensors.seq_q_lens,
+                                        kv_lens=kv_lens, mask_padded=padded, **common), plant)
     t_q, h_q, _ = tensors.q.shape
     o = torch.zeros((t_q, h_q, tensors.v.shape[-1]), dtype=io)
     lse = torch.zeros((h_q, t_q), dtype=F32)
@@ -241,9 +266,26 @@ def emulate_case(case, tensors, arith: Arith = Arith(), plant: Plant = Plant()) 
         q0, q1, k0, k1 = cu_q[s], cu_q[s + 1], cu_kv[s], cu_kv[s + 1]
         if q1 == q0:
             continue
-        os_, ls_ = emulate_attention(as_bhsd(tensors.q[q0:q1]), as_bhsd(tensors.k[k0:k1]), as_bhsd(tensors.v[k0:k1]), **common)
+        v = tensors.v[k0:k1].clone()
+        if plant.neighbour_v_min_keys and s > 0 and k1 - k0 >= plant.neighbour_v_min_keys:
+            v[0] = tensors.v[k0 - 1]
+        lead = k0 % TILE_N if plant.absolute_kv_tiles else 0
+        os_, ls_ = emulate_attention(as_bhsd(tensors.q[q0:q1]), as_bhsd(tensors.k[k0:k1]), as_bhsd(v), lead=lead, **common)
         o[q0:q1] = os_[0].permute(1, 0, 2)
         lse[:, q0:q1] = ls_[0]
+    return _noisy((o, lse), plant)
+
+
+_LAUNCHES = [0]
+
+
+def _noisy(out, plant: Plant):
+    """``Plant.nondeterministic``: every other call, finite LSE one fp32 ulp up."""
+    o, lse = out
+    if plant.nondeterministic:
+        _LAUNCHES[0] += 1
+        if _LAUNCHES[0] % 2:
+            lse = torch.where(torch.isfinite(lse), torch.nextafter(lse, torch.full_like(lse, math.inf)), lse)
     return o, lse
 
 

@@ -105,6 +105,15 @@ CHECKS: Dict[str, Dict[str, Tuple[str, str]]] = {
         "launch did the work": (ROWS, "the watched launch's O and LSE equal an eager launch's bit for bit"),
         **_GUARDS,
     },
+    # The second launch's rows live in its own layout (a permuted or shifted pack), so no row region
+    # of the Case bounds them: a finding names the check with Case facts.
+    "metamorphic": {
+        "o": (PLAIN, "O of the second launch equals the first's, moved as the relation moves the inputs, bit for bit"),
+        "lse": (PLAIN, "LSE of the second launch equals the first's, moved as the relation moves the inputs, bit for bit"),
+        "subnormal rescale": (PLAIN, "V * 2^k: O elements subnormal in the I/O dtype within the double rounding (tolerances.SUBNORMAL_RESCALE_ULPS)"),
+        "same compile": (PLAIN, "a relation that keeps the compile key: the second launch compiles nothing"),
+        **_GUARDS,
+    },
 }
 QUANTITIES = ("o", "lse")
 ACCEPTED = "accepted"  # the ``observed`` outcome of a call that returned normally

@@ -149,6 +149,16 @@ REF64_REL = 2.0**-40
 RECORD_MARGIN = 2.0**-10
 
 
+# Metamorphic V scaling (conformance.properties.metamorphic, relation
+# "v_pow2"): V * 2^k leaves every operation of the kernel exact up to a power
+# of two (products, the fp32 P@V accumulation whose alignment grid follows the
+# largest term, acc * 1/l), so O scales exactly wherever the I/O dtype rounds
+# O as a normal number. Where O is subnormal in the I/O dtype (fp16: |O| <
+# 2^-14) the first launch rounds to the subnormal grid and the second to the
+# normal grid: 2^-k of the second, rounded to the subnormal grid again, may
+# differ from the first by this many subnormal ulps (double rounding), never more.
+SUBNORMAL_RESCALE_ULPS = 1
+
 @dataclass(frozen=True)
 class Quantity:
     layout: str  # what the bound is per

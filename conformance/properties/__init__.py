@@ -13,6 +13,7 @@ from conformance.ground.outcome import Observation
 from conformance.properties.common import NoGPU, device, entry_adapter, served
 from conformance.properties.compile_cache import DISK_CASES, check_compile_reuse, check_compiles, check_disk_reuse, runtime_variants
 from conformance.properties.launch import check_graph_replay, check_launch_hygiene
+from conformance.properties.metamorphic import DENSE_RELATIONS, RELATIONS, THD_RELATIONS, check_metamorphic
 from conformance.properties.numerics import check_numerics
 from conformance.properties.rejection import check_rejection
 from conformance.properties.tails import check_tails, tail_expectation
@@ -30,14 +31,17 @@ PROPERTIES: Dict[str, Callable[..., Observation]] = {
         ("compiles", check_compiles),
         ("graph_replay", check_graph_replay),
         ("launch_hygiene", check_launch_hygiene),
+        ("metamorphic", check_metamorphic),
     )
 }
 check_numerics, check_tails, check_compile_reuse = PROPERTIES["numerics"], PROPERTIES["tails"], PROPERTIES["compile_reuse"]
 check_disk_reuse, check_rejection, check_compiles = PROPERTIES["disk_reuse"], PROPERTIES["rejection"], PROPERTIES["compiles"]
 check_graph_replay, check_launch_hygiene = PROPERTIES["graph_replay"], PROPERTIES["launch_hygiene"]
+check_metamorphic = PROPERTIES["metamorphic"]
 
 __all__ = [
     "PROPERTIES", "NoGPU", "device", "entry_adapter", "DISK_CASES", "runtime_variants", "tail_expectation",
     "check_numerics", "check_tails", "check_compile_reuse", "check_disk_reuse", "check_rejection", "check_compiles",
     "check_graph_replay", "check_launch_hygiene",
+    "check_metamorphic", "RELATIONS", "DENSE_RELATIONS", "THD_RELATIONS",
 ]

@@ -27,7 +27,7 @@ from conformance.ground.case import Case
 from conformance.ground.contracts import CONFIG, PREPARED, RULES, WRAPPER
 from conformance.ground.outcome import Observation
 from conformance.ground.tables import STRATA, STRATA_IDS, flavor_of
-from conformance.properties import DISK_CASES, PROPERTIES
+from conformance.properties import DENSE_RELATIONS, DISK_CASES, PROPERTIES, THD_RELATIONS
 from strategies import cases, dense_cases, thd_cases, violating_cases
 from strategies.large import GQA_SHAPES, LARGE_SHAPES, LSE_PAD_SHAPES, OFFSET_SHAPES, REPLAY_ROWS, SLICE_SHAPES, large_cases, replay_cases
 
@@ -84,6 +84,11 @@ PADDED_AXIS = _axis("padded", PADDED, TRANSFORM)
 
 def _drop_other_lengths(case: Case, padded: str) -> Case:
     return case.replace(**{PADDED[padded]: None})
+
+
+# metamorphic: the relation checked (conformance.properties.metamorphic.RELATIONS), per layout.
+DENSE_RELATION_AXIS = _axis("relation", DENSE_RELATIONS, PARAM)
+THD_RELATION_AXIS = _axis("relation", THD_RELATIONS, PARAM)
 
 
 def rules_of(entry: str) -> Axis:
@@ -182,7 +187,7 @@ def stratum_of(case: Case) -> dict:
     return {"flavor": flavor_of(case.d_qk, case.d_v), "dtype": case.dtype}
 
 
-NUMERICS, TAILS, COMPILE, CONTRACTS = (f"conformance/test_{m}.py" for m in ("numerics", "tails", "compile", "contracts"))
+NUMERICS, TAILS, COMPILE, CONTRACTS, METAMORPHIC = (f"conformance/test_{m}.py" for m in ("numerics", "tails", "compile", "contracts", "metamorphic"))
 LARGE, PARITY = "conformance/test_large.py", "conformance/test_parity.py"
 GPU, COMPILE_TIER = ("gpu",), ("compile",)
 # The large tier: selected by --large (or -m large) and the nightly profile, skipped otherwise (conformance.plugin).
@@ -228,6 +233,11 @@ MATRIX: Tuple[Family, ...] = (
            adapter="prepared_adapter"),  # fmt: skip
     Family("test_wrapper_rejects", CONTRACTS, "rejection", "contracts", GPU, (rules_of(WRAPPER),), _violating, params={"entry": WRAPPER},
            adapter="wrapper_adapter"),  # fmt: skip
+    # metamorphic: two launches whose O and LSE must agree bit for bit (no reference), every relation x stratum.
+    Family("test_metamorphic_dense", METAMORPHIC, "metamorphic", "metamorphic", GPU, (STRATA_AXIS, DENSE_RELATION_AXIS), dense_cases,
+           kind="metamorphic_dense"),  # fmt: skip
+    Family("test_metamorphic_thd", METAMORPHIC, "metamorphic", "metamorphic", GPU, (STRATA_AXIS, THD_RELATION_AXIS), thd_cases,
+           kind="metamorphic_thd"),  # fmt: skip
 )
 FAMILIES: Dict[str, Family] = {f.test: f for f in MATRIX}
 assert len(FAMILIES) == len(MATRIX), "two families share a test name"

@@ -1,0 +1,407 @@
+"""metamorphic: relations between two launches that hold bit for bit.
+
+No reference and no tolerance: the second launch's Case and inputs are
+derived from the first's (``RELATIONS``: how, and why the relation is exact
+in the kernel's arithmetic), and its O and LSE must equal the first launch's,
+moved the way the inputs moved, bit for bit (NaN equals NaN; -0 equals +0).
+Where a reference comparison weakens (long rows, many sequences: its bound
+grows with the row) these stay exact, so a key read from the wrong sequence
+or a tile anchored to the packed offset fails here whatever its size.
+
+Every variation (permutation, changed sequence, power, shift, data seed) is
+drawn from ``random.Random(f"{relation}:{case.seed}")``: the case file (the
+Case and ``relation``) replays both launches exactly; the observation notes
+and the failure summary name the variation.
+
+Both launches' guard bands are checked; where the relation keeps the compile
+key (every relation but ``entry``) the second launch must compile nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Tuple
+
+import torch
+
+from conformance.ground.case import Case
+from conformance.ground.data import FINITE_PAD, TORCH_DTYPES, CaseTensors, make_inputs, make_outputs
+from conformance.ground.outcome import Observation
+from conformance.ground.tables import TILE_N
+from conformance.properties import judge, recorder
+from conformance.properties.common import device, finish, launched_buffers, row_mask, row_regions
+
+NAME = "metamorphic"
+MAX_POWER = 12  # V * 2^k: k in [1, MAX_POWER], and at most what keeps |V| * 2^k <= max / 2 of the I/O dtype
+NO_COMPILE = {"misses": 0, "modules": 0, "thd_lru_misses": 0}
+
+
+# ------------------------------------------------------------------ plans
+@dataclass
+class Plan:
+    """The second launch of a relation: its Case and inputs, and how the
+    first launch's outputs map to what it must give (``expect(o1, lse1)`` ->
+    (O, LSE, O elements asserted, LSE elements asserted), in the second
+    launch's layouts)."""
+
+    case: Case
+    inputs: CaseTensors
+    expect: Callable
+    notes: dict = field(default_factory=dict)
+    other: Optional[object] = None  # the second launch's adapter (entry); None: the same
+
+
+@dataclass(frozen=True)
+class Relation:
+    name: str
+    layouts: Tuple[str, ...]
+    derive: Callable[..., Plan]  # (case, first inputs, rng, adapter) -> Plan
+    exact: str  # why the relation holds bit for bit in the kernel's arithmetic
+    same_key: bool = True  # the second launch has the first's compile key (it must compile nothing)
+
+
+def _fresh(case: Case, dev, **kw) -> CaseTensors:
+    return make_inputs(case, dev, poison=True, pad_fill=FINITE_PAD, **kw)
+
+
+def _defined(case: Case, x: CaseTensors, o_shape, lse_shape):
+    return row_mask(case, x, "o", o_shape), row_mask(case, x, "lse", lse_shape)
+
+
+def _perm(rng: random.Random, n: int, *, identity: bool = False) -> List[int]:
+    """A permutation of range(n); never the identity when n > 1 unless ``identity``."""
+    p = list(range(n))
+    rng.shuffle(p)
+    if not identity and n > 1 and p == sorted(p):
+        p = p[1:] + p[:1]
+    return p
+
+
+def _same(o1, lse1, x2, case2):
+    o_where, lse_where = _defined(case2, x2, o1.shape, lse1.shape)
+    return o1, lse1, o_where, lse_where
+
+
+# ----------------------------------------------------------- batch (dense)
+def _batch_perm(case: Case, x1: CaseTensors, rng, adapter) -> Plan:
+    p = _perm(rng, case.batch)
+    pick = lambda lens: None if lens is None else tuple(lens[i] for i in p)  # noqa: E731
+    case2 = case.replace(seq_q_lens=pick(case.seq_q_lens), seq_kv_lens=pick(case.seq_kv_lens))
+    x2 = _fresh(case2, x1.q.device)
+    idx = torch.tensor(p, device=x1.q.device)
+    for name in ("q", "k", "v"):
+        getattr(x2, name).copy_(getattr(x1, name)[idx])
+    if x1.bias is not None:
+        x2.bias.copy_(x1.bias)
+    if x1.sinks is not None:
+        x2.sinks.copy_(x1.sinks)
+    return Plan(case2, x2, lambda o1, lse1: _same(o1[idx], lse1[idx], x2, case2), {"permutation": p})
+
+
+# ----------------------------------------------------------------- heads
+def _head_order(case: Case, rng) -> Tuple[List[int], List[int]]:
+    """(sigma, tau): new Q head i holds old Q head sigma[i], new KV head j old
+    KV head tau[j]; Q heads move with their KV group (a group of new KV head j
+    is old group tau[j], its heads shuffled), so head i still reads the KV head
+    of the Q head it holds."""
+    g = case.h_q // case.h_kv
+    tau = _perm(rng, case.h_kv, identity=True)
+    inner = [_perm(rng, g, identity=True) for _ in range(case.h_kv)]
+    if case.h_q > 1 and tau == sorted(tau) and all(r == sorted(r) for r in inner):  # moves nothing: rotate
+        if case.h_kv > 1:
+            tau = tau[1:] + tau[:1]
+        else:
+            inner[0] = inner[0][1:] + inner[0][:1]
+    sigma = [tau[i // g] * g + inner[i // g][i % g] for i in range(case.h_q)]
+    return sigma, tau
+
+
+def _head_perm(case: Case, x1: CaseTensors, rng, adapter) -> Plan:
+    sigma, tau = _head_order(case, rng)
+    dev = x1.q.device
+    x2 = _fresh(case, dev)
+    s, t = torch.tensor(sigma, device=dev), torch.tensor(tau, device=dev)
+    axis = 1  # dense (B, H, S, D) and THD (T, H, D) alike
+    x2.q.copy_(x1.q.index_select(axis, s))
+    x2.k.copy_(x1.k.index_select(axis, t))
+    x2.v.copy_(x1.v.index_select(axis, t))
+    if x1.bias is not None:
+        x2.bias.copy_(x1.bias.index_select(1, s))
+    if x1.sinks is not None:
+        x2.sinks.copy_(x1.sinks[s])
+    lse_axis = 0 if case.is_thd else 1  # THD LSE is (H, T)
+    return Plan(case, x2, lambda o1, lse1: _same(o1.index_select(1, s), lse1.index_select(lse_axis, s), x2, case),
+                {"q_heads": sigma, "kv_heads": tau})  # fmt: skip
+
+
+# ------------------------------------------------------------ THD packing
+def _moved_rows(case1: Case, case2: Case, order: List[int], which: str, capacity: int) -> torch.Tensor:
+    """For every packed row of ``case2``, the row of ``case1`` it holds (-1:
+    outside every sequence); sequence i of case2 is sequence order[i] of case1."""
+    cu1, cu2 = case1.cu_seqlens(which), case2.cu_seqlens(which)
+    idx = torch.full((capacity,), -1, dtype=torch.int64)
+    for i, j in enumerate(order):
+        n = cu2[i + 1] - cu2[i]
+        idx[cu2[i] : cu2[i] + n] = torch.arange(cu1[j], cu1[j] + n)
+    return idx
+
+
+def _repack(case: Case, case2: Case, x1: CaseTensors, order: List[int]):
+    """The second launch's inputs (poisoned outside its live rows) holding
+    the first's sequences in ``order``, and the Q row map."""
+    dev = x1.q.device
+    x2 = _fresh(case2, dev)
+    iq = _moved_rows(case, case2, order, "q", case2.t_q).to(dev)
+    ik = _moved_rows(case, case2, order, "kv", case2.t_kv).to(dev)
+    for name, idx in (("q", iq), ("k", ik), ("v", ik)):
+        live = idx >= 0
+        getattr(x2, name)[live] = getattr(x1, name)[idx[live]]
+    if x1.sinks is not None:
+        x2.sinks.copy_(x1.sinks)
+
+    def expect(o1, lse1):
+        live = iq >= 0
+        src = torch.where(live, iq, torch.zeros_like(iq))
+        o_where, lse_where = _defined(case2, x2, (case2.t_q,) + tuple(o1.shape[1:]), (lse1.shape[0], case2.t_q))
+        return o1[src], lse1[:, src], o_where & live[:, None, None], lse_where & live[None, :]
+
+    return x2, expect
+
+
+def _seq_perm(case: Case, x1: CaseTensors, rng, adapter) -> Plan:
+    order = _perm(rng, case.n_seq)
+    case2 = case.replace(q_lens=tuple(case.q_lens[j] for j in order), kv_lens=tuple(case.kv_lens[j] for j in order))
+    x2, expect = _repack(case, case2, x1, order)
+    return Plan(case2, x2, expect, {"sequence_order": order})
+
+
+def _shift(rng) -> int:
+    """A shift of the packed offsets that is no multiple of the KV tile."""
+    return rng.choice([d for d in range(1, 3 * TILE_N) if d % TILE_N])
+
+
+def _position(case: Case, x1: CaseTensors, rng, adapter) -> Plan:
+    dq, dk = _shift(rng), _shift(rng)
+    case2 = case.replace(q_base=case.q_base + dq, kv_base=case.kv_base + dk)
+    x2, expect = _repack(case, case2, x1, list(range(case.n_seq)))
+    return Plan(case2, x2, expect, {"q_shift": dq, "kv_shift": dk})
+
+
+# -------------------------------------------------------------- isolation
+def _isolation(case: Case, x1: CaseTensors, rng, adapter) -> Plan:
+    dev = x1.q.device
+    seed2 = rng.randrange(1, 2**31)
+    seed2 += seed2 == case.seed
+    x2 = _fresh(case, dev)  # the first launch's bits, in a fresh allocation
+    other = make_inputs(case.replace(seed=seed2), dev, poison=False)  # finite everywhere
+    if case.is_thd:
+        units = [j for j in range(case.n_seq) if case.q_lens[j] or case.kv_lens[j]]
+        dead = bool((~x1.q_live).any() or (~x1.kv_live).any())
+        target = rng.choice(units + ["capacity"] * dead) if units or dead else "capacity"
+        q_rows, kv_rows = _unit_rows(case, target, x1)
+        q_rows, kv_rows = q_rows.to(dev), kv_rows.to(dev)
+        for name, rows in (("q", q_rows), ("k", kv_rows), ("v", kv_rows)):
+            getattr(x2, name)[rows] = getattr(other, name)[rows]
+        kept_q = ~q_rows if target != "capacity" else torch.ones_like(q_rows)
+
+        def expect(o1, lse1):
+            o_where, lse_where = _defined(case, x2, o1.shape, lse1.shape)
+            return o1, lse1, o_where & kept_q[:, None, None], lse_where & kept_q[None, :]
+    else:
+        target = rng.randrange(case.batch) if case.batch > 1 else "padding"
+        for name in ("q", "k", "v"):
+            t2, t1, fresh = getattr(x2, name), getattr(x1, name), getattr(other, name)
+            if target == "padding":  # the rows past the padding lengths: FINITE_PAD -> other finite values
+                live = (x1.q_live if name == "q" else x1.kv_live).to(dev)[:, None, :, None]
+                t2.copy_(torch.where(live, t1, fresh))
+            else:
+                t2[target] = fresh[target].where((x1.q_live if name == "q" else x1.kv_live).to(dev)[target][None, :, None], t1[target])
+        kept = torch.ones(case.batch, dtype=torch.bool, device=dev)
+        if target != "padding":
+            kept[target] = False
+
+        def expect(o1, lse1):
+            o_where, lse_where = _defined(case, x2, o1.shape, lse1.shape)
+            return o1, lse1, o_where & kept[:, None, None, None], lse_where & kept[:, None, None]
+
+    return Plan(case, x2, expect, {"changed": target, "data_seed": seed2})
+
+
+def _unit_rows(case: Case, target, x1: CaseTensors) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Bool masks over the packed Q and KV rows of ``target`` (a sequence
+    index, or "capacity": the rows outside every sequence)."""
+    if target == "capacity":
+        return ~x1.q_live.cpu(), ~x1.kv_live.cpu()
+    masks = []
+    for which, capacity in (("q", case.t_q), ("kv", case.t_kv)):
+        cu = case.cu_seqlens(which)
+        m = torch.zeros(capacity, dtype=torch.bool)
+        m[cu[target] : cu[target + 1]] = True
+        masks.append(m)
+    return masks[0], masks[1]
+
+
+# ------------------------------------------------------------- V scaling
+def _v_power(case: Case, x1: CaseTensors, rng) -> int:
+    """k in [1, MAX_POWER] with max |live V| * 2^k <= max / 2 of the I/O dtype
+    (computed from the data: no overflow; scaling up never underflows)."""
+    live = x1.kv_live.to(x1.v.device)
+    mask = live[:, None, :, None].expand_as(x1.v) if not case.is_thd else live[:, None, None].expand_as(x1.v)
+    values = x1.v[mask].float().abs()
+    biggest = float(values.max()) if values.numel() else 0.0
+    fmax = torch.finfo(TORCH_DTYPES[case.dtype]).max
+    most = MAX_POWER if biggest == 0 else min(MAX_POWER, int(math.floor(math.log2(fmax / 2 / biggest))))
+    return rng.randint(1, max(1, most))
+
+
+def _v_pow2(case: Case, x1: CaseTensors, rng, adapter) -> Plan:
+    k = _v_power(case, x1, rng)
+    x2 = _fresh(case, x1.q.device)
+    live = x1.kv_live.to(x1.v.device)
+    mask = live[:, None, :, None].expand_as(x1.v) if not case.is_thd else live[:, None, None].expand_as(x1.v)
+    x2.v.copy_(torch.where(mask, x1.v * (2.0**k), x1.v))  # exact: a power of two, in range
+
+    def expect(o1, lse1):
+        o_where, lse_where = _defined(case, x2, o1.shape, lse1.shape)
+        return (o1.double() * 2.0**k), lse1, o_where, lse_where
+
+    return Plan(case, x2, expect, {"v_power": k})
+
+
+# ----------------------------------------------------- same launch again
+def _determinism(case: Case, x1: CaseTensors, rng, adapter) -> Plan:
+    x2 = _fresh(case, x1.q.device)
+    return Plan(case, x2, lambda o1, lse1: _same(o1, lse1, x2, case), {})
+
+
+def other_adapter(adapter):
+    """The other entry point than ``adapter``'s: the public wrapper (in its
+    SM80-compatibility mode off SM80) for the prepared adapter, and back."""
+    from conformance.properties.common import entry_adapter
+
+    return entry_adapter("wrapper" if getattr(adapter, "name", "prepared") == "prepared" else "prepared")
+
+
+def _entry(case: Case, x1: CaseTensors, rng, adapter) -> Plan:
+    other = other_adapter(adapter)
+    x2 = _fresh(case, x1.q.device)
+    return Plan(case, x2, lambda o1, lse1: _same(o1, lse1, x2, case), {"second_adapter": getattr(other, "label", other.name)}, other)
+
+
+def _expressible(case: Case, other) -> None:
+    """Skip (a Hypothesis rejection; outside a test: Unexpressible) a Case the
+    second entry point cannot be asked for (e.g. lse_log2 through the wrapper):
+    there is nothing to compare with. Before anything is recorded."""
+    why = case.unexpressible(getattr(other, "name", ""))
+    if why:
+        from hypothesis import currently_in_test_context, reject
+
+        from conformance.ground.case import Unexpressible
+
+        if currently_in_test_context():
+            reject()
+        raise Unexpressible(why)
+
+
+# ------------------------------------------------------------------ table
+DENSE, THD = ("dense",), ("thd",)
+BOTH = DENSE + THD
+RELATIONS: Dict[str, Relation] = {r.name: r for r in (
+    Relation("batch_perm", DENSE, _batch_perm,
+             "a CTA computes one (batch, head, Q tile) from that batch entry's rows and padding lengths alone "
+             "(prefill_f16.py block_idx -> batch_idx; Q/K/V/O/LSE offsets batch_idx * stride; seq lens [batch_idx]); "
+             "the bias is one [1, H, SQ, SKV] for every entry (kept); the scheduler only renames CTAs"),
+    Relation("head_perm", BOTH, _head_perm,
+             "a CTA's head reads its own Q head, bias head (head_idx * SQ * SKV) and sink, and KV head head // group: "
+             "moving Q heads with their KV group (and the bias heads and sinks with them) moves every operand of a head"),
+    Relation("seq_perm", THD, _seq_perm,
+             "a THD sequence is addressed from cu_seqlens[b] alone and tiled from its own first row "
+             "(q_row_base = tile * TILE_M, KV tiles kv_iter * TILE_N from kv_seq_origin): moving whole sequences "
+             "(rows and cu_seqlens) moves their outputs; the sequence count (the compile key) is kept"),
+    Relation("position", THD, _position,
+             "the same: the packed offset of a sequence enters only as the origin of its addresses, never a tile "
+             "boundary or a mask position; shifts that are no multiple of TILE_N would expose a tile anchored to the pack"),
+    Relation("isolation", BOTH, _isolation,
+             "no CTA reads another batch entry's / sequence's rows; storage outside the live rows is either never "
+             "loaded (THD: rows past a sequence are predicated off and zero-filled) or weighted P = 0 (dense padded "
+             "K/V rows of the last tile: 0 x finite = 0; NaN there is the known finding dense-padded-kv-rows-nan, "
+             "so this relation changes finite values only): changing those leaves every other output identical"),
+    Relation("v_pow2", BOTH, _v_pow2,
+             "V enters only P@V: p * v * 2^k is exact, the fp32 accumulation's rounding (alignment grid at the "
+             "largest term) and acc * (1/l) scale with it, so O scales by 2^k where the I/O dtype rounds it as a "
+             "normal number (tolerances.SUBNORMAL_RESCALE_ULPS below); LSE never reads V"),
+    Relation("determinism", BOTH, _determinism,
+             "no atomics, no split-KV reduction: every output element is computed by one CTA in a fixed order"),
+    Relation("entry", BOTH, _entry,
+             "the public wrapper launches the same template arithmetic (same TemplateParams arithmetic, the same "
+             "scale * log2(e) and 1 / scale launch arguments: api_dsl.py 7005-7031, kernels.prepared); its padding "
+             "copies add zero columns (exact no-ops in q.k and P@V) and its scheduler only renames CTAs",
+             same_key=False),
+)}  # fmt: skip
+DENSE_RELATIONS = tuple(n for n, r in RELATIONS.items() if "dense" in r.layouts)
+THD_RELATIONS = tuple(n for n, r in RELATIONS.items() if "thd" in r.layouts)
+
+
+def plan(case: Case, x1: CaseTensors, relation: str, adapter=None) -> Plan:
+    """The second launch of ``relation`` for ``case`` (deterministic in the
+    case's seed)."""
+    rel = RELATIONS[relation]
+    if case.layout not in rel.layouts:
+        raise ValueError(f"relation {relation!r} is for {'/'.join(rel.layouts)} Cases, not {case.layout}")
+    return rel.derive(case, x1, random.Random(f"{relation}:{case.seed}"), adapter)
+
+
+# --------------------------------------------------------------- property
+def check_metamorphic(case: Case, adapter, *, relation: str) -> Observation:
+    """Launch ``case`` and the second launch ``relation`` derives from it;
+    O and LSE of the second must equal the first's, moved the same way, bit
+    for bit (``RELATIONS``: how and why); both launches' guard bands intact;
+    a relation that keeps the compile key compiles nothing the second time."""
+    rel = RELATIONS[relation]
+    if relation == "entry":
+        _expressible(case, other_adapter(adapter))
+    recorder.begin(NAME, case, relation=relation)
+    start = time.perf_counter()
+    dev = device()
+    x1 = _fresh(case, dev)
+    p = plan(case, x1, relation, adapter)
+    out1 = make_outputs(case, dev)
+    r1 = adapter.run(case, x1, out1)
+    out2 = make_outputs(p.case, dev)
+    r2 = (p.other or adapter).run(p.case, p.inputs, out2)
+    variation = {"relation": relation, **p.notes}
+    said = ", ".join(f"{k}={v}" for k, v in p.notes.items())
+    notes = {**r1.notes, "variation": variation, "second": r2.notes, "second_compile": r2.compile.to_dict(), "exact": rel.exact}
+    # Failures name the first Case (the case file replays both launches from it); the elements listed are the
+    # second launch's, located in its layout: where that moved the rows (a repacking), no region is named.
+    regions = row_regions(case, p.inputs) if p.case == case else None
+    where = "" if p.case == case else "; elements at the second launch's rows"
+
+    def judged():
+        buffers = {f"first launch {k}": t for k, t in launched_buffers(x1, out1, r1).items()}
+        buffers.update({f"second launch {k}": t for k, t in launched_buffers(p.inputs, out2, r2).items()})
+        judge.guards_intact(NAME, case, buffers)
+        if rel.same_key:
+            judge.compile_delta(NAME, case, r2.compile, NO_COMPILE, f"the second launch of {relation} (same compile key)", check="same compile")
+        o_want, lse_want, o_where, lse_where = p.expect(r1.o, r1.lse)
+        what = f"the second launch ({relation}: {said or 'same inputs'}{where})"
+        o_exact = o_where
+        if relation == "v_pow2":  # subnormal O of the first launch: judged within the double rounding (tolerances)
+            from conformance.ground.tolerances import SUBNORMAL_RESCALE_ULPS
+
+            io = TORCH_DTYPES[case.dtype]
+            tiny = torch.finfo(io).tiny
+            sub = o_where & (r1.o.double().abs() < tiny)
+            o_exact = o_where & ~sub
+            k = p.notes["v_power"]
+            spacing = tiny * torch.finfo(io).eps  # one subnormal ulp
+            bound = torch.full_like(o_want, SUBNORMAL_RESCALE_ULPS * spacing)
+            judge.within_model(NAME, case, "o", r2.o.double() / 2.0**k, r1.o.double(), bound, sub, regions, check="subnormal rescale")
+        judge.exactly(NAME, case, "o", r2.o, o_want, o_exact, f"O of {what}", regions, check="o")
+        judge.exactly(NAME, case, "lse", r2.lse, lse_want, lse_where, f"LSE of {what}", regions, check="lse")
+        return {}
+
+    return finish(NAME, case, start, judged, compile=r1.compile.to_dict(), notes=notes)
