@@ -72,9 +72,15 @@ INT_SENTINEL = 0x5EADBEEF
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
+# Byte buffers (the backward's uint8 workspace): the low byte of INT_SENTINEL.
+BYTE_SENTINEL = INT_SENTINEL & 0xFF
+
+
 def sentinel(dtype: torch.dtype):
     """What guard bands of a ``dtype`` buffer hold."""
-    return FLOAT_SENTINEL if dtype.is_floating_point else INT_SENTINEL
+    if dtype.is_floating_point:
+        return FLOAT_SENTINEL
+    return BYTE_SENTINEL if dtype == torch.uint8 else INT_SENTINEL
 
 
 def guard_elems(dtype: torch.dtype, row: int) -> int:
@@ -353,7 +359,8 @@ def make_outputs(case: Case, device="cpu", *, fill: float = POISON, d_v: Optiona
         lse = guarded((case.h_q, case.t_q), torch.float32, device, row=1, fill=fill)
         return o, lse
     o = _dense_storage(case.batch, case.h_q, case.s_q, d_v, dt, case.memory, device)
-    body_storage(o).fill_(fill)
+    if fill is not None:
+        body_storage(o).fill_(fill)
     lse = guarded((case.batch, case.h_q, case.s_q), torch.float32, device, row=1, fill=fill)
     return o, lse
 
@@ -400,7 +407,8 @@ def make_grad_outputs(case: Case, device="cpu", *, fill: float = POISON, dbias_d
     else:
         for name, h, s, d in (("dq", case.h_q, case.s_q, case.d_qk), ("dk", case.h_kv, case.s_kv, case.d_qk), ("dv", case.h_kv, case.s_kv, case.d_v)):
             view = _dense_storage(case.batch, h, s, d, dt, case.memory, device)
-            body_storage(view).fill_(fill)
+            if fill is not None:
+                body_storage(view).fill_(fill)
             out[name] = view
         if case.bias is not None:
             out["dbias"] = guarded((case.bias_batch, case.h_q, case.s_q, case.s_kv), TORCH_DTYPES[dbias_dtype], device, fill=fill)
