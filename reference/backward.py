@@ -94,65 +94,91 @@ def gradients(it: Internals, do: torch.Tensor, *, bias_batch: int = 1) -> Dict[s
     return out
 
 
-# (internals, gradients) -> {name: tensor}: extra per-call tensors laid out like the gradient they bound.
-Extra = Callable[[Internals, Dict[str, torch.Tensor]], Dict[str, torch.Tensor]]
+def structural_zeros(it: Internals, grads: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    """1.0 where a gradient is exactly 0 by the kernel's gating (see the module
+    docstring): dQ rows with no visible key or padded; dK/dV rows no live row
+    of any q head in the group sees; dBias cells no live row sees."""
+    vis = torch.isfinite(it.logits) & it.q_live[:, None, :, None]
+    g = it.group
+    b, h, s_q, s_kv = vis.shape
+    seen = vis.any(2).view(b, h // g, g, s_kv).any(2)  # (B, Hkv, SKV)
+    out = {
+        "dq": (~vis.any(-1))[..., None].expand(grads["dq"].shape),
+        "dk": (~seen)[..., None].expand(grads["dk"].shape),
+        "dv": (~seen)[..., None].expand(grads["dv"].shape),
+    }
+    if "dbias" in grads:
+        out["dbias"] = ~vis.any(0, keepdim=True) if grads["dbias"].shape[0] == 1 else ~vis
+    return {n: x.to(torch.float64) for n, x in out.items()}
 
 
-def backward_for_case(case, tensors, do: torch.Tensor, *, extra: Optional[Extra] = None) -> Dict[str, torch.Tensor]:
+# (internals, gradients, handed O (B,H,SQ,Dv), handed natural LSE (B,H,SQ)) -> {name: tensor}:
+# extra per-call tensors laid out like the gradient they describe (the error model's bounds, ...).
+Extra = Callable[..., Dict[str, torch.Tensor]]
+
+
+def backward_for_case(case, tensors, do: torch.Tensor, *, extra: Optional[Extra] = None, o=None, lse=None) -> Dict[str, torch.Tensor]:
     """The float64 gradients of a Case for dO (laid out like O:
     dense logical (B,H,SQ,Dv), THD (T_q,H,Dv)), in the layouts the backward
     adapters return: dense dq (B,H,SQ,Dqk), dk/dv (B,Hkv,SKV,D); THD dq
     (T_q,H,Dqk), dk/dv (T_kv,Hkv,D), NaN on capacity rows outside every
     sequence; dbias like the bias; dsink (H,). ``extra`` (e.g. the error
-    model's bounds) is called per attention call; its tensors come back
-    under "bound:<name>" in the same layouts."""
+    model's bounds) is called per attention call with the slices of the
+    handed ``o`` / ``lse`` (O's and LSE's layouts: dense (B,H,SQ,Dv) and
+    (B,H,SQ); THD (T_q,H,Dv) and (H,T_q)); its tensors come back under their
+    own names ("bound:dq", ...) in the gradients' layouts. A THD sequence
+    without Q rows makes no call: its keys' rows hold 0 in every extra
+    tensor, 1 in "zero:" ones."""
     common = dict(scale=case.softmax_scale, causal=case.causal, bottom_right=case.bottom_right, window_left=case.window_left,
                   window_right=case.window_right, sinks=tensors.sinks, compute_dtype=torch.float64, internals=True)  # fmt: skip
 
-    def one(q, k, v, dout, **kw):
+    def one(q, k, v, dout, o_given, lse_given, **kw):
         _, _, it = attention(q, k, v, **common, **kw)
         grads = gradients(it, dout, bias_batch=case.bias_batch)
         keep = {n: grads[n] for n in GRADS if n in grads}
         if extra is not None:
-            keep.update({f"bound:{n}": x for n, x in extra(it, grads).items()})
+            keep.update(extra(it, grads, o_given, lse_given))
         return keep
 
     if not case.is_thd:
-        return one(tensors.q, tensors.k, tensors.v, do, bias=tensors.bias, q_lens=tensors.seq_q_lens, kv_lens=tensors.seq_kv_lens)
+        return one(tensors.q, tensors.k, tensors.v, do, o, lse, bias=tensors.bias, q_lens=tensors.seq_q_lens, kv_lens=tensors.seq_kv_lens)
     dev = tensors.q.device
     f64 = torch.float64
-    nan = float("nan")
-    shapes = {"dq": (case.t_q, case.h_q, case.d_qk), "dk": (case.t_kv, case.h_kv, case.d_qk), "dv": (case.t_kv, case.h_kv, case.d_v)}
+    shapes = {"dq": (case.t_q, case.h_q, case.d_qk), "dk": (case.t_kv, case.h_kv, case.d_qk), "dv": (case.t_kv, case.h_kv, case.d_v), "dsink": (case.h_q,)}
     out: Dict[str, torch.Tensor] = {}
-    for name, shape in shapes.items():
-        out[name] = torch.full(shape, nan, dtype=f64, device=dev)
-        if extra is not None:
-            out[f"bound:{name}"] = torch.full(shape, nan, dtype=f64, device=dev)
-    # Live rows of every sequence start at 0: keys no Q row of its sequence sees get 0, as the kernel writes.
-    for name in ("dk", "dv"):
-        for s in range(case.n_seq):
-            k0, k1 = case.cu_seqlens("kv")[s : s + 2]
-            out[name][k0:k1] = 0.0
-            if extra is not None:
-                out[f"bound:{name}"][k0:k1] = 0.0
-    if case.sinks:
-        out["dsink"] = torch.zeros(case.h_q, dtype=f64, device=dev)
-        if extra is not None:
-            out["bound:dsink"] = torch.zeros(case.h_q, dtype=f64, device=dev)
+
+    def slot(key: str) -> torch.Tensor:
+        # NaN outside every sequence; the keys of every sequence start as a sequence with no Q row leaves them.
+        if key not in out:
+            name = key.split(":")[-1]
+            x = torch.full(shapes[name], float("nan"), dtype=f64, device=dev)
+            if name == "dsink":
+                x.zero_()
+            elif name in ("dk", "dv"):
+                for s in range(case.n_seq):
+                    k0, k1 = cu_kv[s : s + 2]
+                    x[k0:k1] = 1.0 if key.startswith("zero:") else 0.0
+            out[key] = x
+        return out[key]
+
     cu_q, cu_kv = case.cu_seqlens("q"), case.cu_seqlens("kv")
+    for name in ("dq", "dk", "dv") + (("dsink",) if case.sinks else ()):
+        slot(name)
     as_bhsd = lambda x: x.permute(1, 0, 2).unsqueeze(0)  # noqa: E731  (T,H,D) -> (1,H,T,D)
     as_thd = lambda x: x[0].permute(1, 0, 2)  # noqa: E731
     for s in range(case.n_seq):
         q0, q1, k0, k1 = cu_q[s], cu_q[s + 1], cu_kv[s], cu_kv[s + 1]
         if q1 == q0:
             continue
-        got = one(as_bhsd(tensors.q[q0:q1]), as_bhsd(tensors.k[k0:k1]), as_bhsd(tensors.v[k0:k1]), as_bhsd(do[q0:q1]))
+        o_s = None if o is None else as_bhsd(o[q0:q1])
+        lse_s = None if lse is None else lse[:, q0:q1].unsqueeze(0)
+        got = one(as_bhsd(tensors.q[q0:q1]), as_bhsd(tensors.k[k0:k1]), as_bhsd(tensors.v[k0:k1]), as_bhsd(do[q0:q1]), o_s, lse_s)
         for key, x in got.items():
             name = key.split(":")[-1]
             if name == "dsink":
-                out[key] += x
+                slot(key).add_(x)
             elif name == "dq":
-                out[key][q0:q1] = as_thd(x)
+                slot(key)[q0:q1] = as_thd(x)
             else:
-                out[key][k0:k1] = as_thd(x)
+                slot(key)[k0:k1] = as_thd(x)
     return out

@@ -37,6 +37,11 @@ KIND_SCALE = {
     "contracts": 0.5,  # violating cases: one exception per example
     "compile": 0.2,  # CPU compile tier (~1.5 s per new geometry)
     "cpu": 5.0,  # pure-Python checks (strategies, reference self-tests)
+    # The backward: a specialization compiles in 4-9 s on the H200 (a chain of
+    # kernels), so fewer examples per stratum than the forward's numerics.
+    "backward": 0.5,  # gradients vs the reference on the GPU
+    "determinism": 0.2,  # two deterministic launches, bitwise
+    "backward_compile": 0.1,  # CPU compile tier of the backward (4-10 s per new specialization)
 }
 
 # Per-profile overrides of KIND_SCALE. Under ``ci`` the shape facts come from

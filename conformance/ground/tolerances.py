@@ -68,7 +68,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Dict
+from typing import Dict, Optional
 
 import torch
 
@@ -492,14 +492,31 @@ def _k16(n: int) -> float:
     return TC_K16_ULPS * TC_GRID * max(1, -(-n // MMA_K))
 
 
-def backward_bounds(it, grads: Dict[str, torch.Tensor], dtype: str, *, o_err: torch.Tensor, lse_err: torch.Tensor,
+def handed_error(given: Optional[torch.Tensor], exact: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """|given - exact| of an O or LSE the backward is handed, on ``rows`` (0
+    elsewhere: the kernel gates those rows); equal infinities count 0, any
+    other non-finite difference inf (the model then fails as broken)."""
+    if given is None:
+        return torch.zeros_like(exact)
+    g, e = given.to(exact.dtype), exact
+    same = (g == e) | (torch.isnan(g) & torch.isnan(e))
+    err = torch.where(same, torch.zeros_like(e), (g - e).abs())
+    err = torch.where(torch.isnan(err), torch.full_like(err, math.inf), err)
+    return torch.where(rows, err, torch.zeros_like(err))
+
+
+def backward_bounds(it, grads: Dict[str, torch.Tensor], dtype: str, *, o_given: Optional[torch.Tensor] = None, lse_given: Optional[torch.Tensor] = None,
                     dbias_dtype: str = "float32") -> Dict[str, torch.Tensor]:  # fmt: skip
     """Bounds on |grad_kernel - grad| for one dense attention call (float64
     ``Internals`` ``it`` and the closed-form ``grads`` of
-    reference.backward.gradients), shaped like each gradient. ``o_err``
-    (B,H,SQ,Dv) and ``lse_err`` (B,H,SQ, natural units) are |handed - exact|
-    of the backward's O and LSE inputs (0 on rows the kernel gates)."""
+    reference.backward.gradients), shaped like each gradient. ``o_given``
+    (B,H,SQ,Dv) and ``lse_given`` (B,H,SQ, natural units) are the O and LSE
+    the backward is handed: their distance from the exact forward is charged
+    (None: exact)."""
     u, tiny = IO_UNIT[dtype], IO_TINY[dtype]
+    rows = it.q_live[:, None, :]
+    o_err = handed_error(o_given, it.o, rows[..., None].expand_as(it.o))
+    lse_err = handed_error(lse_given, it.lse, rows.expand_as(it.lse))
     g = it.group
     scale = abs(it.scale)
     p, dp, d, ds, do = grads["p"], grads["dp"], grads["d"], grads["ds"], grads["do"]
@@ -509,8 +526,6 @@ def backward_bounds(it, grads: Dict[str, torch.Tensor], dtype: str, *, o_err: to
     s_q, s_kv, d_qk, d_v = q.shape[2], k.shape[2], q.shape[3], v.shape[3]
     o = it.o * live
     lse = torch.where(torch.isfinite(it.lse), it.lse, torch.zeros_like(it.lse)) * live[..., 0]
-    lse_err = lse_err * live[..., 0]
-    o_err = o_err * live
     # P: the S mma, the exponent's fp32 roundings, the handed LSE's error, ex2's ulps; FTZ absolute.
     raw = (q.abs() @ k.abs().transpose(-1, -2)) * _k16(d_qk)
     bias = it.bias.abs() if it.bias is not None else torch.zeros_like(p)

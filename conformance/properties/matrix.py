@@ -28,7 +28,7 @@ from conformance.ground.contracts import CONFIG, PREPARED, RULES, WRAPPER
 from conformance.ground.outcome import Observation
 from conformance.ground.tables import STRATA, STRATA_IDS, flavor_of
 from conformance.properties import DISK_CASES, PROPERTIES
-from strategies import cases, dense_cases, thd_cases, violating_cases
+from strategies import backward_cases, cases, dense_cases, thd_cases, violating_cases
 
 # How an axis' values reach the check (and what the kill-rate harness does):
 STRATUM = "stratum"  # (flavor, dtype): restricts the strategy to one stratum (harness: the mutant's flavors, every dtype)
@@ -181,7 +181,7 @@ def stratum_of(case: Case) -> dict:
     return {"flavor": flavor_of(case.d_qk, case.d_v), "dtype": case.dtype}
 
 
-NUMERICS, TAILS, COMPILE, CONTRACTS = (f"conformance/test_{m}.py" for m in ("numerics", "tails", "compile", "contracts"))
+NUMERICS, TAILS, COMPILE, CONTRACTS, BACKWARD = (f"conformance/test_{m}.py" for m in ("numerics", "tails", "compile", "contracts", "backward"))
 GPU, COMPILE_TIER = ("gpu",), ("compile",)
 
 MATRIX: Tuple[Family, ...] = (
@@ -211,6 +211,24 @@ MATRIX: Tuple[Family, ...] = (
     Family("test_wrapper_rejects", CONTRACTS, "rejection", "contracts", GPU, (rules_of(WRAPPER),), _violating, params={"entry": WRAPPER},
            adapter="wrapper_adapter"),  # fmt: skip
 )
+# The backward (direction "bwd"): gradients, determinism, its compile tier and compile reuse.
+BACKWARD_LAYOUTS = Axis(("layouts",), ((("dense",),), (("thd",),)), ("dense", "thd"), SOURCE)
+MATRIX += (
+    Family("test_backward_dense", BACKWARD, "backward", "backward", GPU, (STRATA_AXIS,), partial(backward_cases, layouts=("dense",)), target=True,
+           kind="backward_dense", doc="dQ, dK, dV, dBias, dSink of dense backward Cases against the float64 closed form under the backward error model."),
+    Family("test_backward_thd", BACKWARD, "backward", "backward", GPU, (STRATA_AXIS,), partial(backward_cases, layouts=("thd",)), target=True,
+           kind="backward_thd", doc="dQ, dK, dV, dSink of packed THD backward Cases against the float64 closed form."),
+    Family("test_backward_deterministic", BACKWARD, "determinism", "determinism", GPU, (STRATA_AXIS,),
+           partial(backward_cases, deterministic=True, inputs_from="reference"), kind="determinism",
+           doc="deterministic=True: two launches give bitwise identical gradients."),
+    Family("test_backward_cases_compile_for_sm80", BACKWARD, "compiles", "backward_compile", COMPILE_TIER, (), backward_cases, adapter="prepared_adapter",
+           doc="Every valid backward Case plans and compiles its chain for sm_80 without a GPU."),
+    Family("test_backward_runtime_facts_mint_no_compile_cpu", BACKWARD, "compile_reuse", "backward_compile", COMPILE_TIER, (), backward_cases,
+           params={"launch": False}, adapter="prepared_adapter",
+           doc="Runtime facts of a backward Case (data, THD token totals, padding lengths, the scale's magnitude) reach no compile key."),
+    Family("test_backward_runtime_facts_mint_no_compile", BACKWARD, "compile_reuse", "determinism", GPU, (BACKWARD_LAYOUTS,),
+           partial(backward_cases, inputs_from="reference"), kind="backward_compile_reuse"),
+)  # fmt: skip
 FAMILIES: Dict[str, Family] = {f.test: f for f in MATRIX}
 assert len(FAMILIES) == len(MATRIX), "two families share a test name"
 

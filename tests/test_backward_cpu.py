@@ -1,0 +1,104 @@
+"""The backward properties on the CPU: the emulated backward (its arithmetic
+as the SM80 kernel does it, tests/kernel_emulation.py) passes the error
+model on every feature, from reference O/LSE and from the emulated forward;
+each planted bug fails it (the property's power); determinism fails on a
+launch that is not bitwise repeatable; the backward strategies reach every
+backward-only value."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from unittest import mock
+
+import pytest
+import torch
+from hypothesis import given, settings, HealthCheck
+
+from conformance.ground.case import Case
+from conformance.ground.coverage import BACKWARD_REQUIRED, labels
+from conformance.ground.outcome import PropertyFailure
+from conformance.properties import backward as bwd_prop
+from strategies import backward_cases
+from tests.kernel_emulation import BwdPlant, EmulatedBackward
+
+
+@contextmanager
+def on_cpu():
+    with mock.patch.object(bwd_prop, "device", lambda: torch.device("cpu")):
+        yield
+
+
+def _bwd(**kw):
+    return Case(direction="bwd", **{"d_qk": 64, "d_v": 64, "seed": 7, **kw})
+
+
+CASES = [
+    _bwd(s_q=70, s_kv=130, h_q=2, h_kv=2),
+    _bwd(dtype="bfloat16", s_q=65, s_kv=64, causal=True, h_q=4, h_kv=2),
+    _bwd(s_q=40, s_kv=90, causal=True, bottom_right=True, window_left=16, h_q=3, h_kv=1, d_qk=128, d_v=128),
+    _bwd(batch=2, s_q=33, s_kv=70, seq_q_lens=(33, 5), seq_kv_lens=(70, 0), causal=True, bottom_right=True),
+    _bwd(batch=2, s_q=20, s_kv=30, bias="float32", bias_batch=1, h_q=2, h_kv=1),
+    _bwd(batch=2, s_q=20, s_kv=30, bias="float16", bias_batch=2, memory="bshd_padded"),
+    _bwd(batch=2, s_q=50, s_kv=17, sinks=True, causal=True, scale=0.3, d_qk=96, d_v=64),
+    _bwd(dtype="bfloat16", s_q=64, s_kv=64, sinks=True, bias="float32", window_left=3, causal=True, window_right=2, memory="bhsd"),
+]
+
+
+def backward(case, bwd=BwdPlant()):
+    with on_cpu():
+        return bwd_prop.check_backward(case, EmulatedBackward(bwd=bwd))
+
+
+@pytest.mark.parametrize("source", ["reference", "kernel"])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.describe())
+def test_emulated_backward_is_within_the_model(case, source):
+    obs = backward(case.replace(inputs_from=source))
+    assert obs.outcome == "passed" and obs.ratios and all(r <= 1.0 for r in obs.ratios.values()), obs.ratios
+
+
+# (plant, a case that reaches it, the gradient that must fail)
+POWER = [
+    (BwdPlant(gqa_one_head=True), CASES[1], "dk"),
+    (BwdPlant(mask_off=True), CASES[1], "dq"),
+    (BwdPlant(mask_off=True), CASES[2], "dq"),
+    (BwdPlant(ds_unscaled=True), CASES[0], "dq"),
+    (BwdPlant(dsink_log2=True), CASES[6], "dsink"),
+    (BwdPlant(dbias_batch0=True), CASES[4], "dbias"),
+    (BwdPlant(dq_relay_drop=True), CASES[0], "dq"),
+]
+
+
+@pytest.mark.parametrize("plant,case,quantity", POWER, ids=lambda x: repr(x)[:60] if isinstance(x, BwdPlant) else None)
+def test_every_planted_backward_bug_fails(plant, case, quantity):
+    with pytest.raises(PropertyFailure) as e:
+        backward(case, plant)
+    named = {e.value.detail.get("quantity")} | {f.detail.get("quantity") for f in getattr(e.value, "failures", [])}
+    assert quantity in named, e.value.summary
+
+
+def test_determinism_holds_for_a_repeatable_launch_and_fails_otherwise():
+    case = CASES[1].replace(deterministic=True)
+    with on_cpu():
+        assert bwd_prop.check_determinism(case, EmulatedBackward()).outcome == "passed"
+        with pytest.raises(PropertyFailure, match="differ bitwise"):
+            bwd_prop.check_determinism(case, EmulatedBackward(bwd=BwdPlant(noisy=True)))
+
+
+def test_the_model_is_not_vacuous():
+    """Bounds stay well below the gradients' own size: a ratio near 1 is information."""
+    obs = backward(CASES[0])
+    assert 0 < max(obs.ratios.values()) <= 1.0
+
+
+def test_backward_strategies_reach_every_backward_value_and_are_servable():
+    seen = set()
+
+    @settings(max_examples=120, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(backward_cases(geometry="pool"))
+    def collect(c):
+        assert c.is_bwd and c.structural_problem() is None and c.d_qk >= c.d_v and not c.lse_log2
+        assert c.scale is None or c.scale > 0
+        seen.update(labels(c))
+
+    collect()
+    assert sorted(BACKWARD_REQUIRED - seen) == []
