@@ -45,7 +45,10 @@ from kernels.mutants import MUTANTS, Mutant
 DEFAULT_REPORT_DIR = "sdpa-report"
 FINDINGS_FILE = "known_findings.toml"
 CONTROL = Mutant("control", "control", (), "", "No rewrites: the installed kernels. Must survive every property.")
-FAMILY_FLAVORS = {"f16": ("gptoss", "llama", "dsv3"), "d256": ("qwen",), "host": ("gptoss", "llama", "dsv3", "qwen")}
+FAMILY_FLAVORS = {"f16": ("gptoss", "llama", "dsv3"), "d256": ("qwen",), "host": ("gptoss", "llama", "dsv3", "qwen"),
+                  # The backward: one generic template for every flavor, the d=64 MHA kernel for gptoss.
+                  "bwd_f16": ("gptoss", "llama", "dsv3", "qwen"), "bwd_d64": ("gptoss",), "bwd_host": ("gptoss", "llama", "dsv3", "qwen"),
+                  "bwd_spec": ("gptoss", "llama", "dsv3", "qwen")}  # fmt: skip
 GRACE_S = 150  # a worker's start-up, first compiles and overshoot past its budget
 
 

@@ -42,8 +42,9 @@ TARGETS = {
     "bwd_f16": "sdpa/bwd/kernels/sm80/bprop_f16.py",
     "bwd_d64": "sdpa/bwd/kernels/sm80/bprop_d64_f16.py",
     "bwd_host": "sdpa/bwd/kernels/sm80/prepared_host.py",
+    "bwd_spec": "sdpa/bwd/prepared_sm80.py",  # build_spec: the pointer chain's compile key and geometry
 }
-BACKWARD_TARGETS = ("bwd_f16", "bwd_d64", "bwd_host")
+BACKWARD_TARGETS = ("bwd_f16", "bwd_d64", "bwd_host", "bwd_spec")
 # What a --kernels-source tree must hold to serve this suite.
 REQUIRED = ("cudnn/" + TARGETS["f16"], "cudnn/" + TARGETS["d256"])
 
@@ -230,7 +231,8 @@ def backward_digest(rewrites: Iterable[Rewrite]) -> Optional[str]:
 def backward_sources(rewrites: Iterable[Rewrite] = ()):
     """While active, the SM80 backward compiles from the rewritten sources:
     ``api_dsl._load_sm80_bwd_module`` loads the rewritten generic template, the
-    d=64 kernel module is swapped in ``api_dsl._SM80_BWD_KERNEL_MOD``, and the
+    d=64 kernel module is swapped in ``api_dsl._SM80_BWD_KERNEL_MOD``, a
+    rewritten ``prepared_sm80.build_spec`` replaces the pristine one, and the
     pointer host's entry points (``compile_host`` and the planners that
     ``build_spec`` / ``scratch_workspace_bytes`` import at call time) are the
     rewritten host's. Every compile key gets the rewrites' digest, so nothing
@@ -252,8 +254,8 @@ def backward_sources(rewrites: Iterable[Rewrite] = ()):
 
     hit = _rewritten_file("bwd_f16", rewrites)
     if hit is not None:
-        path = str(hit[0])
-        patch(api_dsl, "_load_sm80_bwd_module", lambda params: load_template(path, params, tag=f"sdpa_bwd_sm80_{hit[0].stem}"))
+        path, tag = str(hit[0]), f"sdpa_bwd_sm80_{hit[0].stem}"
+        patch(api_dsl, "_load_sm80_bwd_module", lambda params: load_template(path, params, tag=tag))
     hit = _rewritten_file("bwd_d64", rewrites)
     mods = api_dsl._SM80_BWD_KERNEL_MOD
     had_d64 = mods.get("d64")
@@ -268,6 +270,12 @@ def backward_sources(rewrites: Iterable[Rewrite] = ()):
         # Its compiles go through the pristine module's compile_cached, looked up per call,
         # so an arch pin on prepared_host (kernels.prepared.compile_arch) reaches them.
         patch(host, "compile_cached", lambda *a, **kw: prepared_host.compile_cached(*a, **kw))
+    hit = _rewritten_file("bwd_spec", rewrites)
+    if hit is not None:
+        from cudnn.sdpa.bwd import prepared_sm80
+
+        spec = _package_module("bwd_spec", hit[0], hit[1], "cudnn.sdpa.bwd")
+        patch(prepared_sm80, "build_spec", spec.build_spec)
     real_compile = host.compile_host
 
     def salted(api, geometry, d64_module, cache_key):

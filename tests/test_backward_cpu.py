@@ -102,3 +102,20 @@ def test_backward_strategies_reach_every_backward_value_and_are_servable():
 
     collect()
     assert sorted(BACKWARD_REQUIRED - seen) == []
+
+
+@pytest.mark.compile
+def test_the_backward_compile_key_mutant_is_killed_by_the_cpu_tier(tmp_path, monkeypatch):
+    """compile_reuse (launch=False) on the backward: the pristine packed chain
+    reuses its artifact across token totals; the mutant whose key carries the
+    Q token capacity recompiles and fails."""
+    from conformance.properties import check_compile_reuse
+    from kernels.mutants import by_name
+    from kernels.prepared import PreparedAdapter
+
+    monkeypatch.setenv("CUDNN_FRONTEND_COMPILED_CACHE", str(tmp_path / "compiled"))
+    mutant = by_name("bwd_thd_key_token_totals")
+    probe = Case(**mutant.probe)
+    assert check_compile_reuse(probe, PreparedAdapter(rewrites=()), launch=False).outcome == "passed"
+    with pytest.raises(PropertyFailure, match="new token totals"):
+        check_compile_reuse(probe, PreparedAdapter(rewrites=mutant.rewrites), launch=False)
