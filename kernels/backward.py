@@ -300,3 +300,47 @@ def wrapper_backward(adapter, case: Case, inputs, o, lse, do, grads=None, *, ini
                                       ("sinks", inputs.sinks), ("seq_q_lens", inputs.seq_q_lens), ("seq_kv_lens", inputs.seq_kv_lens), ("cu_q", inputs.cu_q),
                                       ("cu_kv", inputs.cu_kv)) if t is not None}  # fmt: skip
     return KernelResult(o, lse, box.delta, notes, handed, grads=out)
+
+
+def rejected_call(case: Case, inputs, o, lse, do, change) -> None:
+    """Call ``sdpa_bwd_wrapper_sm80`` for ``case`` with a contract rule's
+    ``change`` (conformance.ground.contracts.BWD_CHANGES) applied; returns
+    what it returns, raises what it raises. Off a GPU, check_support's CUDA
+    and SM80 checks answer yes to api_dsl (the rules sit before any device
+    use, or in build_spec before any compile); off SM80 the SM80 check does."""
+    from cudnn.sdpa.bwd import sdpa_bwd_wrapper_sm80
+
+    from kernels.environment import detect
+
+    kind, arg = change
+    dt = TORCH_DTYPES[case.dtype]
+    dev = inputs.q.device
+    ops = dict(q=inputs.q, k=inputs.k, v=inputs.v, o=o, do=do, lse=lse, bias=inputs.bias)
+    if case.is_thd:
+        ops.update({n: ops[n].unsqueeze(0) for n in ("q", "k", "v", "o", "do", "lse")})
+    if kind == "dtype":
+        role, to = arg
+        ops[role] = ops[role].to(TORCH_DTYPES[to])
+    if kind == "bias_heads":
+        ops["bias"] = ops["bias"][:, :1].contiguous()
+    kw = dict(is_causal=case.causal, window_size=(case.window_left, case.window_right), scale_softmax=case.scale, causal_bottom_right=case.bottom_right,
+              sinks=inputs.sinks, deterministic=case.deterministic)  # fmt: skip
+    if case.is_thd:
+        kw.update(cum_seqlen_q_tensor=inputs.cu_q, cum_seqlen_k_tensor=None if kind == "drop_cu_k" else inputs.cu_kv)
+    else:
+        kw.update(seq_kv_lens=inputs.seq_kv_lens, seq_len_q=inputs.seq_q_lens, bias_tensor=ops["bias"])
+    if kind == "kwarg":
+        name, value = arg
+        made = {
+            "rope": lambda: torch.zeros((max(case.max_s_q, max(case.kv_lengths(), default=1)), case.d_qk // 2), dtype=torch.float32, device=dev),
+            "bias": lambda: torch.zeros((1, case.h_q, case.max_s_q, max(case.kv_lengths(), default=1)), dtype=dt, device=dev),
+            "lens": lambda: torch.tensor(case.q_lengths(), dtype=torch.int32, device=dev),
+        }
+        kw[name] = made[value]() if isinstance(value, str) else value
+    env = detect()
+    with ExitStack() as stack:
+        if env.capability is None:
+            stack.enter_context(sm80_answer(available=True))
+        elif not env.native:
+            stack.enter_context(sm80_answer())
+        return sdpa_bwd_wrapper_sm80(ops["q"], ops["k"], ops["v"], ops["o"], ops["do"], ops["lse"], **kw)

@@ -119,3 +119,21 @@ def test_the_backward_compile_key_mutant_is_killed_by_the_cpu_tier(tmp_path, mon
     assert check_compile_reuse(probe, PreparedAdapter(rewrites=()), launch=False).outcome == "passed"
     with pytest.raises(PropertyFailure, match="new token totals"):
         check_compile_reuse(probe, PreparedAdapter(rewrites=mutant.rewrites), launch=False)
+
+
+def test_the_backward_model_assumes_the_installed_arithmetic():
+    """The lines of the backward kernel whose arithmetic backward_bounds charges."""
+    from kernels.source import TARGETS, package_root
+
+    src = (package_root() / TARGETS["bwd_f16"]).read_text()
+    for line in (
+        "p0 = cute.math.exp2(s0 - lse0, fastmath=True)",  # P recomputed in fp32 from the handed LSE (ex2.approx)
+        "h01 = fp32_to_fp16(p0, p1, dtype=io_dtype)",  # P rounded to the I/O dtype for the dV mma
+        "db0 = (acc1[off + 0] - dd0) * p0",  # dS' in fp32, unrounded P
+        "ds0 = attn_scale * db0",  # dS = scale dS'
+        "bmm2_a[nf * 2 + 0] = fp32_to_fp16(ds0, ds1, dtype=io_dtype)",  # dS rounded for the dK mma
+        "_atomic_add_f32(dQ_view.data_ptr() + gaddr, val)",  # dQ across KV tiles: fp32 atomics
+        "term = cute.math.exp2((sink_h - lse_q) * cutlass.Float32(_LOG2E), fastmath=True) * dd_q",  # dSink, natural units
+    ):
+        assert line in src, f"backward_bounds assumes `{line}`"
+    assert "acc = acc + Pointer(src + in_base + cutlass.Int64(g)" in src  # GQA: io partials summed in fp32

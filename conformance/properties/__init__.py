@@ -10,7 +10,7 @@ Observation instead, and the report lists it.
 from typing import Callable, Dict
 
 from conformance.ground.outcome import Observation
-from conformance.properties.backward import check_backward, check_determinism
+from conformance.properties.backward import check_backward, check_backward_rejection, check_determinism
 from conformance.properties.common import NoGPU, device, entry_adapter, served
 from conformance.properties.compile_cache import DISK_CASES, check_compile_reuse, check_compiles, check_disk_reuse, runtime_variants
 from conformance.properties.numerics import check_numerics
@@ -30,14 +30,16 @@ PROPERTIES: Dict[str, Callable[..., Observation]] = {
         ("compiles", check_compiles),
         ("backward", check_backward),
         ("determinism", check_determinism),
+        ("backward_rejection", check_backward_rejection),
     )
 }
 check_numerics, check_tails, check_compile_reuse = PROPERTIES["numerics"], PROPERTIES["tails"], PROPERTIES["compile_reuse"]
 check_disk_reuse, check_rejection, check_compiles = PROPERTIES["disk_reuse"], PROPERTIES["rejection"], PROPERTIES["compiles"]
 check_backward, check_determinism = PROPERTIES["backward"], PROPERTIES["determinism"]
+check_backward_rejection = PROPERTIES["backward_rejection"]
 
 __all__ = [
     "PROPERTIES", "NoGPU", "device", "entry_adapter", "DISK_CASES", "runtime_variants", "tail_expectation",
     "check_numerics", "check_tails", "check_compile_reuse", "check_disk_reuse", "check_rejection", "check_compiles",
-    "check_backward", "check_determinism",
+    "check_backward", "check_determinism", "check_backward_rejection",
 ]

@@ -153,3 +153,38 @@ def check_determinism(case: Case, adapter) -> Observation:
         return {}
 
     return finish("determinism", case, start, judged, compile=second.compile.to_dict(), notes=dict(second.notes))
+
+
+def check_backward_rejection(case: Case, adapter=None) -> Observation:
+    """``sdpa_bwd_wrapper_sm80`` refuses the backward contract ``rule``
+    (conformance.ground.contracts.BWD_RULES) with the stated exception naming
+    the argument, before compiling or launching anything. Runs on the CPU (a
+    GPU when there is one)."""
+    from conformance.ground.contracts import BWD_RULES
+    from kernels.backward import rejected_call
+    from kernels.counters import measure
+
+    rule = case.violation
+    row = next(r for r in BWD_RULES if r.name == rule)
+    recorder.begin("backward_rejection", case, rule=rule)
+    start = time.perf_counter()
+    dev = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    inputs = make_inputs(case, dev, poison=False)
+    o, lse = make_outputs(case, dev, fill=0.0)
+    do = make_grad_output(case, dev, poison=False)
+    box = {}
+
+    def call():
+        with measure() as counted:
+            try:
+                return rejected_call(case, inputs, o, lse, do, row.change)
+            finally:
+                box["delta"] = counted
+
+    def judged():
+        judge.raises_contract("backward_rejection", case, call, row.expect.exception, row.expect.fragment)
+        delta = box["delta"].delta
+        judge.compile_delta("backward_rejection", case, delta, {"misses": 0}, f"rule {rule}: refused before compiling")
+        return {}
+
+    return finish("backward_rejection", case, start, judged, entry="wrapper", notes={"rule": rule, "where": row.where})

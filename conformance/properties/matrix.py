@@ -24,7 +24,7 @@ from functools import partial
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from conformance.ground.case import Case
-from conformance.ground.contracts import CONFIG, PREPARED, RULES, WRAPPER
+from conformance.ground.contracts import BWD_RULE_NAMES, BWD_RULES, CONFIG, PREPARED, RULES, WRAPPER
 from conformance.ground.outcome import Observation
 from conformance.ground.tables import STRATA, STRATA_IDS, flavor_of
 from conformance.properties import DISK_CASES, PROPERTIES
@@ -228,6 +228,9 @@ MATRIX += (
            doc="Runtime facts of a backward Case (data, THD token totals, padding lengths, the scale's magnitude) reach no compile key."),
     Family("test_backward_runtime_facts_mint_no_compile", BACKWARD, "compile_reuse", "determinism", GPU, (BACKWARD_LAYOUTS,),
            partial(backward_cases, inputs_from="reference"), kind="backward_compile_reuse"),
+    Family("test_backward_wrapper_rejects", BACKWARD, "backward_rejection", None, (), (_axis("rule", BWD_RULE_NAMES, SOURCE),),
+           case=lambda rule: next(r for r in BWD_RULES if r.name == rule).case(), adapter=None,
+           doc="sdpa_bwd_wrapper_sm80 refuses each backward contract row with its exception naming the argument, before compiling (CPU)."),
 )  # fmt: skip
 FAMILIES: Dict[str, Family] = {f.test: f for f in MATRIX}
 assert len(FAMILIES) == len(MATRIX), "two families share a test name"
