@@ -125,7 +125,7 @@ def plan(case: Case, q, k, v, o, do, lse, grads: Dict[str, torch.Tensor], inputs
     common.update(sample_sink=sink, sample_dsink=sink)
     api = SdpaBwdDslSm80(env(q), env(k), env(v), env(o), env(do), stats, env(grads["dq"]), env(grads["dk"]), env(grads["dv"]),
                          thd=True, max_total_seq_len_q=case.t_q, max_total_seq_len_kv=case.t_kv, **common)  # fmt: skip
-    api._thd_launch_bounds = None  # set by the caller after check_support (hints)
+    # The launch bounds (the wrapper's max_s_q / max_s_kv hints) are set after check_support (_compile).
     api._initialize_packed_outputs = bool(initialize_outputs)
     return api
 
