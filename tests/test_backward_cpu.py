@@ -137,3 +137,47 @@ def test_the_backward_model_assumes_the_installed_arithmetic():
     ):
         assert line in src, f"backward_bounds assumes `{line}`"
     assert "acc = acc + Pointer(src + in_base + cutlass.Int64(g)" in src  # GQA: io partials summed in fp32
+
+
+@pytest.mark.parametrize("impostor", ["accepts", "other message", "other exception"])
+def test_backward_rejection_fails_on_a_wrapper_that_does_not_refuse_as_stated(impostor):
+    """Power of the contract rows: an entry that accepts the call, or refuses it
+    without naming the argument, or with another exception type, fails."""
+    import cudnn.sdpa.bwd as bwd_pkg
+
+    from conformance.ground.contracts import BWD_RULES
+    from conformance.properties import check_backward_rejection
+
+    def wrapper(*args, **kwargs):
+        if impostor == "other message":
+            raise NotImplementedError("unsupported")
+        if impostor == "other exception":
+            raise RuntimeError("bias_tensor")
+        return {}
+
+    rule = next(r for r in BWD_RULES if r.name == "bwd_thd_bias")
+    bwd_pkg.sdpa_bwd_wrapper_sm80  # resolve the lazy export before patching it
+    with mock.patch.object(bwd_pkg, "sdpa_bwd_wrapper_sm80", wrapper), pytest.raises(PropertyFailure):
+        check_backward_rejection(rule.case())
+
+
+def test_backward_sources_patch_only_while_active_and_restore():
+    from cudnn.sdpa.bwd import api_dsl, prepared_sm80
+    from cudnn.sdpa.bwd.kernels.sm80 import prepared_host
+
+    from kernels.mutants import by_name
+    from kernels.source import backward_sources
+
+    before = (api_dsl._load_sm80_bwd_module, prepared_host.compile_host, prepared_host.workspace_regions, prepared_sm80.build_spec,
+              api_dsl._SM80_BWD_KERNEL_MOD.get("d64"))  # fmt: skip
+    with backward_sources(()):
+        assert prepared_host.compile_host is before[1]  # no rewrites: nothing changes
+    rewrites = sum((by_name(n).rewrites for n in ("bwd_gqa_fold_first_head", "bwd_causal_mask_dropped", "bwd_thd_key_token_totals",
+                                                   "bwd_d64_ds_unscaled")), ())  # fmt: skip
+    with backward_sources(rewrites):
+        assert api_dsl._load_sm80_bwd_module is not before[0] and prepared_host.compile_host is not before[1]
+        assert prepared_host.workspace_regions is not before[2] and prepared_sm80.build_spec is not before[3]
+        assert "ds0 = (acc_dP[off + 0] - dd_t)" in open(api_dsl._SM80_BWD_KERNEL_MOD["d64"].__file__).read()
+    after = (api_dsl._load_sm80_bwd_module, prepared_host.compile_host, prepared_host.workspace_regions, prepared_sm80.build_spec,
+             api_dsl._SM80_BWD_KERNEL_MOD.get("d64"))  # fmt: skip
+    assert after == before
