@@ -45,7 +45,11 @@ from kernels.mutants import MUTANTS, Mutant
 DEFAULT_REPORT_DIR = "sdpa-report"
 FINDINGS_FILE = "known_findings.toml"
 CONTROL = Mutant("control", "control", (), "", "No rewrites: the installed kernels. Must survive every property.")
-FAMILY_FLAVORS = {"f16": ("gptoss", "llama", "dsv3"), "d256": ("qwen",), "host": ("gptoss", "llama", "dsv3", "qwen")}
+FAMILY_FLAVORS = {"f16": ("gptoss", "llama", "dsv3"), "d256": ("qwen",), "host": ("gptoss", "llama", "dsv3", "qwen"),
+                  # The backward: one generic template for every flavor, the d=64 MHA kernel for gptoss.
+                  "bwd_f16": ("gptoss", "llama", "dsv3", "qwen"), "bwd_d64": ("gptoss",), "bwd_host": ("gptoss", "llama", "dsv3", "qwen"),
+                  "bwd_spec": ("gptoss", "llama", "dsv3", "qwen")}  # fmt: skip
+BACKWARD_MODULE = "conformance/test_backward.py"  # the backward's families (searched by backward mutants only)
 LARGE_BUDGET = "large"  # the example budget (strategies.profiles) of the large tier's families
 GRACE_S = 150  # a worker's start-up, first compiles and overshoot past its budget
 
@@ -118,11 +122,20 @@ def node_id(kind: Kind, case: Case, drawn: Optional[dict] = None) -> str:
 def searched(mutant: Mutant, kinds: Sequence[str] = KIND_NAMES, *, explicit: bool = False) -> List[Kind]:
     """The kinds of ``kinds`` a run of ``mutant`` searches, in order. The
     large tier's (gigabytes per example) only for the mutant that names one
-    as its expected killer, the control (the pristine kernels must pass every
+    as its expected killer; the backward's only for mutants of the backward's
+    files and the forward's only for the others, unless named so; the control (the pristine kernels must pass every
     search a mutant may get), or when ``--properties`` named them
     (``explicit``)."""
+    backward_mutant = any(t.startswith("bwd_") for t in mutant.targets)
+
     def wanted(k: Kind) -> bool:
-        return k.examples != LARGE_BUDGET or explicit or k.name == mutant.expected_killer or mutant.name == CONTROL.name
+        if explicit or k.name == mutant.expected_killer or mutant.name == CONTROL.name:
+            return True
+        # A mutant of the backward's files cannot change a forward launch, nor the reverse:
+        # searching the other direction would only spend its budget.
+        if (k.family.module == BACKWARD_MODULE) != backward_mutant:
+            return False
+        return k.examples != LARGE_BUDGET
 
     return [k for k in KINDS if k.name in kinds and wanted(k)]
 

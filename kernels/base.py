@@ -72,6 +72,10 @@ class KernelResult:
     # those). Memory the kernels' own callers allocate (the public wrapper's
     # outputs and internal copies) is not the adapter's to hand, so not here.
     handed: dict = field(default_factory=dict)
+    # A backward (case.direction == "bwd"): role ("dq", "dk", "dv", "dbias",
+    # "dsink") -> views of the gradients the kernel wrote; o/lse are then the
+    # O and LSE it was handed. Empty for a forward.
+    grads: dict = field(default_factory=dict)
 
 
 class Adapter(Protocol):
@@ -104,6 +108,14 @@ class Adapter(Protocol):
 
     def compile_only(self, case: Case, *, tamper: Optional[str] = None) -> CompileDelta:
         """Specialize and compile ``case`` for sm_80 without launching (CPU tier)."""
+        ...
+
+    def backward(self, case: Case, inputs: CaseTensors, o: torch.Tensor, lse: torch.Tensor, do: torch.Tensor,
+                 grads: Optional[dict] = None, *, initialize_outputs: bool = True) -> KernelResult:  # fmt: skip
+        """Launch the backward of ``case`` (direction "bwd") on O, LSE and dO
+        (O's layout); ``grads`` are caller-owned gradient buffers
+        (conformance.ground.data.make_grad_outputs) where the entry point takes
+        them. kernels/backward.py."""
         ...
 
 

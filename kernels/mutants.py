@@ -53,6 +53,15 @@ BUG_CLASSES = {
     "large_offsets": "an element offset computed in 32 bits (wraps past 2^31 elements)",
     "precision": "an arithmetic slip the error model must see: an intermediate rounded to the I/O dtype, a constant "
     "a few digits short, a scale held in the I/O dtype, a key lost from long rows",
+    # The backward (issue 14): dQ/dK/dV/dBias/dSink of the SM80 backward chain.
+    "bwd_gqa_accumulation": "backward: dK/dV not summed over the q heads of a kv head (GQA fold)",
+    "bwd_dq_relay": "backward: the deterministic dQ relay not ordering the atomics",
+    "bwd_mask": "backward: the causal / sliding-window mask missing when P is recomputed",
+    "bwd_dbias_reduction": "backward: dBias reduced over the wrong batch entries",
+    "bwd_dsink_units": "backward: dSink computed in the wrong log units",
+    "bwd_d64_kernel": "backward: a bug in the dedicated d=64 MHA kernel alone",
+    "bwd_thd_kv_bound": "backward: THD KV tiles bounded from an undersized hint (last partial tile dropped)",
+    "bwd_compile_key": "backward: a compile key that sees the THD token totals",
     # Faults (FAULTS below): what the run's isolation must contain, not what a property judges.
     "illegal_address": "a global-memory address far out of bounds: a sticky CUDA error that kills the context",
     "hang": "a KV loop that never ends: the launch never completes",
@@ -90,6 +99,105 @@ THD_LONG = dict(layout="thd", q_lens=(5, 300), kv_lens=(9, 300), h_q=2, h_kv=1)
 # Precision mutants rewrite arithmetic both templates share line for line.
 _ROW_SUM = "row_sum[row_state_{s}] = row_sum[row_state_{s}] * alpha_{r} + l_{r}_iter"
 _ROW_SUM_IO = "row_sum[row_state_{s}] = (row_sum[row_state_{s}] * alpha_{r} + l_{r}_iter).to(io_dtype).to(cutlass.Float32)"
+
+# Backward probes (direction "bwd"): small Cases that reach each mutated line.
+BWD = dict(direction="bwd", d_qk=128, d_v=128)
+BWD_THD = dict(BWD, layout="thd", q_lens=(5, 70), kv_lens=(9, 100), h_q=2, h_kv=1)
+BWD_MUTANTS: Tuple[Mutant, ...] = (
+    Mutant(
+        "bwd_gqa_fold_first_head", "bwd_gqa_accumulation",
+        (Rewrite("bwd_f16", "        acc = cutlass.Float32(0.0)\n        for g in cutlass.range_constexpr(ratio):",
+                 "        acc = cutlass.Float32(0.0)\n        for g in cutlass.range_constexpr(1):"),),
+        "backward_dense",
+        "The dense GQA fold (_dkv_reduce_kernel) keeps the first q head's dK/dV partial instead of summing the group: "
+        "each kv head's gradient misses the other q heads that read it.",
+        dict(BWD, s_q=65, s_kv=70, h_q=4, h_kv=2),
+        scope="bwd_f16 only: the backward has one generic template (the d=64 kernel serves MHA only)",
+    ),
+    Mutant(
+        "bwd_dq_relay_no_acquire", "bwd_dq_relay",
+        (Rewrite("bwd_f16", "                _dq_sem_wait(sem_ptr, relay_turn)", "                pass  # mutant: no acquire"),),
+        "determinism",
+        "deterministic=True still releases the dQ token but never waits for its turn: the fp32 dQ atomics of a q tile "
+        "land in whatever order the KV tiles finish, so two launches may differ in the last bits (caught when KV tiles contend).",
+        dict(BWD, s_q=64, s_kv=1024, h_q=2, h_kv=2, deterministic=True),
+        scope="bwd_f16 only: the relay lives in the generic template",
+    ),
+    Mutant(
+        "bwd_causal_mask_dropped", "bwd_mask",
+        (Rewrite("bwd_host", "mask = (MASK_CAUSAL if params.is_causal else MASK_NONE)", "mask = (MASK_NONE)"),),
+        "backward_dense",
+        "The backward host compiles the generic kernel without the causal flag: P is recomputed for keys above the "
+        "diagonal (exp of their logit minus the row's LSE), so masked keys get dK/dV and pollute dQ.",
+        dict(BWD, s_q=65, s_kv=70, causal=True),
+        scope="bwd_host only: the mask flags are chosen by the pointer host",
+    ),
+    Mutant(
+        "bwd_window_mask_dropped", "bwd_mask",
+        (Rewrite("bwd_host", "(MASK_SWA if params.has_swa else 0)", "(0)"),),
+        "backward_dense",
+        "The backward host drops the sliding-window flag: keys left of the window get gradients.",
+        dict(BWD, s_q=65, s_kv=70, window_left=8),
+        scope="bwd_host only: the mask flags are chosen by the pointer host",
+    ),
+    Mutant(
+        "bwd_dbias_broadcast_per_batch", "bwd_dbias_reduction",
+        (Rewrite("bwd_host", "cutlass.Int64(0 if params.bias_broadcast else h * sq * skv)", "cutlass.Int64(h * sq * skv)"),),
+        "backward_dense",
+        "A broadcast [1, H, SQ, SKV] bias is addressed with a per-batch stride: batch entries past 0 read bias past the "
+        "buffer and their dBias lands outside the accumulator instead of being reduced over the batch.",
+        dict(BWD, batch=2, s_q=17, s_kv=33, bias="float32", bias_batch=1),
+        scope="bwd_host only: the host passes the bias batch stride",
+    ),
+    Mutant(
+        "bwd_dbias_batch_term_dropped", "bwd_dbias_reduction",
+        (Rewrite("bwd_f16", "bias_base = cutlass.Int64(batch) * cutlass.Int64(bias_bstride)", "bias_base = cutlass.Int64(0) * cutlass.Int64(bias_bstride)"),),
+        "backward_dense",
+        "A per-batch [B, H, SQ, SKV] bias and its dBias are indexed without the batch term: every batch entry reads "
+        "batch 0's bias and all dBias sums into batch 0's slice.",
+        dict(BWD, batch=2, s_q=17, s_kv=33, bias="float32", bias_batch=2),
+        scope="bwd_f16 only: the bias address is the generic template's",
+    ),
+    Mutant(
+        "bwd_dsink_log2_units", "bwd_dsink_units",
+        (Rewrite("bwd_f16", "term = cute.math.exp2((sink_h - lse_q) * cutlass.Float32(_LOG2E), fastmath=True) * dd_q",
+                 "term = cute.math.exp2((sink_h - lse_q), fastmath=True) * dd_q"),),
+        "backward_dense",
+        "The dSink reduction exponentiates the natural-log sink minus LSE in base 2 (the log2 e factor lost): the sink's "
+        "softmax weight, hence dSink, is wrong.",
+        dict(BWD, s_q=33, s_kv=20, h_q=2, h_kv=2, sinks=True),
+        scope="bwd_f16 only: the dSink kernel lives in the generic template file",
+    ),
+    Mutant(
+        "bwd_d64_ds_unscaled", "bwd_d64_kernel",
+        (Rewrite("bwd_d64", "ds0 = attn_scale * (acc_dP[off + 0] - dd_t) * p_f[off + 0]", "ds0 = (acc_dP[off + 0] - dd_t) * p_f[off + 0]"),),
+        "backward_dense",
+        "The dedicated d=64 MHA kernel drops the softmax scale from one of its four dS fragments: dQ and dK of the "
+        "plain dense d=64 case (the only one it serves) come out wrong; no other case reaches the kernel.",
+        dict(direction="bwd", d_qk=64, d_v=64, s_q=128, s_kv=128, h_q=2, h_kv=2),
+        scope="bwd_d64 only: the d=64 kernel alone",
+    ),
+    Mutant(
+        "bwd_thd_kv_tiles_floor", "bwd_thd_kv_bound",
+        (Rewrite("bwd_host", "cutlass.Int32((max_skv + params.tile_kv - 1) // params.tile_kv if params.thd_varlen else 0)",
+                 "cutlass.Int32(max_skv // params.tile_kv if params.thd_varlen else 0)"),),
+        "backward_thd",
+        "The THD grid's KV-tile count rounds the longest-sequence bound down, as an undersized max_s_kv hint does: the "
+        "last partial KV tile of the longest sequences is never run (its dK/dV never written, its dQ terms missing).",
+        BWD_THD,
+        scope="bwd_host only: the host sizes the THD grid",
+    ),
+    Mutant(
+        "bwd_thd_key_token_totals", "bwd_compile_key",
+        (Rewrite("bwd_spec", "thd=(api.batch_size, api._thd_lse_token_major) if api.thd else None",
+                 "thd=(api.batch_size, api._thd_lse_token_major, api._t_q_cap) if api.thd else None"),),
+        "backward_compile_reuse_thd",
+        "The packed backward's compile key carries the Q token capacity (issue #604's lesson undone): every new token "
+        "total recompiles the chain (4-9 s each on the H200).",
+        BWD_THD,
+        scope="bwd_spec only: build_spec names the pointer chain's key",
+    ),
+)  # fmt: skip
 
 MUTANTS: Tuple[Mutant, ...] = (
     Mutant(
@@ -352,7 +460,7 @@ MUTANTS: Tuple[Mutant, ...] = (
         "before the allocation: the classic int32 index overflow of varlen attention at production scale.",
         dict(layout="thd", h_q=1, h_kv=1, q_lens=(3, 5), kv_lens=(4, 6), kv_base=8),
     ),
-)
+) + BWD_MUTANTS
 
 
 # Planted faults, for proving the run's fault and hang isolation

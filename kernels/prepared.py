@@ -377,10 +377,24 @@ class PreparedAdapter:
 
         return Prepared(launch, result, staged)
 
+    # ---------------------------------------------------------- backward
+    def backward(self, case: Case, inputs: CaseTensors, o, lse, do, grads=None, *, initialize_outputs: bool = True) -> KernelResult:
+        """The backward through SdpaBwdDslSm80 on caller buffers (kernels/backward.py)."""
+        from kernels.backward import prepared_backward
+
+        return prepared_backward(self, case, inputs, o, lse, do, grads, initialize_outputs=initialize_outputs)
+
     # ------------------------------------------------------ compile only
     def compile_only(self, case: Case, *, initialize_outputs: bool = True, tamper=None) -> CompileDelta:
-        """Specialize and compile ``case`` for sm_80 from its facts alone (no CUDA)."""
+        """Specialize and compile ``case`` for sm_80 from its facts alone (no CUDA);
+        a backward Case compiles the backward chain (kernels/backward.py)."""
         case.require_expressible(self.name)
+        if case.is_bwd:
+            from kernels.backward import compile_only_backward
+
+            if tamper is not None:
+                raise ValueError(f"tamper {tamper!r}: the backward entry takes no call-level tampering")
+            return compile_only_backward(self, case)
         spec = _tampered(specialize(case), case, tamper)
         host = self.host
         if case.is_thd:

@@ -25,6 +25,7 @@ import re
 import shutil
 import sys
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterable, Optional, Tuple
@@ -37,7 +38,13 @@ TARGETS = {
     "f16": "sdpa/fwd/kernels/sm80/prefill_f16.py",
     "d256": "sdpa/fwd/kernels/sm80/prefill_d256_f16.py",
     "host": "sdpa/fwd/kernels/sm80/prepared_host.py",
+    # The backward: the generic template, the d=64 MHA kernel, its pointer host.
+    "bwd_f16": "sdpa/bwd/kernels/sm80/bprop_f16.py",
+    "bwd_d64": "sdpa/bwd/kernels/sm80/bprop_d64_f16.py",
+    "bwd_host": "sdpa/bwd/kernels/sm80/prepared_host.py",
+    "bwd_spec": "sdpa/bwd/prepared_sm80.py",  # build_spec: the pointer chain's compile key and geometry
 }
+BACKWARD_TARGETS = ("bwd_f16", "bwd_d64", "bwd_host", "bwd_spec")
 # What a --kernels-source tree must hold to serve this suite.
 REQUIRED = ("cudnn/" + TARGETS["f16"], "cudnn/" + TARGETS["d256"])
 
@@ -197,4 +204,90 @@ def host_module(rewrites: Iterable[Rewrite] = ()):
 
 
 def rewritten_hosts() -> Tuple[object, ...]:
-    return tuple(_HOSTS.values())
+    return tuple(h for key, h in _HOSTS.items() if not key.startswith("bwd:"))
+
+
+def _package_module(target: str, path: Path, digest: str, package: str):
+    """A fresh module of a rewritten file, named inside ``package`` (its imports keep working)."""
+    key = f"bwd:{target}:{digest}"
+    if key not in _HOSTS:
+        name = f"{package}._rewritten_{target}_{digest}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod  # the DSL resolves jit functions through their module
+        spec.loader.exec_module(mod)
+        _HOSTS[key] = mod
+    return _HOSTS[key]
+
+
+def backward_digest(rewrites: Iterable[Rewrite]) -> Optional[str]:
+    """A digest of the backward rewrites (None: none), salting the backward's compile keys:
+    the prepared pointer key digests the generic template only, not the host nor the d=64 kernel."""
+    mine = [(rw.target, rw.pattern, rw.replacement, rw.regex) for rw in rewrites if rw.target in BACKWARD_TARGETS]
+    return hashlib.sha256(repr(mine).encode()).hexdigest()[:12] if mine else None
+
+
+@contextmanager
+def backward_sources(rewrites: Iterable[Rewrite] = ()):
+    """While active, the SM80 backward compiles from the rewritten sources:
+    ``api_dsl._load_sm80_bwd_module`` loads the rewritten generic template, the
+    d=64 kernel module is swapped in ``api_dsl._SM80_BWD_KERNEL_MOD``, a
+    rewritten ``prepared_sm80.build_spec`` replaces the pristine one, and the
+    pointer host's entry points (``compile_host`` and the planners that
+    ``build_spec`` / ``scratch_workspace_bytes`` import at call time) are the
+    rewritten host's. Every compile key gets the rewrites' digest, so nothing
+    is served from a pristine artifact. No rewrites: nothing changes."""
+    rewrites = tuple(rewrites)
+    digest = backward_digest(rewrites)
+    if digest is None:
+        yield
+        return
+    from cudnn.frost.template_loader import load_template
+    from cudnn.sdpa.bwd import api_dsl
+    from cudnn.sdpa.bwd.kernels.sm80 import prepared_host
+
+    saved = []
+
+    def patch(obj, name, value):
+        saved.append((obj, name, getattr(obj, name)))
+        setattr(obj, name, value)
+
+    hit = _rewritten_file("bwd_f16", rewrites)
+    if hit is not None:
+        path, tag = str(hit[0]), f"sdpa_bwd_sm80_{hit[0].stem}"
+        patch(api_dsl, "_load_sm80_bwd_module", lambda params: load_template(path, params, tag=tag))
+    hit = _rewritten_file("bwd_d64", rewrites)
+    mods = api_dsl._SM80_BWD_KERNEL_MOD
+    had_d64 = mods.get("d64")
+    if hit is not None:
+        mods["d64"] = _package_module("bwd_d64", hit[0], hit[1], "cudnn.sdpa.bwd.kernels.sm80")
+    host = prepared_host
+    hit = _rewritten_file("bwd_host", rewrites)
+    if hit is not None:
+        host = _package_module("bwd_host", hit[0], hit[1], "cudnn.sdpa.bwd.kernels.sm80")
+        for name in ("launch_bounds", "thd_origins", "workspace_regions"):
+            patch(prepared_host, name, getattr(host, name))
+        # Its compiles go through the pristine module's compile_cached, looked up per call,
+        # so an arch pin on prepared_host (kernels.prepared.compile_arch) reaches them.
+        patch(host, "compile_cached", lambda *a, **kw: prepared_host.compile_cached(*a, **kw))
+    hit = _rewritten_file("bwd_spec", rewrites)
+    if hit is not None:
+        from cudnn.sdpa.bwd import prepared_sm80
+
+        spec = _package_module("bwd_spec", hit[0], hit[1], "cudnn.sdpa.bwd")
+        patch(prepared_sm80, "build_spec", spec.build_spec)
+    real_compile = host.compile_host
+
+    def salted(api, geometry, d64_module, cache_key):
+        return real_compile(api, geometry, d64_module, None if cache_key is None else f"{cache_key}|bwd-rewrites:{digest}")
+
+    patch(prepared_host, "compile_host", salted)
+    try:
+        yield
+    finally:
+        for obj, name, value in reversed(saved):
+            setattr(obj, name, value)
+        if had_d64 is None:
+            mods.pop("d64", None)
+        else:
+            mods["d64"] = had_d64

@@ -142,6 +142,14 @@ class WrapperAdapter:
                                           ("seq_kv_lens", x.seq_kv_lens), ("cu_q", x.cu_q), ("cu_kv", x.cu_kv)) if t is not None}  # fmt: skip
         return KernelResult(o_w, lse_w, box.delta, notes, handed)
 
+    def backward(self, case: Case, inputs: CaseTensors, o, lse, do, grads=None, *, initialize_outputs: bool = True) -> KernelResult:
+        """The backward through sdpa_bwd_wrapper_sm80 (its own outputs; ``grads`` unused). kernels/backward.py."""
+        from kernels.backward import wrapper_backward
+
+        if case.is_thd and not initialize_outputs:
+            require(self, "no-init", "THD backward with initialize_outputs=False")
+        return wrapper_backward(self, case, inputs, o, lse, do, initialize_outputs=initialize_outputs)
+
     def compile_only(self, case: Case, *, tamper=None) -> CompileDelta:
         raise NotImplementedError(
             "sdpa_fwd_wrapper_sm80 has no compile-only entry (it needs CUDA tensors and compiles inside the call); "

@@ -46,6 +46,11 @@ KIND_SCALE = {
     "large": 0.1,
     # Upstream-parity tests on fixed small geometries (no compile per example).
     "parity": 0.25,
+    # The backward: a specialization compiles in 4-9 s on the H200 (a chain of
+    # kernels), so fewer examples per stratum than the forward's numerics.
+    "backward": 0.5,  # gradients vs the reference on the GPU
+    "determinism": 0.2,  # two deterministic launches, bitwise
+    "backward_compile": 0.1,  # CPU compile tier of the backward (4-10 s per new specialization)
 }
 
 # Per-profile overrides of KIND_SCALE. Under ``ci`` the shape facts come from

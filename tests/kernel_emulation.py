@@ -30,6 +30,7 @@ from typing import Callable, Optional, Tuple
 import torch
 
 from conformance.ground.tolerances import LANE_TERMS, MMA_K, RESCALE_LOG2, TILE_N
+from conformance.ground.data import TORCH_DTYPES
 from reference import masks
 
 F32, F64 = torch.float32, torch.float64
@@ -356,3 +357,95 @@ class EmulatedAdapter:
         from kernels.base import CompileDelta
 
         return CompileDelta()
+
+
+# ------------------------------------------------------------ the backward
+@dataclass(frozen=True)
+class BwdPlant:
+    """Deliberate backward bugs for the backward properties' power tests."""
+
+    gqa_one_head: bool = False  # dK/dV of a kv head from its first q head only (no group sum)
+    mask_off: bool = False  # the causal/window mask not applied when P is recomputed
+    ds_unscaled: bool = False  # dS = dS' (the softmax scale not applied to dQ/dK)
+    dsink_log2: bool = False  # dSink in log2 units (times log2 e)
+    dbias_batch0: bool = False  # a broadcast bias' gradient from batch entry 0 only
+    dq_relay_drop: bool = False  # dQ misses the last KV tile's contribution (a relay that stops early)
+    noisy: bool = False  # each launch perturbs dQ by one ulp somewhere (a non-deterministic reduction)
+
+
+def emulate_backward(case, inputs, o, lse, do, plant: BwdPlant = BwdPlant(), launch: int = 0):
+    """The SM80 backward's arithmetic on the CPU: P recomputed in fp32 from the
+    handed LSE, rounded to the I/O dtype for dV; dP, D, dS' in fp32; dS =
+    scale dS' rounded to the I/O dtype for dK/dQ; fp32 accumulation; GQA
+    partials rounded per q head, summed, rounded; dBias fp32; dSink fp32.
+    Returns the gradients in the suite's layouts (dense only)."""
+    from reference.attention import attention
+
+    io = TORCH_DTYPES[case.dtype]
+    f32 = torch.float32
+    mask = dict(causal=case.causal and not plant.mask_off, bottom_right=case.bottom_right,
+                window_left=-1 if plant.mask_off else case.window_left, window_right=case.window_right)  # fmt: skip
+    _, _, it = attention(inputs.q, inputs.k, inputs.v, scale=case.softmax_scale, bias=inputs.bias, sinks=inputs.sinks, q_lens=inputs.seq_q_lens,
+                         kv_lens=inputs.seq_kv_lens, compute_dtype=torch.float64, internals=True, **mask)  # fmt: skip
+    g = it.group
+    lse32 = lse.to(f32)
+    live = it.q_live[:, None, :, None] & torch.isfinite(lse32)[..., None]
+    vis = torch.isfinite(it.logits) & live
+    logits = torch.where(vis, it.logits, torch.zeros_like(it.logits)).to(f32)
+    p = torch.where(vis, torch.exp(logits - torch.where(torch.isfinite(lse32), lse32, 0.0)[..., None]), torch.zeros((), dtype=f32))
+    dof = torch.where(it.q_live[:, None, :, None], do.to(f32), 0.0)
+    of = torch.where(it.q_live[:, None, :, None], o.to(f32), 0.0)
+    q, k, v = it.q.to(io).to(f32), it.k.to(io).to(f32).repeat_interleave(g, 1), it.v.to(io).to(f32).repeat_interleave(g, 1)
+    dp = dof @ v.transpose(-1, -2)
+    d = (dof * of).sum(-1)
+    dsp = (dp - d[..., None]) * p
+    scale = 1.0 if plant.ds_unscaled else case.softmax_scale
+    ds = (scale * dsp).to(io).to(f32)
+    dv_h = p.to(io).to(f32).transpose(-1, -2) @ dof
+    dk_h = ds.transpose(-1, -2) @ q
+    if plant.dq_relay_drop and ds.shape[-1] > 64:
+        ds = ds.clone()
+        ds[..., 64 * ((ds.shape[-1] - 1) // 64):] = 0
+    dq = (ds @ k).to(io)
+    if plant.noisy and launch == 1:
+        dq = dq.clone()
+        dq.view(-1).view(torch.int16)[0] ^= 1  # one ulp of one element
+
+    def fold(x):
+        b, h, s, dd = x.shape
+        if g == 1:
+            return x.to(io)
+        parts = x.to(io).to(f32).view(b, h // g, g, s, dd)
+        return (parts[:, :, 0] if plant.gqa_one_head else parts.sum(2)).to(io)
+
+    out = {"dq": dq, "dk": fold(dk_h), "dv": fold(dv_h)}
+    if inputs.bias is not None:
+        if case.bias_batch == 1:
+            out["dbias"] = dsp[:1] if plant.dbias_batch0 else dsp.sum(0, keepdim=True)
+        else:
+            out["dbias"] = dsp
+    if inputs.sinks is not None:
+        sink = inputs.sinks.to(f32).view(1, -1, 1)
+        row = it.q_live[:, None, :] & torch.isfinite(lse32)
+        term = torch.where(row, torch.exp(sink - torch.where(torch.isfinite(lse32), lse32, 0.0)) * d, torch.zeros((), dtype=f32))
+        out["dsink"] = -term.sum((0, 2)) * (1.4426950408889634 if plant.dsink_log2 else 1.0)
+    return out
+
+
+class EmulatedBackward(EmulatedAdapter):
+    """EmulatedAdapter with a backward (dense Cases), for the backward properties on the CPU."""
+
+    def __init__(self, arith: Arith = Arith(), plant: Plant = Plant(), bwd: BwdPlant = BwdPlant()):
+        super().__init__(arith, plant)
+        self.bwd, self.launches = bwd, 0
+
+    def backward(self, case, inputs, o, lse, do, grads=None, *, initialize_outputs=True):
+        from kernels.base import KernelResult
+
+        got = emulate_backward(case, inputs.to("cpu"), o.cpu(), lse.cpu(), do.cpu(), self.bwd, self.launches)
+        self.launches += 1
+        if grads is not None:  # write into the caller's buffers, as the prepared entry does
+            for name, t in got.items():
+                grads[name].copy_(t)
+            got = {name: grads[name] for name in got}
+        return KernelResult(o, lse, notes={"adapter": "emulated", "direction": "bwd"}, grads=got)

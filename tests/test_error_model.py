@@ -94,7 +94,7 @@ def test_tile_and_rounding_facts():
 
     assert {cfg.TILE_N for cfg in (config_sm80.GPTOSS_CFG, config_sm80.LLAMA_CFG, config_sm80.DSV3_CFG, config_sm80.QWEN_CFG)} == {tolerances.TILE_N}
     assert 'f"cvt.rn.{tag}x2.f32' in open(pointwise.__file__).read()  # P and O round to nearest
-    assert set(tolerances.TOLERANCES) == {"o", "lse"} and all(t.why for t in tolerances.TOLERANCES.values())
+    assert set(tolerances.TOLERANCES) == {"o", "lse", "dq", "dk", "dv", "dbias", "dsink"} and all(t.why for t in tolerances.TOLERANCES.values())
 
 
 # ------------------------------------------------------------- soundness

@@ -232,7 +232,8 @@ def test_node_ids_name_the_collected_tests(tmp_path):
     """Every node id a search can report (node-id known findings excuse
     failures there) names a collected test: each stratum, each drawn value."""
     r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:xdist", "--report-dir", str(tmp_path), "conformance/test_numerics.py",
-                        "conformance/test_tails.py", "conformance/test_compile.py", "conformance/test_large.py", "conformance/test_metamorphic.py"], capture_output=True, text=True, timeout=300)  # fmt: skip
+                        "conformance/test_tails.py", "conformance/test_compile.py", "conformance/test_large.py", "conformance/test_metamorphic.py",
+                        "conformance/test_backward.py"], capture_output=True, text=True, timeout=300)  # fmt: skip
     collected = {line.strip() for line in r.stdout.splitlines() if "::" in line}
     from strategies.pools import FLAVOR_ENVELOPES
 
@@ -240,7 +241,8 @@ def test_node_ids_name_the_collected_tests(tmp_path):
 
     assert [k.name for k in M.KINDS] == ["numerics_dense", "numerics_thd", "tails_thd_init", "tails_thd_noinit", "tails_dense", "padding_poison",
                                          "compile_reuse_dense", "compile_reuse_thd", "numerics_large_offsets"] + [f"metamorphic_dense_{r}" for r in DENSE_RELATIONS] + \
-        [f"metamorphic_thd_{r}" for r in THD_RELATIONS]  # fmt: skip
+        [f"metamorphic_thd_{r}" for r in THD_RELATIONS] + ["backward_dense", "backward_thd", "determinism", "backward_compile_reuse_dense",
+                                                         "backward_compile_reuse_thd"]  # fmt: skip
     for kind in M.KINDS:
         drawn_axes = [a for a in kind.family.axes if a.role == TRANSFORM]
         for flavor, (dq, dv) in FLAVOR_ENVELOPES.items():

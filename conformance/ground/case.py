@@ -39,11 +39,16 @@ from typing import Any, Callable, Dict, Optional, Tuple
 # The case-file schema this suite writes. A fact added later declares the
 # schema that introduced it (``fact(since=N)``, with SCHEMA_VERSION = N): files
 # of an older schema get its default, the behaviour they were recorded with.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 from .tables import ADAPTERS, DTYPES, DTYPE_SHORT  # noqa: E402,F401  (one definition, re-exported)
 BIAS_DTYPES = ("float16", "bfloat16", "float32")
 LAYOUTS = ("dense", "thd")
+DIRECTIONS = ("fwd", "bwd")
+INPUT_SOURCES = ("reference", "kernel")
+# Facts only a backward Case sets to a non-default value (coverage: the
+# backward strategies, not the forward ones, must reach those values).
+BACKWARD_FACTS = ("direction", "deterministic", "inputs_from")
 # Dense storage orders of Q/K/V/O. Every one keeps the head dim innermost and
 # every outer stride a multiple of 8 elements, which is what the native
 # pointer host serves (prepared_sm80.native_layouts).
@@ -209,6 +214,13 @@ class Case:
     sinks: bool = fact(False, "one sink logit per Q head (natural-log units), joining the softmax denominator")
     lse_log2: bool = fact(False, "LSE (Stats) written in base-2 units: natural LSE * log2(e) (TemplateParams.stats_log2); "
                           "the public wrapper has no argument for it", adapters=("prepared",), since=2)  # fmt: skip
+    # The pass under test (schema 3): one Case type serves both directions.
+    direction: str = fact("fwd", "the pass under test: the forward (O, LSE) or the backward (dQ, dK, dV, dBias, dSink from dO, O and LSE)",
+                          choices=DIRECTIONS, since=3)  # fmt: skip
+    deterministic: bool = fact(False, "backward: deterministic dQ (TemplateParams.deterministic, the kv-ordered semaphore relay); "
+                               "two launches must then be bitwise identical", since=3)  # fmt: skip
+    inputs_from: str = fact("reference", "backward: where O and LSE come from: the float64 reference (O rounded to the I/O dtype, "
+                            "LSE fp32) or the forward kernel under test", choices=INPUT_SOURCES, since=3)  # fmt: skip
     scale: Optional[float] = fact(None, "softmax scale, any sign (0 included); null: the kernels' default 1/sqrt(d_qk)", coverage=("scale",))
     memory: str = fact("bshd", "dense storage order of Q, K, V and O", choices=MEMORY_ORDERS, coverage=("memory",), shown="shape")
     seed: int = fact(0, "seed of the tensor data (conformance.ground.data)", coverage=None, shown="seed")
@@ -218,6 +230,10 @@ class Case:
     @property
     def is_thd(self) -> bool:
         return self.layout == "thd"
+
+    @property
+    def is_bwd(self) -> bool:
+        return self.direction == "bwd"
 
     @property
     def n_seq(self) -> int:
@@ -324,6 +340,10 @@ class Case:
             problem = f.problem(getattr(self, f.name))
             if problem:
                 return problem
+        if not self.is_bwd:
+            for name in BACKWARD_FACTS[1:]:
+                if getattr(self, name) != FACTS[name].default:
+                    return f"case field {name!r}: a backward-only fact (direction is 'fwd')"
         if self.is_thd:
             if self.q_lens is None or self.kv_lens is None:
                 return "case field 'q_lens'/'kv_lens': a THD case needs both length lists"

@@ -314,3 +314,60 @@ def rule(name: str) -> Rule:
 def broken_rules(case: Case) -> Tuple[str, ...]:
     """Names of the rules ``case`` breaks (fact-detectable ones, plus its label)."""
     return tuple(r.name for r in RULES if r.broken_by(case))
+
+
+# ------------------------------------------------------------ the backward
+# What the SM80 backward's entry points refuse (issue 14), one row per rule.
+# ``sdpa_bwd_wrapper_sm80`` (cudnn/sdpa/bwd/api_dsl.py) reaches every one of
+# them; the prepared entry (SdpaBwdDslSm80 driven directly) shares those of
+# check_support and build_spec. Every row is refused before anything is
+# compiled or launched, most before any device is consulted, so the
+# rejection runs on the CPU (conformance.properties.backward.check_backward_rejection).
+BWD_WRAPPER = "cudnn.sdpa.bwd.api_dsl.sdpa_bwd_wrapper_sm80"
+_BWD_API = "cudnn/sdpa/bwd/api_dsl.py"
+# What a BwdRule's ``change`` asks the call to do beyond its Case, by kind:
+BWD_CHANGES = {
+    "none": "the Case as it stands (its facts break the rule)",
+    "kwarg": "one wrapper keyword set to a value: ('kwarg', (name, value)); value 'rope' is an fp32 [max_s, d_qk // 2] table, "
+    "'bias' a [1, H_q, max_s_q, max_s_kv] bias of the I/O dtype, 'lens' int32 per-sequence lengths",
+    "dtype": "one operand cast to a dtype: ('dtype', (role, dtype)), role one of q k v o do lse bias",
+    "bias_heads": "the bias with one head, [bias_batch, 1, SQ, SKV] (the backward serves per-head bias only)",
+    "drop_cu_k": "THD call with cum_seqlen_k_tensor=None",
+}
+
+
+@dataclass(frozen=True)
+class BwdRule:
+    name: str
+    base: Mapping[str, Any]  # Case facts (direction "bwd") of the call
+    change: Tuple[str, Any]  # a BWD_CHANGES kind and its argument
+    expect: Expect
+    where: str  # the installed source that refuses it
+
+    def case(self) -> Case:
+        return Case(**{"direction": "bwd", **self.base, "violation": self.name})
+
+
+_BWD_DENSE = dict(d_qk=64, d_v=64, s_q=17, s_kv=33, h_q=2, h_kv=2)
+_BWD_THD = dict(layout="thd", d_qk=64, d_v=64, q_lens=(5, 9), kv_lens=(7, 3), h_q=2, h_kv=1)
+BWD_RULES: Tuple[BwdRule, ...] = (
+    BwdRule("bwd_thd_bias", _BWD_THD, ("kwarg", ("bias_tensor", "bias")), Expect(NotImplementedError, "bias_tensor"), f"{_BWD_API}:1667-1674"),
+    BwdRule("bwd_thd_rope", _BWD_THD, ("kwarg", ("rope_freqs", "rope")), Expect(NotImplementedError, "rope_freqs"), f"{_BWD_API}:1667-1674"),
+    BwdRule("bwd_thd_seq_kv_lens", _BWD_THD, ("kwarg", ("seq_kv_lens", "lens")), Expect(NotImplementedError, "seq_kv_lens"), f"{_BWD_API}:1667-1674"),
+    BwdRule("bwd_thd_seq_len_q", _BWD_THD, ("kwarg", ("seq_len_q", "lens")), Expect(NotImplementedError, "seq_len_q"), f"{_BWD_API}:1667-1674"),
+    BwdRule("bwd_thd_cu_k_missing", _BWD_THD, ("drop_cu_k", None), Expect(AssertionError, "cu_seqlens_k"), f"{_BWD_API}:905"),
+    BwdRule("bwd_hint_kv_without_cu_seqlens", _BWD_DENSE, ("kwarg", ("max_s_kv", 33)), Expect(ValueError, "max_s_kv"), f"{_BWD_API}:1699-1700"),
+    BwdRule("bwd_hint_q_without_cu_seqlens", _BWD_DENSE, ("kwarg", ("max_s_q", 17)), Expect(ValueError, "max_s_q"), f"{_BWD_API}:1699-1700"),
+    BwdRule("bwd_gqa_not_divisible", dict(_BWD_DENSE, h_q=3, h_kv=2), ("none", None), Expect(ValueError, "H_kv"), f"{_BWD_API}:1229"),
+    BwdRule("bwd_d_qk_below_d_v", dict(_BWD_DENSE, d_qk=64, d_v=128), ("none", None), Expect(ValueError, "D_QK >= D_V"), f"{_BWD_API}:1233"),
+    BwdRule("bwd_head_dim_past_envelopes", dict(_BWD_DENSE, d_qk=288, d_v=64), ("none", None), Expect(ValueError, "exceeds supported"), f"{_BWD_API}:1234-1239"),
+    BwdRule("bwd_fp32_io", _BWD_DENSE, ("dtype", ("q", "float32")), Expect(ValueError, "Q"), f"{_BWD_API}:1241"),
+    BwdRule("bwd_mixed_io_dtypes", _BWD_DENSE, ("dtype", ("k", "bfloat16")), Expect(ValueError, "must match Q dtype"), f"{_BWD_API}:1242-1243"),
+    BwdRule("bwd_lse_not_fp32", _BWD_DENSE, ("dtype", ("lse", "float16")), Expect(ValueError, "stats"), f"{_BWD_API}:1244"),
+    BwdRule("bwd_right_band_alone", dict(_BWD_DENSE, window_right=4), ("none", None), Expect(NotImplementedError, "window_size_right"), f"{_BWD_API}:1368-1372"),
+    BwdRule("bwd_bottom_right_alone", dict(_BWD_DENSE, bottom_right=True), ("none", None), Expect(ValueError, "causal_bottom_right"), f"{_BWD_API}:1375-1378"),
+    BwdRule("bwd_bias_one_head", dict(_BWD_DENSE, bias="float32"), ("bias_heads", None), Expect(ValueError, "bias must have shape"), "cudnn/sdpa/bwd/prepared_sm80.py:56-63"),
+    BwdRule("bwd_bias_other_half_dtype", dict(_BWD_DENSE, bias="bfloat16"), ("none", None), Expect(ValueError, "float32 or Q's dtype"), "cudnn/sdpa/bwd/prepared_sm80.py:56-63"),
+)  # fmt: skip
+BWD_RULE_NAMES = tuple(r.name for r in BWD_RULES)
+assert len(set(BWD_RULE_NAMES)) == len(BWD_RULES) and all(r.change[0] in BWD_CHANGES for r in BWD_RULES)

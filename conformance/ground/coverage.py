@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Dict, FrozenSet, Iterable, Tuple
 
-from .case import AUTO, BIAS_DTYPES, FACTS, LAYOUTS, MEMORY_ORDERS, Case, Fact
+from .case import AUTO, BACKWARD_FACTS, BIAS_DTYPES, FACTS, LAYOUTS, MEMORY_ORDERS, Case, Fact
 from .tables import DTYPES, FLAVOR_ENVELOPES, FLAVORS, TILE_M, TILE_N, flavor_of
 
 
@@ -151,8 +151,15 @@ def labels(case: Case) -> FrozenSet[str]:
     return frozenset(f"{axis}:{v}" for axis, values in exercised(case).items() for v in values)
 
 
-# Every label a healthy run of the strategies reaches (tests/test_strategies.py).
-REQUIRED: FrozenSet[str] = frozenset(f"{a.name}:{v}" for a in AXES for v in a.values)
+# The non-default values of the backward-only facts: the backward strategies
+# (strategies.backward) reach them, the forward ones never do.
+BACKWARD_ONLY: FrozenSet[str] = frozenset(
+    f"{name}:{v}" for a in AXES for name in BACKWARD_FACTS if a.name == name for v in a.values[1:]
+)
+# Every label a healthy run of the (forward) strategies reaches (tests/test_strategies.py).
+REQUIRED: FrozenSet[str] = frozenset(f"{a.name}:{v}" for a in AXES for v in a.values) - BACKWARD_ONLY
+# What the backward strategies reach on top (tests/test_backward.py).
+BACKWARD_REQUIRED: FrozenSet[str] = BACKWARD_ONLY
 
 # The report's matrix: layout/mask family (rows) x flavor/dtype (columns). Mask
 # families a complete run reaches (Case.mask_name); others seen are appended.

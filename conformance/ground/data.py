@@ -73,9 +73,15 @@ INT_SENTINEL = 0x5EADBEEF
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
+# Byte buffers (the backward's uint8 workspace): the low byte of INT_SENTINEL.
+BYTE_SENTINEL = INT_SENTINEL & 0xFF
+
+
 def sentinel(dtype: torch.dtype):
     """What guard bands of a ``dtype`` buffer hold."""
-    return FLOAT_SENTINEL if dtype.is_floating_point else INT_SENTINEL
+    if dtype.is_floating_point:
+        return FLOAT_SENTINEL
+    return BYTE_SENTINEL if dtype == torch.uint8 else INT_SENTINEL
 
 
 def guard_elems(dtype: torch.dtype, row: int) -> int:
@@ -440,6 +446,59 @@ def make_outputs(case: Case, device="cpu", *, fill: float = POISON, d_v: Optiona
         lse = guarded((case.h_q, case.t_q), torch.float32, device, row=1, fill=fill)
         return o, lse
     o = _dense_storage(case.batch, case.h_q, case.s_q, d_v, dt, case.memory, device)
-    body_storage(o).fill_(fill)
+    if fill is not None:
+        body_storage(o).fill_(fill)
     lse = guarded((case.batch, case.h_q, case.s_q), torch.float32, device, row=1, fill=fill)
     return o, lse
+
+
+# ------------------------------------------------------------ the backward
+# dO is drawn from its own generator, so a backward Case's Q/K/V are the
+# forward Case's bit for bit (the same seed draws the same forward inputs).
+DO_SEED_SALT = 0x5EED_D0
+
+
+def make_grad_output(case: Case, device="cpu", *, poison: bool = True, pad_fill: float = POISON) -> torch.Tensor:
+    """dO of a backward Case, laid out like O (dense per ``case.memory``,
+    logical (B, H, SQ, D_V); THD packed (T_q, H, D_V)), guarded. Rows outside
+    the live Q tokens hold ``pad_fill`` (dense padded rows) or NaN (THD
+    capacity) when ``poison``: the kernel gates P on them, so no gradient may
+    depend on them."""
+    g = torch.Generator().manual_seed(case.seed ^ DO_SEED_SALT)
+    dt = TORCH_DTYPES[case.dtype]
+    if case.is_thd:
+        do = guarded_copy(torch.randn(case.t_q, case.h_q, case.d_v, generator=g).to(dt), row=case.h_q * case.d_v)
+        if poison:
+            do[~_packed_live(case.cu_seqlens("q"), case.t_q)] = POISON
+        return do.to(device) if torch.device(device) != do.device else do
+    live = _lens_mask(case.q_lengths(), case.s_q)
+    view = _dense_storage(case.batch, case.h_q, case.s_q, case.d_v, dt, case.memory, "cpu")
+    do = _fill_dense(view, torch.randn(case.batch, case.h_q, case.s_q, case.d_v, generator=g), live, poison, pad_fill)
+    return relocate(do, device) if torch.device(device) != do.device else do
+
+
+# The gradient roles a backward returns (KernelResult.grads), in the wrapper's order.
+GRAD_ROLES = ("dq", "dk", "dv", "dbias", "dsink")
+
+
+def make_grad_outputs(case: Case, device="cpu", *, fill: float = POISON, dbias_dtype: str = "float32") -> Dict[str, torch.Tensor]:
+    """Caller-owned gradient buffers, pre-filled with ``fill``, guarded: dq
+    like Q, dk/dv like K/V (dense per ``case.memory`` as logical (B, H, S, D)
+    views; THD packed (T, H, D)); dbias (bias_batch, H, SQ, SKV) in
+    ``dbias_dtype`` when the Case has a bias; dsink (H,) fp32 with sinks."""
+    dt = TORCH_DTYPES[case.dtype]
+    out: Dict[str, torch.Tensor] = {}
+    if case.is_thd:
+        for name, t, h, d in (("dq", case.t_q, case.h_q, case.d_qk), ("dk", case.t_kv, case.h_kv, case.d_qk), ("dv", case.t_kv, case.h_kv, case.d_v)):
+            out[name] = guarded((t, h, d), dt, device, row=h * d, fill=fill)
+    else:
+        for name, h, s, d in (("dq", case.h_q, case.s_q, case.d_qk), ("dk", case.h_kv, case.s_kv, case.d_qk), ("dv", case.h_kv, case.s_kv, case.d_v)):
+            view = _dense_storage(case.batch, h, s, d, dt, case.memory, device)
+            if fill is not None:
+                body_storage(view).fill_(fill)
+            out[name] = view
+        if case.bias is not None:
+            out["dbias"] = guarded((case.bias_batch, case.h_q, case.s_q, case.s_kv), TORCH_DTYPES[dbias_dtype], device, fill=fill)
+    if case.sinks:
+        out["dsink"] = guarded((case.h_q,), torch.float32, device, row=1, fill=fill)
+    return out

@@ -114,6 +114,24 @@ CHECKS: Dict[str, Dict[str, Tuple[str, str]]] = {
         "same compile": (PLAIN, "a relation that keeps the compile key: the second launch compiles nothing"),
         **_GUARDS,
     },
+    # The backward (conformance/properties/backward.py). Its row checks name
+    # gradient quantities (dq, dk, dv, dbias, dsink), which no finding's row
+    # region can bound yet: a backward finding names Case facts instead.
+    "backward": {
+        "error model": (PLAIN, "dQ, dK, dV, dBias, dSink within the backward error model of the float64 closed form"),
+        "contract rows": (PLAIN, "gradients the kernel's gating makes exactly 0 (no visible key, padded rows, unseen keys, masked cells)"),
+        "model finite": (PLAIN, "the backward error model's bound is finite on every judged element (the handed O/LSE are finite where they must be)"),
+        "outputs": (PLAIN, "the backward returns every gradient its Case asks for"),
+        **_GUARDS,
+    },
+    "determinism": {
+        "bitwise": (PLAIN, "deterministic=True: two launches give bitwise identical gradients"),
+        **_GUARDS,
+    },
+    "backward_rejection": {
+        "rejects": (OUTCOME, "sdpa_bwd_wrapper_sm80 raises the stated exception naming the argument"),
+        "compile budget": (PLAIN, "a refused backward call compiles nothing"),
+    },
 }
 QUANTITIES = ("o", "lse")
 ACCEPTED = "accepted"  # the ``observed`` outcome of a call that returned normally

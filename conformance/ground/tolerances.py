@@ -68,7 +68,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Dict
+from typing import Dict, Optional
 
 import torch
 
@@ -471,3 +471,133 @@ def max_abs_error(a: torch.Tensor, b: torch.Tensor, live: torch.Tensor) -> float
     """max |a - b| over ``live`` elements (see abs_diff; NaN never matches)."""
     diff = abs_diff(a[live], b[live])
     return float(diff.max()) if diff.numel() else 0.0
+
+
+# ------------------------------------------------------------ the backward
+# The SM80 backward (site-packages cudnn/sdpa/bwd/kernels/sm80/bprop_f16.py,
+# ``b16``; the d=64 kernel bprop_d64_f16.py runs the same arithmetic on other
+# tiles) recomputes P from the O and LSE it is handed and forms, per cell:
+#   S = K.Q^T             tensor-core mma, fp32 accumulation (b16:19, 818)
+#   P = ex2(S*c + bias*log2e - LSE*log2e)   fp32, ex2.approx.ftz (b16:840-861)
+#   dV += round_io(P)^T dO                  P rounded for the mma (b16:913-916)
+#   dP = V.dO^T            tensor-core mma, fp32
+#   D  = rowsum(dO * O)    fp32 products of the I/O values (_do_dot_kernel)
+#   dS' = (dP - D) * P     fp32 (b16:940-943); dBias += dS' by fp32 atomics
+#   dS = round_io(scale * dS')              for the dK and dQ mmas (b16:979-1000)
+#   dK += dS^T Q, dQ += dS K                fp32 accumulators; dQ across KV tiles by
+#                                           fp32 atomics (order free unless deterministic)
+#   outputs rounded once to the I/O dtype; GQA dK/dV: each q head's partial
+#   rounded to the I/O dtype, summed in fp32 over the group, rounded again
+#   (_dkv_reduce_kernel, b16:1660-1668); dSink -= ex2((sink - LSE)*log2e) * D
+#   in fp32 (b16:1538-1543), dBias copied to its dtype.
+# backward_bounds charges each operation its worst case, first order, from the
+# inputs alone: Q, K, V, dO, the handed O and LSE (their distance from the
+# exact forward, ``o_err``/``lse_err``, is an input fact: the reference's own
+# rounding, or the forward kernel's error when O/LSE come from the kernel).
+# Tensor-core accumulation is charged like O's P@V (TC_K16_ULPS grid steps of
+# TC_GRID per k16 step on the running sum of |terms|); atomics and fp32 sums
+# one U32 per add on the sum of |terms|.
+BWD_FP32_OPS = 4.0  # fp32 roundings in the exponent argument: S*c, bias*log2e, the two adds/subtractions
+
+
+def _k16(n: int) -> float:
+    """Tensor-core accumulation of an n-term dot product: TC_K16_ULPS grid steps per k16 step."""
+    return TC_K16_ULPS * TC_GRID * max(1, -(-n // MMA_K))
+
+
+def handed_error(given: Optional[torch.Tensor], exact: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """|given - exact| of an O or LSE the backward is handed, on ``rows`` (0
+    elsewhere: the kernel gates those rows); equal infinities count 0, any
+    other non-finite difference inf (the model then fails as broken)."""
+    if given is None:
+        return torch.zeros_like(exact)
+    g, e = given.to(exact.dtype), exact
+    same = (g == e) | (torch.isnan(g) & torch.isnan(e))
+    err = torch.where(same, torch.zeros_like(e), (g - e).abs())
+    err = torch.where(torch.isnan(err), torch.full_like(err, math.inf), err)
+    return torch.where(rows, err, torch.zeros_like(err))
+
+
+def backward_bounds(it, grads: Dict[str, torch.Tensor], dtype: str, *, o_given: Optional[torch.Tensor] = None, lse_given: Optional[torch.Tensor] = None,
+                    dbias_dtype: str = "float32") -> Dict[str, torch.Tensor]:  # fmt: skip
+    """Bounds on |grad_kernel - grad| for one dense attention call (float64
+    ``Internals`` ``it`` and the closed-form ``grads`` of
+    reference.backward.gradients), shaped like each gradient. ``o_given``
+    (B,H,SQ,Dv) and ``lse_given`` (B,H,SQ, natural units) are the O and LSE
+    the backward is handed: their distance from the exact forward is charged
+    (None: exact)."""
+    u, tiny = IO_UNIT[dtype], IO_TINY[dtype]
+    rows = it.q_live[:, None, :]
+    o_err = handed_error(o_given, it.o, rows[..., None].expand_as(it.o))
+    lse_err = handed_error(lse_given, it.lse, rows.expand_as(it.lse))
+    g = it.group
+    scale = abs(it.scale)
+    p, dp, d, ds, do = grads["p"], grads["dp"], grads["d"], grads["ds"], grads["do"]
+    live = it.q_live[:, None, :, None].to(p.dtype)
+    vis = torch.isfinite(it.logits).to(p.dtype) * live  # cells the kernel computes a P for
+    q, k, v = it.q, it.k.repeat_interleave(g, 1), it.v.repeat_interleave(g, 1)
+    s_q, s_kv, d_qk, d_v = q.shape[2], k.shape[2], q.shape[3], v.shape[3]
+    o = it.o * live
+    lse = torch.where(torch.isfinite(it.lse), it.lse, torch.zeros_like(it.lse)) * live[..., 0]
+    # P: the S mma, the exponent's fp32 roundings, the handed LSE's error, ex2's ulps; FTZ absolute.
+    raw = (q.abs() @ k.abs().transpose(-1, -2)) * _k16(d_qk)
+    bias = it.bias.abs() if it.bias is not None else torch.zeros_like(p)
+    arg = scale * (q @ k.transpose(-1, -2)).abs() + bias + lse[..., None]
+    rho = scale * raw + lse_err[..., None] + BWD_FP32_OPS * U32 * arg + EX2_REL
+    dp_rel = torch.expm1(rho) * vis  # |P_k - P| <= P * dp_rel + FTZ_ABS
+    p_err = p * dp_rel + FTZ_ABS * vis
+    # D = dO . O: the handed O's error, fp32 products and adds.
+    d_err = (do.abs() * o_err).sum(-1) + (d_v + 1) * U32 * (do.abs() * o.abs()).sum(-1)
+    # dP: tensor-core V.dO^T.
+    dp_err = (do.abs() @ v.abs().transpose(-1, -2)) * _k16(d_v) * vis
+    # dS' = (dP - D) * P in fp32: its error is also dBias's per cell.
+    dsp_err = p_err * (dp - d[..., None]).abs() + (p + p_err) * (dp_err + d_err[..., None]) + 2 * U32 * ds.abs()
+    # dS = round_io(scale * dS'): a fp32 multiply, then the I/O rounding (absolute below the normal range).
+    ds_abs = scale * ds.abs()
+    ds_err = scale * dsp_err + (u + U32) * ds_abs + tiny * vis
+    ds_mag = ds_abs + ds_err
+    # P rounded to the I/O dtype for dV (absolute below the normal range).
+    pr_err = p_err + u * (p + p_err) + tiny * vis
+    # dV, dK: per q head (fp32 accumulation over the Q tiles), rounded; GQA: group sum, rounded again.
+    dv_h = pr_err.transpose(-1, -2) @ do.abs() + _k16(s_q) * ((p + pr_err).transpose(-1, -2) @ do.abs())
+    dk_h = ds_err.transpose(-1, -2) @ q.abs() + _k16(s_q) * (ds_mag.transpose(-1, -2) @ q.abs())
+    per_head_v = (p.transpose(-1, -2) @ do).abs()
+    per_head_k = scale * (ds.transpose(-1, -2) @ q).abs()
+
+    def folded(err_h, mag_h, exact):
+        b, h, n, dd = err_h.shape
+        err = err_h.view(b, h // g, g, n, dd).sum(2)
+        if g > 1:  # each partial rounded to the I/O dtype, then g fp32 adds
+            err = err + (u + g * U32) * (mag_h + err_h).view(b, h // g, g, n, dd).sum(2)
+        return err + u * (exact.abs() + err) + tiny
+
+    out = {"dv": folded(dv_h, per_head_v, grads["dv"]), "dk": folded(dk_h, per_head_k, grads["dk"])}
+    # dQ: the dS K mma per KV tile, fp32 atomics across the KV tiles, one rounding.
+    dq_err = ds_err @ k.abs() + (_k16(s_kv) + (-(-s_kv // TILE_N) + 1) * U32) * (ds_mag @ k.abs())
+    out["dq"] = dq_err + u * (grads["dq"].abs() + dq_err) + tiny
+    if "dbias" in grads:
+        if grads["dbias"].shape[0] == 1:  # one bias for every batch entry: fp32 atomics over the batch
+            db_err = dsp_err.sum(0, keepdim=True) + p.shape[0] * U32 * ds.abs().sum(0, keepdim=True)
+        else:
+            db_err = dsp_err
+        out["dbias"] = db_err + IO_UNIT.get(dbias_dtype, U32) * (grads["dbias"].abs() + db_err) + (IO_TINY.get(dbias_dtype, 0.0))
+    if "dsink" in grads:
+        sp = grads["sink_p"]
+        sink = it.sink.abs() if it.sink is not None else torch.zeros_like(lse)
+        rho_s = lse_err + BWD_FP32_OPS * U32 * (sink + lse.abs()) + EX2_REL
+        term = sp * d.abs()
+        term_err = sp * torch.expm1(rho_s) * (d.abs() + d_err) + sp * d_err + U32 * term + FTZ_ABS * live[..., 0]
+        n_terms = p.shape[0] * s_q
+        out["dsink"] = term_err.sum((0, 2)) + n_terms * U32 * (term + term_err).sum((0, 2))
+    return {name: x * SECOND_ORDER for name, x in out.items()}
+
+
+TOLERANCES.update({
+    "dq": Quantity("per element", "dS' from the recomputed P (logit, handed-LSE and ex2 errors), dP and D in fp32; dS = scale dS' rounded to "
+                   "the I/O dtype; the dS K mma per KV tile, fp32 atomics across tiles; one final rounding"),
+    "dk": Quantity("per element", "as dQ with Q for K, accumulated over the Q tiles; GQA: each q head's partial rounded, summed, rounded again"),
+    "dv": Quantity("per element", "P rounded to the I/O dtype for the P^T dO mma; GQA partials rounded, summed, rounded again"),
+    "dbias": Quantity("per element", "the fp32 dS' per cell (no scale, no I/O rounding), fp32 atomics over a broadcast bias' batch, "
+                      "one rounding to the dBias dtype"),
+    "dsink": Quantity("per head", "exp2((sink - LSE) log2e) D per row in fp32 with the handed LSE's error, summed over rows and batch"),
+})  # fmt: skip

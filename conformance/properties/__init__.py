@@ -10,6 +10,7 @@ Observation instead, and the report lists it.
 from typing import Callable, Dict
 
 from conformance.ground.outcome import Observation
+from conformance.properties.backward import check_backward, check_backward_rejection, check_determinism
 from conformance.properties.common import NoGPU, device, entry_adapter, served
 from conformance.properties.compile_cache import DISK_CASES, check_compile_reuse, check_compiles, check_disk_reuse, runtime_variants
 from conformance.properties.launch import check_graph_replay, check_launch_hygiene
@@ -32,16 +33,22 @@ PROPERTIES: Dict[str, Callable[..., Observation]] = {
         ("graph_replay", check_graph_replay),
         ("launch_hygiene", check_launch_hygiene),
         ("metamorphic", check_metamorphic),
+        ("backward", check_backward),
+        ("determinism", check_determinism),
+        ("backward_rejection", check_backward_rejection),
     )
 }
 check_numerics, check_tails, check_compile_reuse = PROPERTIES["numerics"], PROPERTIES["tails"], PROPERTIES["compile_reuse"]
 check_disk_reuse, check_rejection, check_compiles = PROPERTIES["disk_reuse"], PROPERTIES["rejection"], PROPERTIES["compiles"]
 check_graph_replay, check_launch_hygiene = PROPERTIES["graph_replay"], PROPERTIES["launch_hygiene"]
 check_metamorphic = PROPERTIES["metamorphic"]
+check_backward, check_determinism = PROPERTIES["backward"], PROPERTIES["determinism"]
+check_backward_rejection = PROPERTIES["backward_rejection"]
 
 __all__ = [
     "PROPERTIES", "NoGPU", "device", "entry_adapter", "DISK_CASES", "runtime_variants", "tail_expectation",
     "check_numerics", "check_tails", "check_compile_reuse", "check_disk_reuse", "check_rejection", "check_compiles",
     "check_graph_replay", "check_launch_hygiene",
     "check_metamorphic", "RELATIONS", "DENSE_RELATIONS", "THD_RELATIONS",
+    "check_backward", "check_determinism", "check_backward_rejection",
 ]

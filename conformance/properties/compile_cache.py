@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from conformance.ground.case import Case
-from conformance.ground.data import make_inputs, make_outputs
+from conformance.ground.data import make_grad_output, make_grad_outputs, make_inputs, make_outputs
 from conformance.ground.outcome import Observation, PropertyFailure
 from conformance.properties import judge, recorder
 from conformance.properties.common import device, finish, launched_buffers
@@ -52,6 +52,16 @@ def check_compile_reuse(case: Case, adapter, *, launch: bool = True) -> Observat
             return adapter.compile_only(c)
         dev = device()
         inputs, outputs = make_inputs(c, dev, poison=True), make_outputs(c, dev)
+        if c.is_bwd:  # the backward on reference O/LSE (O and LSE stand for the forward's outputs)
+            from conformance.properties.backward import handed_inputs
+
+            o, lse, _ = handed_inputs(c.replace(inputs_from="reference"), adapter, inputs, dev)
+            do, grads = make_grad_output(c, dev), make_grad_outputs(c, dev)
+            result = adapter.backward(c, inputs, o, lse, do, grads)
+            buffers = launched_buffers(inputs, (o, lse), result)
+            buffers.update({f"{n} (caller)": t for n, t in grads.items()}, do=do)
+            unchecked.append((c, buffers))
+            return result.compile
         result = adapter.run(c, inputs, outputs)
         unchecked.append((c, launched_buffers(inputs, outputs, result)))
         return result.compile

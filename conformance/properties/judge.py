@@ -54,19 +54,26 @@ def _fail(failure: PropertyFailure) -> None:
 
 
 # ----------------------------------------------------------------- locating
+GRAD_COORDS = {"dbias": ("bias_batch", "head", "q_token", "kv_token"), "dsink": ("head",)}
+
+
 def _coords(case: Case, quantity: str, index: Sequence[int]) -> dict:
     """Name the coordinates of one element of O or LSE in the suite layouts."""
     idx = [int(i) for i in index]
+    if quantity in GRAD_COORDS:  # backward: dBias cells, dSink heads
+        return dict(zip(GRAD_COORDS[quantity], idx))
+    side = "kv" if quantity in ("dk", "dv") else "q"
+    row_like = quantity in ("o", "dq", "dk", "dv")
     if not case.is_thd:
-        names = ("batch", "head", "token", "dim") if quantity == "o" else ("batch", "head", "token")
+        names = ("batch", "head", "token", "dim") if row_like else ("batch", "head", "token")
         return dict(zip(names, idx))
-    if quantity == "o":
+    if row_like:
         token, head, dim = idx
         out = {"packed_token": token, "head": head, "dim": dim}
     else:
         head, token = idx
         out = {"packed_token": token, "head": head}
-    cu = case.cu_seqlens("q")
+    cu = case.cu_seqlens(side)
     for s in range(case.n_seq):
         if cu[s] <= token < cu[s + 1]:
             out.update(sequence=s, token=token - cu[s])

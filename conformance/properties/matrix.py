@@ -24,11 +24,11 @@ from functools import partial
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from conformance.ground.case import Case
-from conformance.ground.contracts import CONFIG, PREPARED, RULES, WRAPPER
+from conformance.ground.contracts import BWD_RULE_NAMES, BWD_RULES, CONFIG, PREPARED, RULES, WRAPPER
 from conformance.ground.outcome import Observation
 from conformance.ground.tables import STRATA, STRATA_IDS, flavor_of
 from conformance.properties import DENSE_RELATIONS, DISK_CASES, PROPERTIES, THD_RELATIONS
-from strategies import cases, dense_cases, thd_cases, violating_cases
+from strategies import backward_cases, cases, dense_cases, thd_cases, violating_cases
 from strategies.large import GQA_SHAPES, LARGE_SHAPES, LSE_PAD_SHAPES, OFFSET_SHAPES, REPLAY_ROWS, SLICE_SHAPES, large_cases, replay_cases
 
 # How an axis' values reach the check (and what the kill-rate harness does):
@@ -187,7 +187,7 @@ def stratum_of(case: Case) -> dict:
     return {"flavor": flavor_of(case.d_qk, case.d_v), "dtype": case.dtype}
 
 
-NUMERICS, TAILS, COMPILE, CONTRACTS, METAMORPHIC = (f"conformance/test_{m}.py" for m in ("numerics", "tails", "compile", "contracts", "metamorphic"))
+NUMERICS, TAILS, COMPILE, CONTRACTS, METAMORPHIC, BACKWARD = (f"conformance/test_{m}.py" for m in ("numerics", "tails", "compile", "contracts", "metamorphic", "backward"))
 LARGE, PARITY = "conformance/test_large.py", "conformance/test_parity.py"
 GPU, COMPILE_TIER = ("gpu",), ("compile",)
 # The large tier: selected by --large (or -m large) and the nightly profile, skipped otherwise (conformance.plugin).
@@ -239,6 +239,27 @@ MATRIX: Tuple[Family, ...] = (
     Family("test_metamorphic_thd", METAMORPHIC, "metamorphic", "metamorphic", GPU, (STRATA_AXIS, THD_RELATION_AXIS), thd_cases,
            kind="metamorphic_thd"),  # fmt: skip
 )
+# The backward (direction "bwd"): gradients, determinism, its compile tier and compile reuse.
+BACKWARD_LAYOUTS = Axis(("layouts",), ((("dense",),), (("thd",),)), ("dense", "thd"), SOURCE)
+MATRIX += (
+    Family("test_backward_dense", BACKWARD, "backward", "backward", GPU, (STRATA_AXIS,), partial(backward_cases, layouts=("dense",)), target=True,
+           kind="backward_dense", doc="dQ, dK, dV, dBias, dSink of dense backward Cases against the float64 closed form under the backward error model."),
+    Family("test_backward_thd", BACKWARD, "backward", "backward", GPU, (STRATA_AXIS,), partial(backward_cases, layouts=("thd",)), target=True,
+           kind="backward_thd", doc="dQ, dK, dV, dSink of packed THD backward Cases against the float64 closed form."),
+    Family("test_backward_deterministic", BACKWARD, "determinism", "determinism", GPU, (STRATA_AXIS,),
+           partial(backward_cases, deterministic=True, inputs_from="reference"), kind="determinism",
+           doc="deterministic=True: two launches give bitwise identical gradients."),
+    Family("test_backward_cases_compile_for_sm80", BACKWARD, "compiles", "backward_compile", COMPILE_TIER, (), backward_cases, adapter="prepared_adapter",
+           doc="Every valid backward Case plans and compiles its chain for sm_80 without a GPU."),
+    Family("test_backward_runtime_facts_mint_no_compile_cpu", BACKWARD, "compile_reuse", "backward_compile", COMPILE_TIER, (), backward_cases,
+           params={"launch": False}, adapter="prepared_adapter",
+           doc="Runtime facts of a backward Case (data, THD token totals, padding lengths, the scale's magnitude) reach no compile key."),
+    Family("test_backward_runtime_facts_mint_no_compile", BACKWARD, "compile_reuse", "determinism", GPU, (BACKWARD_LAYOUTS,),
+           partial(backward_cases, inputs_from="reference"), kind="backward_compile_reuse"),
+    Family("test_backward_wrapper_rejects", BACKWARD, "backward_rejection", None, (), (_axis("rule", BWD_RULE_NAMES, SOURCE),),
+           case=lambda rule: next(r for r in BWD_RULES if r.name == rule).case(), adapter=None,
+           doc="sdpa_bwd_wrapper_sm80 refuses each backward contract row with its exception naming the argument, before compiling (CPU)."),
+)  # fmt: skip
 FAMILIES: Dict[str, Family] = {f.test: f for f in MATRIX}
 assert len(FAMILIES) == len(MATRIX), "two families share a test name"
 

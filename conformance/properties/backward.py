@@ -1,0 +1,190 @@
+"""The backward properties: gradients against the float64 closed form under
+the backward error model, and bitwise determinism.
+
+The backward of a Case is handed O and LSE from the reference (O rounded to
+the I/O dtype, LSE fp32) or from the forward kernel under test (the same
+adapter), ``case.inputs_from``, and dO (conformance.ground.data.make_grad_output).
+Its gradients are judged element by element (dQ, dK, dV, dBias) and per head
+(dSink) under ``conformance.ground.tolerances.backward_bounds``, which charges
+the handed O/LSE's own distance from the exact forward; gradients the
+kernel's gating makes exactly 0 (rows with no visible key, padded rows, keys
+no live row sees, masked dBias cells: reference.backward.structural_zeros)
+are judged bit for bit (as values: -0 == 0).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from conformance.ground.case import Case
+from conformance.ground.data import FINITE_PAD, TORCH_DTYPES, make_grad_output, make_grad_outputs, make_inputs, make_outputs
+from conformance.ground.outcome import Observation, PropertyFailure
+from conformance.properties import judge, recorder
+from conformance.properties.common import device, finish, launched_buffers
+
+GRADS = ("dq", "dk", "dv", "dbias", "dsink")
+
+
+def forward_of(case: Case) -> Case:
+    """The forward Case a backward Case's O and LSE come from."""
+    return case.replace(direction="fwd", deterministic=False, inputs_from="reference")
+
+
+def handed_inputs(case: Case, adapter, inputs, dev):
+    """(O, LSE, forward KernelResult or None): what the backward is handed, in
+    make_outputs' layouts and guard bands. Reference: the float64 forward,
+    O rounded to the I/O dtype; rows outside every THD sequence 0 (what the
+    initializing forward host leaves there). Kernel: the adapter's forward."""
+    from reference.attention import reference_for_case
+
+    o, lse = make_outputs(case, dev)
+    if case.inputs_from == "kernel":
+        fwd = adapter.run(forward_of(case), inputs, (o, lse))
+        if fwd.o.data_ptr() != o.data_ptr():  # an adapter with its own outputs (the public wrapper)
+            o[..., : case.d_v].copy_(fwd.o)
+            lse.copy_(fwd.lse)
+        return o, lse, fwd
+    ref_o, ref_lse = reference_for_case(forward_of(case), inputs, torch.float64)
+    o.copy_(torch.nan_to_num(ref_o, nan=0.0).to(o.dtype))
+    lse.copy_(torch.where(torch.isnan(ref_lse), torch.zeros_like(ref_lse), ref_lse).to(lse.dtype))
+    return o, lse, None
+
+
+def reference_with_model(case: Case, inputs, do, o, lse):
+    """The float64 gradients, their bounds ("bound:<g>") and structural zeros ("zero:<g>")."""
+    from conformance.ground.tolerances import backward_bounds
+    from reference.backward import backward_for_case, structural_zeros
+
+    def extra(it, grads, o_given, lse_given):
+        bounds = backward_bounds(it, grads, case.dtype, o_given=o_given, lse_given=lse_given)
+        zeros = structural_zeros(it, grads)
+        return {**{f"bound:{n}": x for n, x in bounds.items()}, **{f"zero:{n}": x for n, x in zeros.items()}}
+
+    return backward_for_case(case, inputs, do, extra=extra, o=o.to(torch.float64), lse=lse.to(torch.float64))
+
+
+def _live(case: Case, inputs, name: str, shape) -> torch.Tensor:
+    """Elements the contract defines: dense every one; THD the rows of live tokens."""
+    dev = inputs.q.device
+    if not case.is_thd or name == "dsink":
+        return torch.ones(shape, dtype=torch.bool, device=dev)
+    live = (inputs.q_live if name == "dq" else inputs.kv_live).to(dev)
+    return live[:, None, None].expand(shape)
+
+
+def check_backward(case: Case, adapter) -> Observation:
+    """dQ, dK, dV (dBias, dSink) of the backward against the float64 closed
+    form under the backward error model; structural zeros bit for bit; guard
+    bands of every buffer handed."""
+    if not case.is_bwd:
+        raise ValueError(f"check_backward judges backward Cases (direction 'bwd'); got {case.describe()}")
+    recorder.begin("backward", case)
+    start = time.perf_counter()
+    dev = device()
+    inputs = make_inputs(case, dev, poison=True, pad_fill=FINITE_PAD)
+    do = make_grad_output(case, dev, poison=True, pad_fill=FINITE_PAD)
+    o, lse, fwd = handed_inputs(case, adapter, inputs, dev)
+    grads = make_grad_outputs(case, dev)
+    result = adapter.backward(case, inputs, o, lse, do, grads)
+    ref = reference_with_model(case, inputs, do, o, lse)
+    notes = dict(result.notes)
+    if fwd is not None:
+        notes["forward"] = {k: fwd.notes.get(k) for k in ("compile_key", "mode", "arch")}
+
+    def judged():
+        buffers = launched_buffers(inputs, (o, lse), result)
+        buffers.update({f"{n} (caller)": t for n, t in grads.items()}, do=do)
+        judge.guards_intact("backward", case, buffers)
+        missing = [n for n in GRADS if n in ref and n not in result.grads]
+        if missing:
+            raise PropertyFailure("backward", case, f"the backward returned no {', '.join(missing)}", {"missing": missing}, check="outputs")
+        ratios = {}
+        for name in GRADS:
+            if name not in ref:
+                continue
+            got, want = result.grads[name], ref[name]
+            live = _live(case, inputs, name, want.shape)
+            zero = ref.get(f"zero:{name}")
+            fixed = (zero == 1.0) & live if zero is not None else torch.zeros_like(live)
+            judge.exactly("backward", case, name, got, torch.zeros_like(want), fixed,
+                          f"{name} the kernel's gating makes exactly 0 (no visible key, padded rows, unseen keys, masked cells)", check="contract rows")  # fmt: skip
+            bound = ref.get(f"bound:{name}", torch.zeros_like(want))
+            ratios[name] = judge.within_model("backward", case, name, got, want, bound, live & ~fixed)
+        return ratios
+
+    return finish("backward", case, start, judged, compile=result.compile.to_dict(), notes=notes)
+
+
+def check_determinism(case: Case, adapter) -> Observation:
+    """deterministic=True: two launches of the backward on the same inputs
+    (fresh gradient buffers) give bitwise identical dQ, dK, dV, dBias, dSink.
+    (The default mode adds dQ, dBias and dSink by fp32 atomics in a free
+    order: it promises the error model only, not bits.)"""
+    if not (case.is_bwd and case.deterministic):
+        raise ValueError(f"check_determinism needs a deterministic backward Case; got {case.describe()}")
+    recorder.begin("determinism", case)
+    start = time.perf_counter()
+    dev = device()
+    inputs = make_inputs(case, dev, poison=True, pad_fill=FINITE_PAD)
+    do = make_grad_output(case, dev, poison=True, pad_fill=FINITE_PAD)
+    o, lse, _ = handed_inputs(case, adapter, inputs, dev)
+    first_bufs, second_bufs = make_grad_outputs(case, dev), make_grad_outputs(case, dev)
+    first = adapter.backward(case, inputs, o, lse, do, first_bufs)
+    kept = {n: t.clone() for n, t in first.grads.items()}  # the wrapper may reuse its buffers
+    second = adapter.backward(case, inputs, o, lse, do, second_bufs)
+
+    def judged():
+        for res, bufs in ((first, first_bufs), (second, second_bufs)):
+            buffers = launched_buffers(inputs, (o, lse), res)
+            buffers.update({f"{n} (caller)": t for n, t in bufs.items()}, do=do)
+            judge.guards_intact("determinism", case, buffers)
+        differ = []
+        for name, a in kept.items():
+            b = second.grads[name]
+            bits = {2: torch.int16, 4: torch.int32}[a.element_size()]
+            n = int((a.contiguous().view(bits) != b.contiguous().view(bits)).sum())
+            if n:
+                differ.append(f"{name}: {n} element(s)")
+        if differ:
+            raise PropertyFailure("determinism", case, f"deterministic=True, two launches differ bitwise ({'; '.join(differ)})",
+                                  {"differ": differ}, check="bitwise")  # fmt: skip
+        return {}
+
+    return finish("determinism", case, start, judged, compile=second.compile.to_dict(), notes=dict(second.notes))
+
+
+def check_backward_rejection(case: Case, adapter=None) -> Observation:
+    """``sdpa_bwd_wrapper_sm80`` refuses the backward contract ``rule``
+    (conformance.ground.contracts.BWD_RULES) with the stated exception naming
+    the argument, before compiling or launching anything. Runs on the CPU (a
+    GPU when there is one)."""
+    from conformance.ground.contracts import BWD_RULES
+    from kernels.backward import rejected_call
+    from kernels.counters import measure
+
+    rule = case.violation
+    row = next(r for r in BWD_RULES if r.name == rule)
+    recorder.begin("backward_rejection", case, rule=rule)
+    start = time.perf_counter()
+    dev = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    inputs = make_inputs(case, dev, poison=False)
+    o, lse = make_outputs(case, dev, fill=0.0)
+    do = make_grad_output(case, dev, poison=False)
+    box = {}
+
+    def call():
+        with measure() as counted:
+            try:
+                return rejected_call(case, inputs, o, lse, do, row.change)
+            finally:
+                box["delta"] = counted
+
+    def judged():
+        judge.raises_contract("backward_rejection", case, call, row.expect.exception, row.expect.fragment)
+        delta = box["delta"].delta
+        judge.compile_delta("backward_rejection", case, delta, {"misses": 0}, f"rule {rule}: refused before compiling")
+        return {}
+
+    return finish("backward_rejection", case, start, judged, entry="wrapper", notes={"rule": rule, "where": row.where})

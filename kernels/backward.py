@@ -1,0 +1,346 @@
+"""The SM80 backward through its two entry points.
+
+- ``prepared_backward`` (the prepared adapter): ``SdpaBwdDslSm80`` driven the
+  way its graph lowering drives it -- check_support, compile (which reaches
+  ``prepared_sm80.build_spec`` -> ``prepared_host.compile_host``, or the staged
+  recipe ``staged_sm80.compile_staged`` for layouts the pointer chain cannot
+  bind, or the packed THD chain), execute on CALLER buffers: the gradients
+  (dQ, dK, dV, dBias, dSink) and the uint8 workspace are guarded buffers of
+  the suite, so a stray write of any stage lands in a guard band.
+- ``wrapper_backward`` (the wrapper adapter): the public
+  ``sdpa_bwd_wrapper_sm80``, which allocates and returns its own gradients.
+
+Off SM80 both entries refuse the device in ``SdpaBwdDslSm80.check_support``
+(``torch.cuda.get_device_capability`` must answer (8, 0)); the prepared
+adapter and the wrapper's SM80-compatibility mode answer it for api_dsl's
+frames only, as the forward wrapper's mode does. Nothing else is bypassed:
+the backward's compiles name no ``--gpu-arch`` and target the live device
+(sm_90 on an H200). The CPU compile tier pins them to sm_80 instead.
+
+The result is a ``KernelResult`` whose ``grads`` holds views of the memory
+the kernel wrote, in the suite's layouts (dense logical (B, H, S, D) views;
+THD packed (T, H, D)); ``o``/``lse`` are the O and LSE the backward was
+handed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from contextlib import ExitStack, contextmanager
+from typing import Dict, Optional
+
+import torch
+
+from conformance.ground.case import Case
+from conformance.ground.data import TORCH_DTYPES, dense_view, guarded, make_grad_outputs, make_outputs
+from kernels.base import CompileDelta, KernelResult
+from kernels.counters import measure
+
+API_MODULE = "cudnn.sdpa.bwd.api_dsl"
+COMPILE_ONLY_ARCH = "sm_80"
+
+
+@contextmanager
+def sm80_answer(module: str = API_MODULE, *, available: bool = False):
+    """``torch.cuda.get_device_capability`` answers (8, 0) to ``module``'s
+    frames only (its check_support's architecture check); with ``available``
+    ``torch.cuda.is_available`` answers True to them too (the CPU compile
+    tier: check_support insists on CUDA before it plans anything)."""
+    real_cap, real_avail = torch.cuda.get_device_capability, torch.cuda.is_available
+
+    def capability(device=None):
+        if sys._getframe(1).f_globals.get("__name__") == module:
+            return (8, 0)
+        return real_cap(device)
+
+    def is_available():
+        return True if sys._getframe(1).f_globals.get("__name__") == module else real_avail()
+
+    torch.cuda.get_device_capability = capability
+    if available:
+        torch.cuda.is_available = is_available
+    try:
+        yield
+    finally:
+        torch.cuda.get_device_capability = real_cap
+        torch.cuda.is_available = real_avail
+
+
+def _window(n: int) -> Optional[int]:
+    return None if n < 0 else int(n)
+
+
+def _flavor_dims(case: Case):
+    from cudnn.sdpa.bwd.api_dsl import _SM80_BWD_FLAVOR_DIMS, _sm80_bwd_pick_flavor
+
+    flavor = _sm80_bwd_pick_flavor(case.d_qk, case.d_v)
+    return flavor, _SM80_BWD_FLAVOR_DIMS[flavor]
+
+
+def _packed(t: torch.Tensor, width: int) -> torch.Tensor:
+    """A packed (T, H, D) operand at the flavor width: itself when it already
+    is, else a guarded zero-padded copy (the THD chain has no staging leg)."""
+    if t.shape[-1] == width and t.is_contiguous():
+        return t
+    buf = guarded((*t.shape[:-1], width), t.dtype, t.device, row=t.shape[1] * width, fill=0)
+    buf[..., : t.shape[-1]].copy_(t)
+    return buf
+
+
+def plan(case: Case, q, k, v, o, do, lse, grads: Dict[str, torch.Tensor], inputs_bias=None, inputs_sinks=None, *, initialize_outputs=True):
+    """The ``SdpaBwdDslSm80`` of ``case`` over these (sample) tensors, not yet checked.
+    Dense: logical (B, H, S, D) views. THD: packed (T, H, D) at the flavor width."""
+    from cudnn.sdpa.bwd.api_dsl import SdpaBwdDslSm80
+
+    common = dict(
+        sample_sink=inputs_sinks,
+        sample_dsink=grads.get("dsink"),
+        is_causal=case.causal,
+        causal_bottom_right=case.bottom_right,
+        window_size_left=_window(case.window_left),
+        window_size_right=_window(case.window_right),
+        deterministic=case.deterministic,
+        scale_softmax=case.softmax_scale,
+    )
+    if not case.is_thd:
+        return SdpaBwdDslSm80(
+            q, k, v, o, do, lse, grads["dq"], grads["dk"], grads["dv"],
+            sample_bias=inputs_bias, sample_dbias=grads.get("dbias"),
+            seq_kv_lens_present=case.seq_kv_lens is not None, seq_q_lens_present=case.seq_q_lens is not None,
+            has_bias=case.bias is not None, bias_is_fp32=case.bias in (None, "float32"), bias_batch=case.bias_batch, **common,
+        )  # fmt: skip
+    # Packed: the envelope descs of _sm80_thd_plan, (n_seq, H, T, D) over [1, T, H, D] rows.
+    from cudnn.api_base import TensorDesc
+
+    n = case.n_seq
+
+    def env(t):  # (T, H, D) packed -> the (n_seq, H, T, D) envelope desc over its rows
+        tokens, h, d = t.shape
+        return TensorDesc(t.dtype, (n, h, tokens, d), (tokens * h * d, d, h * d, 1), (3, 1, 2, 0), t.device)
+
+    h, tokens = lse.shape
+    stats = TensorDesc(torch.float32, (n, h, tokens), (h * tokens, tokens, 1), (2, 1, 0), lse.device)
+    sink = None if inputs_sinks is None else TensorDesc(torch.float32, (h,), (1,), (0,), lse.device)
+    common.update(sample_sink=sink, sample_dsink=sink)
+    api = SdpaBwdDslSm80(env(q), env(k), env(v), env(o), env(do), stats, env(grads["dq"]), env(grads["dk"]), env(grads["dv"]),
+                         thd=True, max_total_seq_len_q=case.t_q, max_total_seq_len_kv=case.t_kv, **common)  # fmt: skip
+    # The launch bounds (the wrapper's max_s_q / max_s_kv hints) are set after check_support (_compile).
+    api._initialize_packed_outputs = bool(initialize_outputs)
+    return api
+
+
+def _launch_bounds(case: Case):
+    """The THD launch bounds the wrapper derives from exact hints: (max_s_q, max_s_kv)."""
+    return max(1, max(case.q_lens)), max(1, max(case.kv_lens))
+
+
+def _compile(api, case: Case):
+    api.check_support()
+    if case.is_thd:
+        api._thd_launch_bounds = _launch_bounds(case)
+    api.compile()
+
+
+def compile_key(case: Case) -> str:
+    """A short name of what a backward Case compiles (reports count distinct keys):
+    its TemplateParams facts and the geometry facts that reach the compile."""
+    facts = {n: getattr(case, n) for n in ("layout", "dtype", "h_q", "h_kv", "d_qk", "d_v", "causal", "bottom_right", "bias", "sinks", "deterministic",
+                                           "memory")}  # fmt: skip
+    facts.update(window=case.window_left >= 0, swa=max(case.window_left, 0), right=max(case.window_right, 0), bias_batch=case.bias_batch if case.bias else 0,
+                 seq_q=case.seq_q_lens is not None, seq_kv=case.seq_kv_lens is not None)  # fmt: skip
+    if case.is_thd:
+        facts.update(n_seq=case.n_seq)
+    else:
+        facts.update(batch=case.batch, s_q=case.s_q, s_kv=case.s_kv)
+    return hashlib.sha1(repr(sorted(facts.items())).encode()).hexdigest()[:12]
+
+
+def prepared_backward(adapter, case: Case, inputs, o, lse, do, grads=None, *, initialize_outputs: bool = True) -> KernelResult:
+    """Run the backward of ``case`` through ``SdpaBwdDslSm80`` on caller buffers."""
+    from kernels.source import backward_sources
+
+    env = adapter._live()
+    dev = inputs.q.device
+    grads = make_grad_outputs(case, dev) if grads is None else grads
+    staged = []
+    if case.is_thd:
+        _, (fdqk, fdv) = _flavor_dims(case)
+        q, k, v = _packed(inputs.q, fdqk), _packed(inputs.k, fdqk), _packed(inputs.v, fdv)
+        o_run, do_run = _packed(o, fdv), _packed(do, fdv)
+        run = {"dq": _packed(grads["dq"], fdqk), "dk": _packed(grads["dk"], fdqk), "dv": _packed(grads["dv"], fdv)}
+        if "dsink" in grads:
+            run["dsink"] = grads["dsink"]
+        staged = [n for n, a, b in (("q", q, inputs.q), ("k", k, inputs.k), ("v", v, inputs.v), ("o", o_run, o), ("do", do_run, do))
+                  if a is not b] + [n for n in ("dq", "dk", "dv") if run[n] is not grads[n]]  # fmt: skip
+    else:
+        q, k, v, o_run, do_run, run = inputs.q, inputs.k, inputs.v, o, do, dict(grads)
+    api = plan(case, q, k, v, o_run, do_run, lse, run, inputs.bias, inputs.sinks, initialize_outputs=initialize_outputs)
+    with ExitStack() as stack:
+        if not env.native:
+            stack.enter_context(sm80_answer())
+        box = stack.enter_context(measure())
+        stack.enter_context(backward_sources(adapter.rewrites))
+        _compile(api, case)
+    workspace = guarded((max(1, api.scratch_workspace_bytes()),), torch.uint8, dev, row=1)
+    if case.is_thd:
+        env_view = lambda t: t.unsqueeze(0).transpose(1, 2)  # noqa: E731
+        api.execute(env_view(q), env_view(k), env_view(v), env_view(o_run), env_view(do_run), lse.unsqueeze(0),
+                    env_view(run["dq"]), env_view(run["dk"]), env_view(run["dv"]), scale_softmax=case.softmax_scale, workspace=workspace,
+                    seq_q_lens=inputs.cu_q, seq_kv_lens=inputs.cu_kv, sink_tensor=inputs.sinks, dsink_tensor=run.get("dsink"))  # fmt: skip
+    else:
+        api.execute(q, k, v, o, do, lse, grads["dq"], grads["dk"], grads["dv"], scale_softmax=case.softmax_scale, workspace=workspace,
+                    seq_q_lens=inputs.seq_q_lens, seq_kv_lens=inputs.seq_kv_lens, sink_tensor=inputs.sinks, dsink_tensor=grads.get("dsink"),
+                    bias_tensor=inputs.bias, dbias_tensor=grads.get("dbias"))  # fmt: skip
+    written = {}
+    for name, t in run.items():
+        written[name] = t[..., : grads[name].shape[-1]] if name in ("dq", "dk", "dv") else t
+        if t is not grads[name]:
+            grads[name].copy_(written[name])
+    path = "packed THD chain" if case.is_thd else ("native pointer chain" if api._native_pointer else "staged copies + pointer chain")
+    notes = {
+        "adapter": adapter.name, "direction": "bwd", "mode": env.mode, "flavor": api.flavor, "path": path, "d64_kernel": bool(api._use_d64),
+        "arch": "sm_80" if env.native else f"{env.live_arch} (the backward's compiles name no --gpu-arch: the DSL targets the live device)",
+        "staged": staged, "compile_key": compile_key(case), "deterministic": case.deterministic,
+    }  # fmt: skip
+    if case.is_thd:
+        notes["initialize_outputs"] = bool(initialize_outputs)
+    handed = {role: t for role, t in (("q", q), ("k", k), ("v", v), ("o", o_run), ("do", do_run), ("lse", lse), ("bias", inputs.bias), ("sinks", inputs.sinks),
+                                      ("seq_q_lens", inputs.seq_q_lens), ("seq_kv_lens", inputs.seq_kv_lens), ("cu_q", inputs.cu_q), ("cu_kv", inputs.cu_kv),
+                                      ("workspace", workspace)) if t is not None}  # fmt: skip
+    handed.update(run)
+    return KernelResult(o, lse, box.delta, notes, handed, grads=written)
+
+
+def compile_only_backward(adapter, case: Case) -> CompileDelta:
+    """Plan and compile the backward of ``case`` for sm_80 from its facts
+    alone (meta tensors, no CUDA): check_support sees an SM80 with CUDA, the
+    pointer host's compiles are pinned to sm_80."""
+    from cudnn.sdpa.bwd.kernels.sm80 import prepared_host
+
+    from kernels.prepared import compile_arch
+    from kernels.source import backward_sources
+
+    case.require_expressible(adapter.name)
+    dt = TORCH_DTYPES[case.dtype]
+    with torch.device("meta"):
+        if case.is_thd:
+            _, (fdqk, fdv) = _flavor_dims(case)
+            packed = lambda t, h, d: guarded((t, h, d), dt, row=h * d)  # noqa: E731
+            q, k, v = packed(case.t_q, case.h_q, fdqk), packed(case.t_kv, case.h_kv, fdqk), packed(case.t_kv, case.h_kv, fdv)
+            o, do = packed(case.t_q, case.h_q, fdv), packed(case.t_q, case.h_q, fdv)
+            lse = guarded((case.h_q, case.t_q), torch.float32, row=1)
+            grads = {"dq": packed(case.t_q, case.h_q, fdqk), "dk": packed(case.t_kv, case.h_kv, fdqk), "dv": packed(case.t_kv, case.h_kv, fdv)}
+            if case.sinks:
+                grads["dsink"] = guarded((case.h_q,), torch.float32, row=1)
+            bias = None
+        else:
+            q = dense_view(case, case.batch, case.h_q, case.s_q, case.d_qk, dt)
+            k = dense_view(case, case.batch, case.h_kv, case.s_kv, case.d_qk, dt)
+            v = dense_view(case, case.batch, case.h_kv, case.s_kv, case.d_v, dt)
+            o, lse = make_outputs(case, "meta", fill=None)
+            do = dense_view(case, case.batch, case.h_q, case.s_q, case.d_v, dt)
+            grads = make_grad_outputs(case, "meta", fill=None)
+            bias = guarded((case.bias_batch, case.h_q, case.s_q, case.s_kv), TORCH_DTYPES[case.bias]) if case.bias else None
+        sinks = guarded((case.h_q,), torch.float32, row=1) if case.sinks else None
+    api = plan(case, q, k, v, o, do, lse, grads, bias, sinks)
+    with sm80_answer(available=True), measure() as box, backward_sources(adapter.rewrites), compile_arch(prepared_host, COMPILE_ONLY_ARCH, add=True):
+        try:
+            _compile(api, case)
+        except NotImplementedError as e:  # no loadable entry off an sm_80 device: the compile happened all the same
+            if "positional tvm-ffi entry" not in str(e):
+                raise
+    return box.delta
+
+
+@contextmanager
+def _wrapper_compat(adapter):
+    from kernels.environment import detect
+
+    env = detect()
+    with ExitStack() as stack:
+        if env.capability is not None and not env.native:
+            if not adapter.sm80_compat:
+                from kernels.wrapper import UnsupportedDevice
+
+                raise UnsupportedDevice(f"sdpa_bwd_wrapper_sm80 serves SM 8.0 only; this is {env.live_arch}: use the SM80-compatibility mode")
+            stack.enter_context(sm80_answer())
+        yield env
+
+
+def wrapper_backward(adapter, case: Case, inputs, o, lse, do, grads=None, *, initialize_outputs: bool = True) -> KernelResult:
+    """Run the backward of ``case`` through ``sdpa_bwd_wrapper_sm80`` (its own outputs)."""
+    from cudnn.sdpa.bwd import sdpa_bwd_wrapper_sm80
+
+    case.require_expressible(adapter.name)
+    env, mode = adapter._mode()
+    kw = dict(is_causal=case.causal, window_size=(case.window_left, case.window_right), scale_softmax=case.scale, causal_bottom_right=case.bottom_right,
+              sinks=inputs.sinks, deterministic=case.deterministic)  # fmt: skip
+    if case.is_thd:
+        args = (inputs.q.unsqueeze(0), inputs.k.unsqueeze(0), inputs.v.unsqueeze(0), o.unsqueeze(0), do.unsqueeze(0), lse.unsqueeze(0))
+        max_q, max_kv = _launch_bounds(case)
+        kw.update(cum_seqlen_q_tensor=inputs.cu_q, cum_seqlen_k_tensor=inputs.cu_kv, max_s_q=max_q, max_s_kv=max_kv)
+    else:
+        args = (inputs.q, inputs.k, inputs.v, o, do, lse)
+        kw.update(seq_kv_lens=inputs.seq_kv_lens, seq_len_q=inputs.seq_q_lens, bias_tensor=inputs.bias)
+    with ExitStack() as stack:
+        if not env.native:
+            stack.enter_context(sm80_answer())
+        box = stack.enter_context(measure())
+        got = sdpa_bwd_wrapper_sm80(*args, **kw)
+    out = {"dq": got["dq_tensor"], "dk": got["dk_tensor"], "dv": got["dv_tensor"]}
+    if case.is_thd:  # packed [1, T, H, D]: views, not copies
+        out = {n: t[0] for n, t in out.items()}
+    for name in ("dbias", "dsink"):
+        if f"{name}_tensor" in got:
+            out[name] = got[f"{name}_tensor"]
+    notes = {"adapter": adapter.name, "direction": "bwd", "mode": mode, "sm80_compat": adapter.sm80_compat, "compile_key": compile_key(case),
+             "outputs": "wrapper-owned (as returned by sdpa_bwd_wrapper_sm80; no guard bands)", "deterministic": case.deterministic}  # fmt: skip
+    handed = {role: t for role, t in (("q", inputs.q), ("k", inputs.k), ("v", inputs.v), ("o", o), ("do", do), ("lse", lse), ("bias", inputs.bias),
+                                      ("sinks", inputs.sinks), ("seq_q_lens", inputs.seq_q_lens), ("seq_kv_lens", inputs.seq_kv_lens), ("cu_q", inputs.cu_q),
+                                      ("cu_kv", inputs.cu_kv)) if t is not None}  # fmt: skip
+    return KernelResult(o, lse, box.delta, notes, handed, grads=out)
+
+
+def rejected_call(case: Case, inputs, o, lse, do, change) -> None:
+    """Call ``sdpa_bwd_wrapper_sm80`` for ``case`` with a contract rule's
+    ``change`` (conformance.ground.contracts.BWD_CHANGES) applied; returns
+    what it returns, raises what it raises. Off a GPU, check_support's CUDA
+    and SM80 checks answer yes to api_dsl (the rules sit before any device
+    use, or in build_spec before any compile); off SM80 the SM80 check does."""
+    from cudnn.sdpa.bwd import sdpa_bwd_wrapper_sm80
+
+    from kernels.environment import detect
+
+    kind, arg = change
+    dt = TORCH_DTYPES[case.dtype]
+    dev = inputs.q.device
+    ops = dict(q=inputs.q, k=inputs.k, v=inputs.v, o=o, do=do, lse=lse, bias=inputs.bias)
+    if case.is_thd:
+        ops.update({n: ops[n].unsqueeze(0) for n in ("q", "k", "v", "o", "do", "lse")})
+    if kind == "dtype":
+        role, to = arg
+        ops[role] = ops[role].to(TORCH_DTYPES[to])
+    if kind == "bias_heads":
+        ops["bias"] = ops["bias"][:, :1].contiguous()
+    kw = dict(is_causal=case.causal, window_size=(case.window_left, case.window_right), scale_softmax=case.scale, causal_bottom_right=case.bottom_right,
+              sinks=inputs.sinks, deterministic=case.deterministic)  # fmt: skip
+    if case.is_thd:
+        kw.update(cum_seqlen_q_tensor=inputs.cu_q, cum_seqlen_k_tensor=None if kind == "drop_cu_k" else inputs.cu_kv)
+    else:
+        kw.update(seq_kv_lens=inputs.seq_kv_lens, seq_len_q=inputs.seq_q_lens, bias_tensor=ops["bias"])
+    if kind == "kwarg":
+        name, value = arg
+        made = {
+            "rope": lambda: torch.zeros((max(case.max_s_q, max(case.kv_lengths(), default=1)), case.d_qk // 2), dtype=torch.float32, device=dev),
+            "bias": lambda: torch.zeros((1, case.h_q, case.max_s_q, max(case.kv_lengths(), default=1)), dtype=dt, device=dev),
+            "lens": lambda: torch.tensor(case.q_lengths(), dtype=torch.int32, device=dev),
+        }
+        kw[name] = made[value]() if isinstance(value, str) else value
+    env = detect()
+    with ExitStack() as stack:
+        if env.capability is None:
+            stack.enter_context(sm80_answer(available=True))
+        elif not env.native:
+            stack.enter_context(sm80_answer())
+        return sdpa_bwd_wrapper_sm80(ops["q"], ops["k"], ops["v"], ops["o"], ops["do"], ops["lse"], **kw)

@@ -1,0 +1,47 @@
+"""Backward Cases: the forward's facts (the same pools and free draws), made
+backward (``direction="bwd"``) with the backward-only facts drawn.
+
+A forward Case the SM80 backward does not serve is mapped onto the nearest
+one it does (``to_backward``; never filtered): the backward takes a natural-log LSE
+(its kernels read Stats as natural, bprop_f16.py:840 multiplies by log2 e),
+so ``lse_log2`` is dropped; the scale is kept positive (the backward folds
+no sign: its behaviour for negative and zero scales is not yet judged, see
+docs); a bias is fp32 or the I/O dtype (prepared_sm80.build_spec); d_v is
+cut to d_qk where it is wider (SdpaBwdDslSm80.check_support); THD gets one
+slack token on a side with no capacity (the adapters bind real rows).
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from hypothesis import strategies as st
+
+from conformance.ground.case import INPUT_SOURCES, Case
+
+from .facts import cases
+
+
+def to_backward(c: Case, deterministic: bool, inputs_from: str) -> Case:
+    """The backward Case nearest to forward facts ``c`` that the backward serves
+    (a map, never a filter: every draw is used and shrinks like the forward's)."""
+    scale = None if c.scale is None or c.scale == 0 else abs(c.scale)
+    changes = dict(direction="bwd", deterministic=deterministic, inputs_from=inputs_from, lse_log2=False, scale=scale)
+    if c.d_qk < c.d_v:  # the backward needs d_qk >= d_v (off-envelope draws only)
+        changes["d_v"] = c.d_qk
+    if c.bias is not None and c.bias not in ("float32", c.dtype):
+        changes["bias"] = c.dtype
+    if c.is_thd and c.t_q < 1:
+        changes["q_slack"] = c.q_slack + 1
+    if c.is_thd and c.t_kv < 1:
+        changes["kv_slack"] = c.kv_slack + 1
+    return c.replace(**changes)
+
+
+def backward_cases(*, layouts: Sequence[str] = ("dense", "thd"), deterministic: Optional[bool] = None, inputs_from: Optional[str] = None,
+                   **options) -> st.SearchStrategy[Case]:  # fmt: skip
+    """Valid backward Cases over ``layouts``; ``deterministic``/``inputs_from``
+    fixed or drawn; ``options`` as ``strategies.cases`` (flavors=, dtypes=, ...)."""
+    det = st.booleans() if deterministic is None else st.just(deterministic)
+    src = st.sampled_from(INPUT_SOURCES) if inputs_from is None else st.just(inputs_from)
+    return st.builds(to_backward, cases(layouts=layouts, **options), det, src)

@@ -1,0 +1,183 @@
+"""The backward properties on the CPU: the emulated backward (its arithmetic
+as the SM80 kernel does it, tests/kernel_emulation.py) passes the error
+model on every feature, from reference O/LSE and from the emulated forward;
+each planted bug fails it (the property's power); determinism fails on a
+launch that is not bitwise repeatable; the backward strategies reach every
+backward-only value."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from unittest import mock
+
+import pytest
+import torch
+from hypothesis import given, settings, HealthCheck
+
+from conformance.ground.case import Case
+from conformance.ground.coverage import BACKWARD_REQUIRED, labels
+from conformance.ground.outcome import PropertyFailure
+from conformance.properties import backward as bwd_prop
+from strategies import backward_cases
+from tests.kernel_emulation import BwdPlant, EmulatedBackward
+
+
+@contextmanager
+def on_cpu():
+    with mock.patch.object(bwd_prop, "device", lambda: torch.device("cpu")):
+        yield
+
+
+def _bwd(**kw):
+    return Case(direction="bwd", **{"d_qk": 64, "d_v": 64, "seed": 7, **kw})
+
+
+CASES = [
+    _bwd(s_q=70, s_kv=130, h_q=2, h_kv=2),
+    _bwd(dtype="bfloat16", s_q=65, s_kv=64, causal=True, h_q=4, h_kv=2),
+    _bwd(s_q=40, s_kv=90, causal=True, bottom_right=True, window_left=16, h_q=3, h_kv=1, d_qk=128, d_v=128),
+    _bwd(batch=2, s_q=33, s_kv=70, seq_q_lens=(33, 5), seq_kv_lens=(70, 0), causal=True, bottom_right=True),
+    _bwd(batch=2, s_q=20, s_kv=30, bias="float32", bias_batch=1, h_q=2, h_kv=1),
+    _bwd(batch=2, s_q=20, s_kv=30, bias="float16", bias_batch=2, memory="bshd_padded"),
+    _bwd(batch=2, s_q=50, s_kv=17, sinks=True, causal=True, scale=0.3, d_qk=96, d_v=64),
+    _bwd(dtype="bfloat16", s_q=64, s_kv=64, sinks=True, bias="float32", window_left=3, causal=True, window_right=2, memory="bhsd"),
+]
+
+
+def backward(case, bwd=BwdPlant()):
+    with on_cpu():
+        return bwd_prop.check_backward(case, EmulatedBackward(bwd=bwd))
+
+
+@pytest.mark.parametrize("source", ["reference", "kernel"])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.describe())
+def test_emulated_backward_is_within_the_model(case, source):
+    obs = backward(case.replace(inputs_from=source))
+    assert obs.outcome == "passed" and obs.ratios and all(r <= 1.0 for r in obs.ratios.values()), obs.ratios
+
+
+# (plant, a case that reaches it, the gradient that must fail)
+POWER = [
+    (BwdPlant(gqa_one_head=True), CASES[1], "dk"),
+    (BwdPlant(mask_off=True), CASES[1], "dq"),
+    (BwdPlant(mask_off=True), CASES[2], "dq"),
+    (BwdPlant(ds_unscaled=True), CASES[0], "dq"),
+    (BwdPlant(dsink_log2=True), CASES[6], "dsink"),
+    (BwdPlant(dbias_batch0=True), CASES[4], "dbias"),
+    (BwdPlant(dq_relay_drop=True), CASES[0], "dq"),
+]
+
+
+@pytest.mark.parametrize("plant,case,quantity", POWER, ids=lambda x: repr(x)[:60] if isinstance(x, BwdPlant) else None)
+def test_every_planted_backward_bug_fails(plant, case, quantity):
+    with pytest.raises(PropertyFailure) as e:
+        backward(case, plant)
+    named = {e.value.detail.get("quantity")} | {f.detail.get("quantity") for f in getattr(e.value, "failures", [])}
+    assert quantity in named, e.value.summary
+
+
+def test_determinism_holds_for_a_repeatable_launch_and_fails_otherwise():
+    case = CASES[1].replace(deterministic=True)
+    with on_cpu():
+        assert bwd_prop.check_determinism(case, EmulatedBackward()).outcome == "passed"
+        with pytest.raises(PropertyFailure, match="differ bitwise"):
+            bwd_prop.check_determinism(case, EmulatedBackward(bwd=BwdPlant(noisy=True)))
+
+
+def test_the_model_is_not_vacuous():
+    """Bounds stay well below the gradients' own size: a ratio near 1 is information."""
+    obs = backward(CASES[0])
+    assert 0 < max(obs.ratios.values()) <= 1.0
+
+
+def test_backward_strategies_reach_every_backward_value_and_are_servable():
+    seen = set()
+
+    @settings(max_examples=120, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(backward_cases(geometry="pool"))
+    def collect(c):
+        assert c.is_bwd and c.structural_problem() is None and c.d_qk >= c.d_v and not c.lse_log2
+        assert c.scale is None or c.scale > 0
+        seen.update(labels(c))
+
+    collect()
+    assert sorted(BACKWARD_REQUIRED - seen) == []
+
+
+@pytest.mark.compile
+def test_the_backward_compile_key_mutant_is_killed_by_the_cpu_tier(tmp_path, monkeypatch):
+    """compile_reuse (launch=False) on the backward: the pristine packed chain
+    reuses its artifact across token totals; the mutant whose key carries the
+    Q token capacity recompiles and fails."""
+    from conformance.properties import check_compile_reuse
+    from kernels.mutants import by_name
+    from kernels.prepared import PreparedAdapter
+
+    monkeypatch.setenv("CUDNN_FRONTEND_COMPILED_CACHE", str(tmp_path / "compiled"))
+    mutant = by_name("bwd_thd_key_token_totals")
+    probe = Case(**mutant.probe)
+    assert check_compile_reuse(probe, PreparedAdapter(rewrites=()), launch=False).outcome == "passed"
+    with pytest.raises(PropertyFailure, match="new token totals"):
+        check_compile_reuse(probe, PreparedAdapter(rewrites=mutant.rewrites), launch=False)
+
+
+def test_the_backward_model_assumes_the_installed_arithmetic():
+    """The lines of the backward kernel whose arithmetic backward_bounds charges."""
+    from kernels.source import TARGETS, package_root
+
+    src = (package_root() / TARGETS["bwd_f16"]).read_text()
+    for line in (
+        "p0 = cute.math.exp2(s0 - lse0, fastmath=True)",  # P recomputed in fp32 from the handed LSE (ex2.approx)
+        "h01 = fp32_to_fp16(p0, p1, dtype=io_dtype)",  # P rounded to the I/O dtype for the dV mma
+        "db0 = (acc1[off + 0] - dd0) * p0",  # dS' in fp32, unrounded P
+        "ds0 = attn_scale * db0",  # dS = scale dS'
+        "bmm2_a[nf * 2 + 0] = fp32_to_fp16(ds0, ds1, dtype=io_dtype)",  # dS rounded for the dK mma
+        "_atomic_add_f32(dQ_view.data_ptr() + gaddr, val)",  # dQ across KV tiles: fp32 atomics
+        "term = cute.math.exp2((sink_h - lse_q) * cutlass.Float32(_LOG2E), fastmath=True) * dd_q",  # dSink, natural units
+    ):
+        assert line in src, f"backward_bounds assumes `{line}`"
+    assert "acc = acc + Pointer(src + in_base + cutlass.Int64(g)" in src  # GQA: io partials summed in fp32
+
+
+@pytest.mark.parametrize("impostor", ["accepts", "other message", "other exception"])
+def test_backward_rejection_fails_on_a_wrapper_that_does_not_refuse_as_stated(impostor):
+    """Power of the contract rows: an entry that accepts the call, or refuses it
+    without naming the argument, or with another exception type, fails."""
+    import cudnn.sdpa.bwd as bwd_pkg
+
+    from conformance.ground.contracts import BWD_RULES
+    from conformance.properties import check_backward_rejection
+
+    def wrapper(*args, **kwargs):
+        if impostor == "other message":
+            raise NotImplementedError("unsupported")
+        if impostor == "other exception":
+            raise RuntimeError("bias_tensor")
+        return {}
+
+    rule = next(r for r in BWD_RULES if r.name == "bwd_thd_bias")
+    bwd_pkg.sdpa_bwd_wrapper_sm80  # resolve the lazy export before patching it
+    with mock.patch.object(bwd_pkg, "sdpa_bwd_wrapper_sm80", wrapper), pytest.raises(PropertyFailure):
+        check_backward_rejection(rule.case())
+
+
+def test_backward_sources_patch_only_while_active_and_restore():
+    from cudnn.sdpa.bwd import api_dsl, prepared_sm80
+    from cudnn.sdpa.bwd.kernels.sm80 import prepared_host
+
+    from kernels.mutants import by_name
+    from kernels.source import backward_sources
+
+    before = (api_dsl._load_sm80_bwd_module, prepared_host.compile_host, prepared_host.workspace_regions, prepared_sm80.build_spec,
+              api_dsl._SM80_BWD_KERNEL_MOD.get("d64"))  # fmt: skip
+    with backward_sources(()):
+        assert prepared_host.compile_host is before[1]  # no rewrites: nothing changes
+    rewrites = sum((by_name(n).rewrites for n in ("bwd_gqa_fold_first_head", "bwd_causal_mask_dropped", "bwd_thd_key_token_totals",
+                                                   "bwd_d64_ds_unscaled")), ())  # fmt: skip
+    with backward_sources(rewrites):
+        assert api_dsl._load_sm80_bwd_module is not before[0] and prepared_host.compile_host is not before[1]
+        assert prepared_host.workspace_regions is not before[2] and prepared_sm80.build_spec is not before[3]
+        assert "ds0 = (acc_dP[off + 0] - dd_t)" in open(api_dsl._SM80_BWD_KERNEL_MOD["d64"].__file__).read()
+    after = (api_dsl._load_sm80_bwd_module, prepared_host.compile_host, prepared_host.workspace_regions, prepared_sm80.build_spec,
+             api_dsl._SM80_BWD_KERNEL_MOD.get("d64"))  # fmt: skip
+    assert after == before
