@@ -25,6 +25,20 @@ sibling prefill_d256_f16.py repeats every line cited; the mask itself is in
   NOT multiplied by scale, joining only the softmax denominator (V_sink = 0):
   lse = log(sum_j exp(logit_j) + exp(sink_h)); o = sum_j exp(logit_j - lse) v_j
   (f16:1343-1365).
+- Sink units and buffers (schema 3): a Case with ``sink_log2`` hands base-2
+  logits (TemplateParams.sink_natural=False: the kernel skips the log2(e)
+  multiply, f16:1346-1347), so the natural logit is the handed value / log2(e);
+  the buffer is read through its own stride (``sink_layout``: stride 2, or 0
+  broadcasting one logit, f16:1345) in its own dtype (``sink_dtype``):
+  ``sink_logits``.
+- RoPE (``rope``, dense): before q.k the kernel rotates each Q and K row in
+  shared memory (frost/tile_dsl/rope.py rope_rotate_smem_tile, f16:790-795,
+  981-985): half-split pairs (i, i + D/2) of the flavor's envelope D, angle
+  table [pos, i] (pos: the row's index in S, Q and K alike), cos/sin taken in
+  float32 of the float32 angle (kernels/sm80/rope_table.py), the rotation in
+  float32 and the result rounded to the I/O dtype (it is stored back into the
+  I/O tile). ``rotate`` applies exactly that, so the error model sees the
+  operands the tensor cores multiply.
 - LSE is natural log: LN2 * (row_max + log2(row_sum)) (f16:1386); a Case
   with ``lse_log2`` (TemplateParams.stats_log2) asks for base 2: natural LSE *
   log2(e), -inf staying -inf (f16:1405-1408); ``reference_for_case`` converts.
@@ -225,6 +239,28 @@ def attention(
 Extra = Callable[[Internals], Dict[str, torch.Tensor]]
 
 
+def sink_logits(case, tensors) -> Optional[torch.Tensor]:
+    """The (H_q,) natural-log sink logits the kernel must use: the handed
+    buffer read through its own strides and dtype, base-2 values converted
+    (``case.sink_log2``); float64."""
+    if tensors.sinks is None:
+        return None
+    sinks = tensors.sinks.to(torch.float64)
+    return sinks / LOG2E if case.sink_log2 else sinks
+
+
+def rotate(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
+    """RoPE as the kernel applies it: x (B, H, S, D) in the I/O dtype, angles
+    (>= S, >= D/2) float32; pairs (i, i + D/2) rotated by angles[pos, i] in
+    float32 (cos/sin of the float32 angle), rounded back to x's dtype."""
+    d2 = x.shape[-1] // 2
+    a = angles[: x.shape[-2], :d2].to(device=x.device, dtype=torch.float32)
+    c, s = torch.cos(a), torch.sin(a)
+    lo, hi = x[..., :d2].to(torch.float32), x[..., d2:].to(torch.float32)
+    out = torch.cat((lo * c - hi * s, hi * c + lo * s), dim=-1)
+    return out.to(x.dtype)
+
+
 def reference_for_case(case, tensors, compute_dtype: torch.dtype = torch.float32, *, extra: Optional[Extra] = None):
     """(O, LSE) of a ``conformance.ground.case.Case`` on the ``CaseTensors`` that
     ``make_inputs`` made, in the layouts of ``conformance.ground.data.make_outputs``
@@ -242,12 +278,15 @@ def reference_for_case(case, tensors, compute_dtype: torch.dtype = torch.float32
         bottom_right=case.bottom_right,
         window_left=case.window_left,
         window_right=case.window_right,
-        sinks=tensors.sinks,
+        sinks=sink_logits(case, tensors),
         compute_dtype=compute_dtype,
         internals=extra is not None,
     )
     if not case.is_thd:
-        got = attention(tensors.q, tensors.k, tensors.v, bias=tensors.bias,
+        q, k = tensors.q, tensors.k
+        if case.rope:
+            q, k = rotate(q, tensors.rope), rotate(k, tensors.rope)
+        got = attention(q, k, tensors.v, bias=tensors.bias,
                         q_lens=tensors.seq_q_lens, kv_lens=tensors.seq_kv_lens, **common)
         return _lse_units(case, got[0], got[1], None if extra is None else extra(got[2]))
     acc = torch.float64 if compute_dtype == torch.float64 else torch.float32

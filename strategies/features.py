@@ -14,7 +14,8 @@ from typing import Optional, Sequence, Tuple
 
 from hypothesis import strategies as st
 
-from conformance.ground.case import DTYPES
+from conformance.ground.tables import flavor_of
+from conformance.ground.case import DTYPES, LSE_LAYOUTS, PREFIX_DTYPES, SCHEDULERS, SINK_DTYPES, SINK_LAYOUTS, Case
 
 from . import pools
 
@@ -88,6 +89,35 @@ def options(draw, opts: Common) -> dict:
     take is drawn here, behind ``maybe`` so it shrinks away, with a ``Common``
     option)."""
     return dict(lse_log2=maybe(draw, opts.lse_log2), sinks=maybe(draw, opts.sinks), scale=scale(draw, opts))
+
+
+def kernel_features(draw, case: Case) -> Case:
+    """``case`` with the schema-3 feature facts drawn where they mean
+    something (Case._feature_rules), each behind a boolean that shrinks to
+    its default: LSE output and layout, sink units/dtype/layout, scheduler
+    and L2 budget (dense), RoPE (dense, envelope dims, no padding), cu_seqlens
+    dtype (THD). The free draws use it; the pools rotate the same values
+    (strategies.geometry.features_of)."""
+    out = {}
+    if draw(st.booleans()):
+        out["has_lse"] = False
+    elif draw(st.booleans()):
+        out["lse_layout"] = draw(st.sampled_from(LSE_LAYOUTS))
+    if case.sinks and draw(st.booleans()):
+        out.update(sink_log2=draw(st.booleans()), sink_layout=draw(st.sampled_from(SINK_LAYOUTS)))
+        if case.is_thd:
+            out["sink_dtype"] = draw(st.sampled_from(SINK_DTYPES))
+    if case.is_thd:
+        if draw(st.booleans()):
+            out["prefix_dtype"] = draw(st.sampled_from(PREFIX_DTYPES))
+    else:
+        if draw(st.booleans()):
+            out["sched"] = draw(st.sampled_from(SCHEDULERS))
+            if out["sched"] in ("lpt_l2", "auto") and draw(st.booleans()):
+                out["sched_l2_mib"] = 1
+        if case.seq_q_lens is None and case.seq_kv_lens is None and pools.FLAVOR_ENVELOPES.get(flavor_of(case.d_qk, case.d_v)) == (case.d_qk, case.d_v):
+            out["rope"] = draw(st.booleans())
+    return case.replace(**out)
 
 
 def scale(draw, opts: Common) -> Optional[float]:

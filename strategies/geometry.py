@@ -120,6 +120,7 @@ class DenseGeometry:
     pad_q: bool = False
     pad_kv: bool = False
     lse_log2: bool = False  # TemplateParams.stats_log2: compiled in
+    extra: Tuple[Tuple[str, object], ...] = ()  # schema-3 feature facts (features_of), all compile keys
 
     def case(self, dtype: str, **runtime) -> Case:
         """The Case of this geometry with runtime facts at their simplest
@@ -130,7 +131,7 @@ class DenseGeometry:
             window_right=self.window_right, bias=None if self.bias is None else (dtype if self.bias == "input" else "float32"),
             sinks=self.sinks, lse_log2=self.lse_log2, scale=SIMPLEST_SCALE[self.sign], memory=self.memory,
             seq_q_lens=(self.s_q,) * self.batch if self.pad_q else None,
-            seq_kv_lens=(self.s_kv,) * self.batch if self.pad_kv else None,
+            seq_kv_lens=(self.s_kv,) * self.batch if self.pad_kv else None, **dict(self.extra),
         )  # fmt: skip
         facts.update(runtime)
         return Case(**facts)
@@ -149,13 +150,14 @@ class ThdGeometry:
     sinks: bool = False
     sign: int = 1
     lse_log2: bool = False
+    extra: Tuple[Tuple[str, object], ...] = ()  # schema-3 feature facts (features_of)
 
     def case(self, flavor: str, dtype: str, **runtime) -> Case:
         d_qk, d_v = pools.FLAVOR_ENVELOPES[flavor]
         facts = dict(
             layout="thd", dtype=dtype, h_q=self.h_q, h_kv=self.h_kv, d_qk=d_qk, d_v=d_v, q_lens=(1,) * self.n_seq,
             kv_lens=(1,) * self.n_seq, causal=self.causal, bottom_right=self.bottom_right, window_left=self.window_left,
-            sinks=self.sinks, lse_log2=self.lse_log2, scale=SIMPLEST_SCALE[self.sign],
+            sinks=self.sinks, lse_log2=self.lse_log2, scale=SIMPLEST_SCALE[self.sign], **dict(self.extra),
         )  # fmt: skip
         facts.update(runtime)
         return Case(**facts)
@@ -269,6 +271,45 @@ def _lse_log2(s: int, r: int) -> bool:
     return r > 0 and (s + r) % 3 == 2
 
 
+# Dense rows whose (B * H_kv) groups and S_kv reach past a 1 MiB LPT-L2
+# budget on the wide flavors (row 16: B=3, H_kv=2, s_q<s_kv up to 257:
+# 6 groups of up to 257*(256+256)*2 bytes): LPT-L2 at 1 MiB there splits the
+# groups into several L2 blocks, the last one partial.
+L2_SPLIT_ROWS = (16,)
+
+
+def features_of(layout: str, s: int, r: int, *, sinks: bool, rope_ok: bool) -> Tuple[Tuple[str, object], ...]:
+    """The schema-3 feature facts of pool row ``r`` of stratum ``s``, rotated
+    like ``_lse_log2`` so that every value sits in some stratum's pool while a
+    pool keeps its row count (these facts ride on existing rows: no new
+    compile key per value). Row 0 keeps every default (shrinking leaves them)."""
+    from conformance.ground.case import LSE_LAYOUTS, PREFIX_DTYPES, SCHEDULERS, SINK_DTYPES, SINK_LAYOUTS
+
+    if r == 0:
+        return ()
+    i = s + r
+    out = {}
+    if i % 5 == 3:
+        out["has_lse"] = False
+    elif i % 3:
+        out["lse_layout"] = LSE_LAYOUTS[i % 3]
+    if sinks:
+        out.update(sink_log2=i % 2 == 1, sink_layout=SINK_LAYOUTS[(i // 2) % 3])
+        if layout == "thd":
+            out["sink_dtype"] = SINK_DTYPES[(i // 3) % 3]
+    if layout == "thd":
+        out["prefix_dtype"] = PREFIX_DTYPES[i % 2]
+    else:
+        out["sched"] = "lpt_l2" if r in L2_SPLIT_ROWS else SCHEDULERS[(i // 2) % 4]
+        if r in L2_SPLIT_ROWS or (out["sched"] == "lpt_l2" and i % 2):
+            out["sched_l2_mib"] = 1
+        if rope_ok and i % 3 == 1:
+            out["rope"] = True
+    defaults = {"has_lse": True, "lse_layout": "compact", "sink_log2": False, "sink_layout": "compact", "sink_dtype": "float32",
+                "prefix_dtype": "int32", "sched": "natural", "sched_l2_mib": 0}  # fmt: skip
+    return tuple(sorted((k, v) for k, v in out.items() if defaults.get(k) != v))
+
+
 @lru_cache(maxsize=None)
 def dense_pool(flavor: str, dtype: str) -> Tuple[DenseGeometry, ...]:
     """The stratum's dense geometries, simplest first (see the module doc)."""
@@ -278,9 +319,10 @@ def dense_pool(flavor: str, dtype: str) -> Tuple[DenseGeometry, ...]:
         klass = LENGTHS[length]
         s_q, s_kv = klass[(s + r) % len(klass)]
         d_qk, d_v = _dims(flavor, dims, s + r)
+        extra = features_of("dense", s, r, sinks=sinks, rope_ok=pad is None and dims == "on")
         out.append(DenseGeometry(
             d_qk=d_qk, d_v=d_v, batch=batch, h_q=h_q, h_kv=h_kv, s_q=s_q, s_kv=s_kv, bias=bias, sinks=sinks, sign=sign,
-            memory=memory, pad_q=pad in ("q", "both"), pad_kv=pad in ("kv", "both"), lse_log2=_lse_log2(s, r), **_mask(mask, s + r),
+            memory=memory, pad_q=pad in ("q", "both"), pad_kv=pad in ("kv", "both"), lse_log2=_lse_log2(s, r), extra=extra, **_mask(mask, s + r),
         ))  # fmt: skip
     return tuple(out)
 
@@ -291,7 +333,8 @@ def thd_pool(flavor: str, dtype: str) -> Tuple[ThdGeometry, ...]:
     out = []
     for r, ((h_q, h_kv), n_seq, mask, sinks, sign) in enumerate(THD_ROWS):
         m = _mask(mask, s + r)
-        out.append(ThdGeometry(h_q, h_kv, n_seq, m["causal"], m["bottom_right"], m["window_left"], sinks, sign, _lse_log2(s, r)))
+        extra = features_of("thd", s, r, sinks=sinks, rope_ok=False)
+        out.append(ThdGeometry(h_q, h_kv, n_seq, m["causal"], m["bottom_right"], m["window_left"], sinks, sign, _lse_log2(s, r), extra))
     return tuple(out)
 
 
@@ -450,8 +493,12 @@ def _candidates(c: Case) -> Iterator[Case]:
         yield c.replace(bias=None, bias_batch=1)
     if c.lse_log2:
         yield c.replace(lse_log2=False)
+    for name, default in (("rope", False), ("has_lse", True), ("lse_layout", "compact"), ("sched", "natural"), ("sched_l2_mib", 0),
+                          ("sink_log2", False), ("sink_layout", "compact"), ("sink_dtype", "float32"), ("prefix_dtype", "int32")):
+        if getattr(c, name) != default:
+            yield c.replace(**{name: default}, **({"sched_l2_mib": 0} if name == "sched" else {}))
     if c.sinks:
-        yield c.replace(sinks=False)
+        yield c.replace(sinks=False, sink_log2=False, sink_layout="compact", sink_dtype="float32")
     if c.window_right >= 0:
         yield c.replace(window_right=-1)
     if c.window_left >= 0:
