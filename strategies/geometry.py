@@ -278,11 +278,13 @@ def _lse_log2(s: int, r: int) -> bool:
 L2_SPLIT_ROWS = (16,)
 
 
-def features_of(layout: str, s: int, r: int, *, sinks: bool, rope_ok: bool) -> Tuple[Tuple[str, object], ...]:
+def features_of(layout: str, s: int, r: int, *, sinks: bool, rope_ok: bool, sink_row: int = 0) -> Tuple[Tuple[str, object], ...]:
     """The schema-3 feature facts of pool row ``r`` of stratum ``s``, rotated
     like ``_lse_log2`` so that every value sits in some stratum's pool while a
     pool keeps its row count (these facts ride on existing rows: no new
-    compile key per value). Row 0 keeps every default (shrinking leaves them)."""
+    compile key per value). Row 0 keeps every default (shrinking leaves them).
+    ``sink_row``: the row's index among the pool's rows with sinks (the sink
+    facts rotate over those, so each pool holds every sink value)."""
     from conformance.ground.case import LSE_LAYOUTS, PREFIX_DTYPES, SCHEDULERS, SINK_DTYPES, SINK_LAYOUTS
 
     if r == 0:
@@ -294,9 +296,10 @@ def features_of(layout: str, s: int, r: int, *, sinks: bool, rope_ok: bool) -> T
     elif i % 3:
         out["lse_layout"] = LSE_LAYOUTS[i % 3]
     if sinks:
-        out.update(sink_log2=i % 2 == 1, sink_layout=SINK_LAYOUTS[(i // 2) % 3])
+        k = s + sink_row
+        out.update(sink_log2=k % 2 == 1, sink_layout=SINK_LAYOUTS[(k + 1) % 3])
         if layout == "thd":
-            out["sink_dtype"] = SINK_DTYPES[(i // 3) % 3]
+            out["sink_dtype"] = SINK_DTYPES[k % 3]
     if layout == "thd":
         out["prefix_dtype"] = PREFIX_DTYPES[i % 2]
     else:
@@ -305,9 +308,16 @@ def features_of(layout: str, s: int, r: int, *, sinks: bool, rope_ok: bool) -> T
             out["sched_l2_mib"] = 1
         if rope_ok and i % 3 == 1:
             out["rope"] = True
-    defaults = {"has_lse": True, "lse_layout": "compact", "sink_log2": False, "sink_layout": "compact", "sink_dtype": "float32",
-                "prefix_dtype": "int32", "sched": "natural", "sched_l2_mib": 0}  # fmt: skip
-    return tuple(sorted((k, v) for k, v in out.items() if defaults.get(k) != v))
+    return tuple(sorted((k, v) for k, v in out.items() if FEATURE_DEFAULTS[k] != v))
+
+
+FEATURE_DEFAULTS = {"has_lse": True, "lse_layout": "compact", "sink_log2": False, "sink_layout": "compact", "sink_dtype": "float32",
+                    "prefix_dtype": "int32", "sched": "natural", "sched_l2_mib": 0, "rope": False}  # fmt: skip
+
+
+def extra_of(case: Case) -> Tuple[Tuple[str, object], ...]:
+    """The ``extra`` column (schema-3 feature facts off their defaults) of the row ``case`` was drawn from."""
+    return tuple(sorted((k, getattr(case, k)) for k, v in FEATURE_DEFAULTS.items() if getattr(case, k) != v))
 
 
 @lru_cache(maxsize=None)
@@ -319,7 +329,7 @@ def dense_pool(flavor: str, dtype: str) -> Tuple[DenseGeometry, ...]:
         klass = LENGTHS[length]
         s_q, s_kv = klass[(s + r) % len(klass)]
         d_qk, d_v = _dims(flavor, dims, s + r)
-        extra = features_of("dense", s, r, sinks=sinks, rope_ok=pad is None and dims == "on")
+        extra = features_of("dense", s, r, sinks=sinks, rope_ok=pad is None and dims == "on", sink_row=sum(row[5] for row in DENSE_ROWS[:r]))
         out.append(DenseGeometry(
             d_qk=d_qk, d_v=d_v, batch=batch, h_q=h_q, h_kv=h_kv, s_q=s_q, s_kv=s_kv, bias=bias, sinks=sinks, sign=sign,
             memory=memory, pad_q=pad in ("q", "both"), pad_kv=pad in ("kv", "both"), lse_log2=_lse_log2(s, r), extra=extra, **_mask(mask, s + r),
@@ -333,7 +343,7 @@ def thd_pool(flavor: str, dtype: str) -> Tuple[ThdGeometry, ...]:
     out = []
     for r, ((h_q, h_kv), n_seq, mask, sinks, sign) in enumerate(THD_ROWS):
         m = _mask(mask, s + r)
-        extra = features_of("thd", s, r, sinks=sinks, rope_ok=False)
+        extra = features_of("thd", s, r, sinks=sinks, rope_ok=False, sink_row=sum(row[3] for row in THD_ROWS[:r]))
         out.append(ThdGeometry(h_q, h_kv, n_seq, m["causal"], m["bottom_right"], m["window_left"], sinks, sign, _lse_log2(s, r), extra))
     return tuple(out)
 
