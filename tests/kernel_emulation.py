@@ -63,6 +63,14 @@ class Plant:
     drift: float = 1.0  # p of the first walked tile scaled by this in rows spanning >= 2 tiles
     lse_log2: bool = False  # LSE written in log2 units
     row_sum_io: bool = False  # lane row sums rounded to the I/O dtype after every tile
+    # Schema-3 feature bugs (the power of the new facts' judging, tests/test_feature_power.py):
+    sink_units_flipped: bool = False  # sinks read in the other unit than sink_natural says
+    rope_interleaved: bool = False  # RoPE pairs (2i, 2i+1) instead of the half split (i, i + D/2)
+    rope_q_only: bool = False  # K left unrotated
+    lse_store_without_stats: bool = False  # a compiled-out LSE block that still stores
+    sink_stride_ignored: bool = False  # sinks read at stride 1 whatever the buffer's stride
+    lse_compact_store: bool = False  # THD LSE stored head-major compact whatever lse_stride says
+    prefix_as_int32: bool = False  # cu_seqlens read as int32 words whatever their dtype
 
 
 def f32(x: torch.Tensor) -> torch.Tensor:
@@ -113,7 +121,7 @@ def mma_step(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor, tc_bits: int) 
 
 def emulate_attention(q, k, v, *, scale, causal=False, bottom_right=False, window_left=-1, window_right=-1, bias=None, sinks=None,
                       q_lens=None, kv_lens=None, io_dtype=torch.float16, arith: Arith = Arith(), plant: Plant = Plant(),
-                      mask_padded: bool = True):
+                      mask_padded: bool = True, sink_natural: bool = True):
     """Dense logical (B,H,S,D) inputs (as ``reference.attention``) -> O in the
     I/O dtype (B,Hq,SQ,Dv), LSE fp32 (B,Hq,SQ). ``mask_padded``: whether
     the kernel compiles the per-element padding mask (only ``Plant.drop``
@@ -203,7 +211,9 @@ def emulate_attention(q, k, v, *, scale, causal=False, bottom_right=False, windo
         m_run = torch.where(active, m_new, m_run)
     l = f32(f32(lanes[..., 0] + lanes[..., 2]) + f32(lanes[..., 1] + lanes[..., 3]))
     if sinks is not None:
-        s2 = f32(sinks.to(F32).to(F64).view(1, h_q, 1) * LOG2E_F32).expand_as(m_run)
+        # sink_natural: the kernel multiplies by fp32 log2(e); otherwise the buffer is base-2 already.
+        s2 = sinks.to(F32).to(F64).reshape(1, h_q, 1)
+        s2 = (f32(s2 * LOG2E_F32) if sink_natural != plant.sink_units_flipped else s2).expand_as(m_run)
         lift = torch.maximum(m_run, s2)
         os_ = ex2(f32(m_run - lift), arith)
         l = f32(f32(l * os_) + ex2(f32(s2 - lift), arith))
@@ -226,16 +236,24 @@ def emulate_case(case, tensors, arith: Arith = Arith(), plant: Plant = Plant()) 
     """(O, LSE) of the emulated kernel for a Case, in the layouts of
     ``conformance.ground.data.make_outputs`` (THD rows outside every sequence: 0)."""
     io = getattr(torch, case.dtype)
+    sinks = tensors.sinks
+    if sinks is not None and plant.sink_stride_ignored:
+        sinks = sinks.as_strided(sinks.shape, (1,), sinks.storage_offset())
     common = dict(scale=case.softmax_scale, causal=case.causal, bottom_right=case.bottom_right, window_left=case.window_left,
-                  window_right=case.window_right, sinks=tensors.sinks, io_dtype=io, arith=arith, plant=plant)
+                  window_right=case.window_right, sinks=sinks, io_dtype=io, arith=arith, plant=plant, sink_natural=not case.sink_log2)
     if not case.is_thd:  # is_even_mn (SQ % 128, SKV % 64) and seq_kv_lens decide the padding mask
         padded = bool(case.s_q % 128 or case.s_kv % TILE_N or case.seq_kv_lens is not None)
-        return emulate_attention(tensors.q, tensors.k, tensors.v, bias=tensors.bias, q_lens=tensors.seq_q_lens,
+        q, k = tensors.q, tensors.k
+        if case.rope:  # rotated in shared memory in fp32, stored back in the I/O dtype (reference.attention.rotate)
+            q, k = _rope(q, tensors.rope, plant), (k if plant.rope_q_only else _rope(k, tensors.rope, plant))
+        return emulate_attention(q, k, tensors.v, bias=tensors.bias, q_lens=tensors.seq_q_lens,
                                  kv_lens=tensors.seq_kv_lens, mask_padded=padded, **common)
     t_q, h_q, _ = tensors.q.shape
     o = torch.zeros((t_q, h_q, tensors.v.shape[-1]), dtype=io)
     lse = torch.zeros((h_q, t_q), dtype=F32)
-    cu_q, cu_kv = case.cu_seqlens("q"), case.cu_seqlens("kv")
+    # The offsets as the kernel reads them: from the cu_seqlens buffers, in their dtype.
+    read = (lambda t: t.view(torch.int32)[: t.shape[0]].tolist()) if plant.prefix_as_int32 else (lambda t: t.tolist())  # noqa: E731
+    cu_q, cu_kv = read(tensors.cu_q), read(tensors.cu_kv)
     as_bhsd = lambda x: x.permute(1, 0, 2).unsqueeze(0)  # noqa: E731
     for s in range(case.n_seq):
         q0, q1, k0, k1 = cu_q[s], cu_q[s + 1], cu_kv[s], cu_kv[s + 1]
@@ -245,6 +263,17 @@ def emulate_case(case, tensors, arith: Arith = Arith(), plant: Plant = Plant()) 
         o[q0:q1] = os_[0].permute(1, 0, 2)
         lse[:, q0:q1] = ls_[0]
     return o, lse
+
+
+def _rope(x, angles, plant: Plant):
+    from reference.attention import rotate
+
+    if not plant.rope_interleaved:
+        return rotate(x, angles)
+    # The planted convention: pairs (2i, 2i+1), de-interleaved around the true rotation.
+    d = x.shape[-1]
+    order = torch.cat([torch.arange(0, d, 2), torch.arange(1, d, 2)])
+    return rotate(x[..., order], angles)[..., torch.argsort(order)]
 
 
 # ------------------------------------------------------------ drop plants
@@ -302,11 +331,24 @@ class EmulatedAdapter:
         # a planted lse_log2 bug flips the units the Case asks for.
         plant = dataclasses.replace(self.plant, lse_log2=self.plant.lse_log2 != case.lse_log2)
         o, lse = emulate_case(case, inputs.to("cpu"), self.arith, plant)
+        if outputs is not None and not case.has_lse:
+            # No Stats output: O alone comes back; the caller's LSE buffer is untouched
+            # (unless the planted bug stores anyway).
+            if self.plant.lse_store_without_stats:
+                outputs[1][...] = (lse if not case.is_thd else lse.to(outputs[1].device))
+            if case.is_thd:
+                live = inputs.q_live.to(outputs[0].device)
+                outputs[0][live] = o[live.cpu()].to(outputs[0].device)
+                o = outputs[0]
+            return KernelResult(o, outputs[1], notes={"adapter": "emulated", "arith": repr(self.arith)})
         if case.is_thd and outputs is not None:  # only the live rows are stored
             buf_o, buf_lse = outputs
+            store = buf_lse
+            if self.plant.lse_compact_store:  # the stores miss the layout; the caller reads its own
+                store = buf_lse.as_strided(buf_lse.shape, (buf_lse.shape[1], 1), buf_lse.storage_offset())
             live = inputs.q_live.to(buf_o.device)
             buf_o[live] = o[live.cpu()].to(buf_o.device)
-            buf_lse[:, live] = lse[:, live.cpu()].to(buf_lse.device)
+            store[:, live] = lse[:, live.cpu()].to(buf_lse.device)
             o, lse = buf_o, buf_lse
         return KernelResult(o, lse, notes={"adapter": "emulated", "arith": repr(self.arith)})
 

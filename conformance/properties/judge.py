@@ -57,6 +57,8 @@ def _fail(failure: PropertyFailure) -> None:
 def _coords(case: Case, quantity: str, index: Sequence[int]) -> dict:
     """Name the coordinates of one element of O or LSE in the suite layouts."""
     idx = [int(i) for i in index]
+    if len(idx) == 1:  # a flat storage view (e.g. an LSE buffer never handed)
+        return {"element": idx[0]}
     if not case.is_thd:
         names = ("batch", "head", "token", "dim") if quantity == "o" else ("batch", "head", "token")
         return dict(zip(names, idx))
