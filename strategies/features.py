@@ -96,27 +96,35 @@ def kernel_features(draw, case: Case) -> Case:
     something (Case._feature_rules), each behind a boolean that shrinks to
     its default: LSE output and layout, sink units/dtype/layout, scheduler
     and L2 budget (dense), RoPE (dense, envelope dims, no padding), cu_seqlens
-    dtype (THD). The free draws use it; the pools rotate the same values
+    dtype (THD). The draws have one shape whatever the case (a simpler case
+    never draws more), so shrinking still reaches the simplest facts. The
+    free draws use it; the pools place the same values
     (strategies.geometry.features_of)."""
+    no_lse, layout_on, layout = draw(st.booleans()), draw(st.booleans()), draw(st.sampled_from(LSE_LAYOUTS))
+    sink_on, sink_log2, sink_layout, sink_dtype = draw(st.booleans()), draw(st.booleans()), draw(st.sampled_from(SINK_LAYOUTS)), draw(st.sampled_from(SINK_DTYPES))
+    prefix_on, prefix = draw(st.booleans()), draw(st.sampled_from(PREFIX_DTYPES))
+    sched_on, sched, l2_on = draw(st.booleans()), draw(st.sampled_from(SCHEDULERS)), draw(st.booleans())
+    rope = draw(st.booleans())
     out = {}
-    if draw(st.booleans()):
+    if no_lse and not case.lse_log2:
         out["has_lse"] = False
-    elif draw(st.booleans()):
-        out["lse_layout"] = draw(st.sampled_from(LSE_LAYOUTS))
-    if case.sinks and draw(st.booleans()):
-        out.update(sink_log2=draw(st.booleans()), sink_layout=draw(st.sampled_from(SINK_LAYOUTS)))
+    elif layout_on:
+        out["lse_layout"] = layout
+    if case.sinks and sink_on:
+        out.update(sink_log2=sink_log2, sink_layout=sink_layout)
         if case.is_thd:
-            out["sink_dtype"] = draw(st.sampled_from(SINK_DTYPES))
+            out["sink_dtype"] = sink_dtype
     if case.is_thd:
-        if draw(st.booleans()):
-            out["prefix_dtype"] = draw(st.sampled_from(PREFIX_DTYPES))
+        if prefix_on:
+            out["prefix_dtype"] = prefix
     else:
-        if draw(st.booleans()):
-            out["sched"] = draw(st.sampled_from(SCHEDULERS))
-            if out["sched"] in ("lpt_l2", "auto") and draw(st.booleans()):
+        if sched_on:
+            out["sched"] = sched
+            if sched in ("lpt_l2", "auto") and l2_on:
                 out["sched_l2_mib"] = 1
-        if case.seq_q_lens is None and case.seq_kv_lens is None and pools.FLAVOR_ENVELOPES.get(flavor_of(case.d_qk, case.d_v)) == (case.d_qk, case.d_v):
-            out["rope"] = draw(st.booleans())
+        on_envelope = pools.FLAVOR_ENVELOPES.get(flavor_of(case.d_qk, case.d_v)) == (case.d_qk, case.d_v)
+        if rope and on_envelope and case.seq_q_lens is None and case.seq_kv_lens is None:
+            out["rope"] = True
     return case.replace(**out)
 
 

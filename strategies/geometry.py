@@ -72,7 +72,7 @@ from typing import Callable, Dict, Iterator, Optional, Sequence, Tuple
 
 from hypothesis import strategies as st
 
-from conformance.ground.case import Case
+from conformance.ground.case import SCHEDULERS, Case
 from conformance.ground.tables import STRATA, flavor_of
 
 from . import features, pools
@@ -272,42 +272,53 @@ def _lse_log2(s: int, r: int) -> bool:
 
 
 # Dense rows whose (B * H_kv) groups and S_kv reach past a 1 MiB LPT-L2
-# budget on the wide flavors (row 16: B=3, H_kv=2, s_q<s_kv up to 257:
-# 6 groups of up to 257*(256+256)*2 bytes): LPT-L2 at 1 MiB there splits the
-# groups into several L2 blocks, the last one partial.
+# budget on the wide flavors (row 16: B=3, H_kv=2, s_q<s_kv: on qwen-fp16
+# S_kv=256, 6 groups of 256*(256+256)*2 bytes, 4 per 1 MiB block): LPT-L2 at
+# 1 MiB there splits the groups into two L2 blocks, the last one partial.
 L2_SPLIT_ROWS = (16,)
+DENSE_SINK_ROWS = tuple(r for r, row in enumerate(DENSE_ROWS) if row[5])
+THD_SINK_ROWS = tuple(r for r, row in enumerate(THD_ROWS) if row[3])
+DENSE_PLAIN_ROWS = tuple(r for r in range(1, len(DENSE_ROWS)) if r not in DENSE_SINK_ROWS + L2_SPLIT_ROWS)
+THD_PLAIN_ROWS = tuple(r for r in range(1, len(THD_ROWS)) if r not in THD_SINK_ROWS)
 
 
-def features_of(layout: str, s: int, r: int, *, sinks: bool, rope_ok: bool, sink_row: int = 0) -> Tuple[Tuple[str, object], ...]:
-    """The schema-3 feature facts of pool row ``r`` of stratum ``s``, rotated
-    like ``_lse_log2`` so that every value sits in some stratum's pool while a
-    pool keeps its row count (these facts ride on existing rows: no new
-    compile key per value). Row 0 keeps every default (shrinking leaves them).
-    ``sink_row``: the row's index among the pool's rows with sinks (the sink
-    facts rotate over those, so each pool holds every sink value)."""
-    from conformance.ground.case import LSE_LAYOUTS, PREFIX_DTYPES, SCHEDULERS, SINK_DTYPES, SINK_LAYOUTS
-
+def features_of(layout: str, s: int, r: int, *, rope_ok: bool = False) -> Tuple[Tuple[str, object], ...]:
+    """The schema-3 feature facts of pool row ``r`` of stratum ``s`` (rows
+    keep their count: these facts ride on existing rows, no new compile key
+    per value). Facts only the prepared entry points take (``Fact.adapters``:
+    no Stats output, LSE layouts, sink units/dtype/layout, cu_seqlens dtype,
+    the L2 budget) sit together on a few rows per pool, rotating with the
+    stratum, so that ``--adapter=wrapper`` runs still serve most rows; the
+    scheduler and RoPE (both adapters) rotate over every row. Each stratum's
+    pool holds every value (tests/test_geometry.py). Row 0 keeps every
+    default (shrinking leaves them)."""
+    out = {}
     if r == 0:
         return ()
-    i = s + r
-    out = {}
-    if i % 5 == 3:
-        out["has_lse"] = False
-    elif i % 3:
-        out["lse_layout"] = LSE_LAYOUTS[i % 3]
-    if sinks:
-        k = s + sink_row
-        out.update(sink_log2=k % 2 == 1, sink_layout=SINK_LAYOUTS[(k + 1) % 3])
-        if layout == "thd":
-            out["sink_dtype"] = SINK_DTYPES[k % 3]
-    if layout == "thd":
-        out["prefix_dtype"] = PREFIX_DTYPES[i % 2]
-    else:
-        out["sched"] = "lpt_l2" if r in L2_SPLIT_ROWS else SCHEDULERS[(i // 2) % 4]
-        if r in L2_SPLIT_ROWS or (out["sched"] == "lpt_l2" and i % 2):
+    if layout == "dense":
+        sinks, plain = DENSE_SINK_ROWS, DENSE_PLAIN_ROWS
+        out["sched"] = "lpt_l2" if r in L2_SPLIT_ROWS else SCHEDULERS[(s + r) % 4]
+        if r in L2_SPLIT_ROWS:
             out["sched_l2_mib"] = 1
-        if rope_ok and i % 3 == 1:
+        if rope_ok and (s + r) % 3 == 1:
             out["rope"] = True
+    else:
+        sinks, plain = THD_SINK_ROWS, THD_PLAIN_ROWS
+    # Rows already prepared-only (base-2 Stats, _lse_log2) carry the sink and
+    # layout facts first; a row without Stats must not be one (lse_log2 needs an LSE).
+    rot = lambda rows: sorted(rows, key=lambda x: (not _lse_log2(s, x), (rows.index(x) - s) % len(rows)))  # noqa: E731
+    a, b = rot(sinks)[:2]
+    plain = [x for x in plain if not _lse_log2(s, x)]
+    if r == a:  # base-2 sinks read at stride 2, a padded Stats pitch
+        out.update(sink_log2=True, sink_layout="strided", lse_layout="padded")
+        if layout == "thd":
+            out.update(sink_dtype="float16", prefix_dtype="int64")
+    elif r == b:  # one sink for every head, token-major Stats
+        out.update(sink_layout="broadcast", lse_layout="token_major")
+        if layout == "thd":
+            out.update(sink_dtype="bfloat16", prefix_dtype="int64")
+    elif r == plain[s % len(plain)]:  # no Stats output at all
+        out["has_lse"] = False
     return tuple(sorted((k, v) for k, v in out.items() if FEATURE_DEFAULTS[k] != v))
 
 
@@ -329,7 +340,7 @@ def dense_pool(flavor: str, dtype: str) -> Tuple[DenseGeometry, ...]:
         klass = LENGTHS[length]
         s_q, s_kv = klass[(s + r) % len(klass)]
         d_qk, d_v = _dims(flavor, dims, s + r)
-        extra = features_of("dense", s, r, sinks=sinks, rope_ok=pad is None and dims == "on", sink_row=sum(row[5] for row in DENSE_ROWS[:r]))
+        extra = features_of("dense", s, r, rope_ok=pad is None and dims == "on")
         out.append(DenseGeometry(
             d_qk=d_qk, d_v=d_v, batch=batch, h_q=h_q, h_kv=h_kv, s_q=s_q, s_kv=s_kv, bias=bias, sinks=sinks, sign=sign,
             memory=memory, pad_q=pad in ("q", "both"), pad_kv=pad in ("kv", "both"), lse_log2=_lse_log2(s, r), extra=extra, **_mask(mask, s + r),
@@ -343,7 +354,7 @@ def thd_pool(flavor: str, dtype: str) -> Tuple[ThdGeometry, ...]:
     out = []
     for r, ((h_q, h_kv), n_seq, mask, sinks, sign) in enumerate(THD_ROWS):
         m = _mask(mask, s + r)
-        extra = features_of("thd", s, r, sinks=sinks, rope_ok=False, sink_row=sum(row[3] for row in THD_ROWS[:r]))
+        extra = features_of("thd", s, r)
         out.append(ThdGeometry(h_q, h_kv, n_seq, m["causal"], m["bottom_right"], m["window_left"], sinks, sign, _lse_log2(s, r), extra))
     return tuple(out)
 

@@ -391,6 +391,7 @@ class Case:
             ("sink_dtype", self.is_thd or self.sink_dtype == "float32", "dense hosts take float32 sinks only (prepared_host types)"),
             ("sink_layout", self.sinks or self.sink_layout == "compact", sinks_only),
             ("lse_layout", self.has_lse or self.lse_layout == "compact", "only with an LSE output (has_lse)"),
+            ("lse_log2", self.has_lse or not self.lse_log2, "only with an LSE output (has_lse)"),
             ("sched", not self.is_thd or self.sched == "natural", dense_only),
             ("sched_l2_mib", self.sched in ("lpt_l2", "auto") or self.sched_l2_mib == 0, "only with an L2 scheduler (lpt_l2, auto)"),
             ("rope", not self.rope or (not self.is_thd and self.seq_q_lens is None and self.seq_kv_lens is None
