@@ -307,18 +307,26 @@ def features_of(layout: str, s: int, r: int, *, rope_ok: bool = False) -> Tuple[
     # Rows already prepared-only (base-2 Stats, _lse_log2) carry the sink and
     # layout facts first; a row without Stats must not be one (lse_log2 needs an LSE).
     rot = lambda rows: sorted(rows, key=lambda x: (not _lse_log2(s, x), (rows.index(x) - s) % len(rows)))  # noqa: E731
-    a, b = rot(sinks)[:2]
+    order = rot(sinks)
     plain = [x for x in plain if not _lse_log2(s, x)]
-    if r == a:  # base-2 sinks read at stride 2, a padded Stats pitch
-        out.update(sink_log2=True, sink_layout="strided", lse_layout="padded")
+    # The sink rows in ``order``: base-2 sinks, stride 2 and 0, fp16/bf16 sinks,
+    # padded and token-major Stats, int64 cu_seqlens; THD puts each value on two
+    # rows (a test's draws clump: a value on one row may go unseen in a stratum).
+    sink_rows = {
+        0: dict(sink_log2=True, sink_layout="strided", lse_layout="padded", sink_dtype="float16"),
+        1: dict(sink_layout="broadcast", lse_layout="token_major", sink_dtype="bfloat16"),
+        2: dict(sink_log2=True, sink_layout="broadcast", lse_layout="padded", sink_dtype="bfloat16"),
+        3: dict(sink_layout="strided", lse_layout="token_major", sink_dtype="float16"),
+    }
+    # Dense keeps two sink rows for the wrapper (which takes none of these facts).
+    if r in order and order.index(r) in sink_rows and (layout == "thd" or order.index(r) < 2):
+        out.update(sink_rows[order.index(r)])
         if layout == "thd":
-            out.update(sink_dtype="float16", prefix_dtype="int64")
-    elif r == b:  # one sink for every head, token-major Stats
-        out.update(sink_layout="broadcast", lse_layout="token_major")
-        if layout == "thd":
-            out.update(sink_dtype="bfloat16", prefix_dtype="int64")
-    elif r == plain[s % len(plain)]:  # no Stats output at all
-        out["has_lse"] = False
+            out["prefix_dtype"] = "int64"
+        else:
+            out.pop("sink_dtype")
+    elif r in (plain[s % len(plain)], plain[(s + len(plain) // 2) % len(plain)] if layout == "dense" else None):
+        out["has_lse"] = False  # no Stats output at all
     return tuple(sorted((k, v) for k, v in out.items() if FEATURE_DEFAULTS[k] != v))
 
 
