@@ -239,6 +239,13 @@ def attention(
 Extra = Callable[[Internals], Dict[str, torch.Tensor]]
 
 
+def rope_width(case) -> int:
+    """The head width RoPE rotates: the serving flavor's d_qk envelope."""
+    from conformance.ground.tables import FLAVOR_ENVELOPES, flavor_of
+
+    return FLAVOR_ENVELOPES[flavor_of(case.d_qk, case.d_v)][0]
+
+
 def sink_logits(case, tensors) -> Optional[torch.Tensor]:
     """The (H_q,) natural-log sink logits the kernel must use: the handed
     buffer read through its own strides and dtype, base-2 values converted
@@ -249,10 +256,15 @@ def sink_logits(case, tensors) -> Optional[torch.Tensor]:
     return sinks / LOG2E if case.sink_log2 else sinks
 
 
-def rotate(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
+def rotate(x: torch.Tensor, angles: torch.Tensor, width: Optional[int] = None) -> torch.Tensor:
     """RoPE as the kernel applies it: x (B, H, S, D) in the I/O dtype, angles
-    (>= S, >= D/2) float32; pairs (i, i + D/2) rotated by angles[pos, i] in
-    float32 (cos/sin of the float32 angle), rounded back to x's dtype."""
+    (>= S, >= W/2) float32; x zero-padded to ``width`` W (the flavor's d_qk:
+    the kernel rotates the envelope's halves of the zero-filled shared-memory
+    tile; default D), pairs (i, i + W/2) rotated by angles[pos, i] in float32
+    (cos/sin of the float32 angle), rounded back to x's dtype. W wide: past D
+    the rotated columns are no longer zero, and q.k runs over all W."""
+    if width is not None and width > x.shape[-1]:
+        x = torch.nn.functional.pad(x, (0, width - x.shape[-1]))
     d2 = x.shape[-1] // 2
     a = angles[: x.shape[-2], :d2].to(device=x.device, dtype=torch.float32)
     c, s = torch.cos(a), torch.sin(a)
@@ -285,7 +297,8 @@ def reference_for_case(case, tensors, compute_dtype: torch.dtype = torch.float32
     if not case.is_thd:
         q, k = tensors.q, tensors.k
         if case.rope:
-            q, k = rotate(q, tensors.rope), rotate(k, tensors.rope)
+            width = rope_width(case)
+            q, k = rotate(q, tensors.rope, width), rotate(k, tensors.rope, width)
         got = attention(q, k, tensors.v, bias=tensors.bias,
                         q_lens=tensors.seq_q_lens, kv_lens=tensors.seq_kv_lens, **common)
         return _lse_units(case, got[0], got[1], None if extra is None else extra(got[2]))

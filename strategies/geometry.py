@@ -60,6 +60,10 @@ free geometry instead (never the suite's own tests: tests/test_geometry.py).
 
 A new compile-key fact of the Case (a new TemplateParams field the strategies
 draw) must become a column of the rows here, or pool mode loses its bound.
+The schema-3 feature facts (no Stats output, Stats layouts, schedulers and the
+L2 budget, RoPE, sink units/dtype/stride, cu_seqlens dtype: issue 13) are all
+compile keys but add no row: ``features_of`` places them on existing rows
+(the ``extra`` column), so the pools keep their key count.
 """
 
 from __future__ import annotations
@@ -72,7 +76,7 @@ from typing import Callable, Dict, Iterator, Optional, Sequence, Tuple
 
 from hypothesis import strategies as st
 
-from conformance.ground.case import SCHEDULERS, Case
+from conformance.ground.case import FACTS, SCHEDULERS, Case
 from conformance.ground.tables import STRATA, flavor_of
 
 from . import features, pools
@@ -330,8 +334,8 @@ def features_of(layout: str, s: int, r: int, *, rope_ok: bool = False) -> Tuple[
     return tuple(sorted((k, v) for k, v in out.items() if FEATURE_DEFAULTS[k] != v))
 
 
-FEATURE_DEFAULTS = {"has_lse": True, "lse_layout": "compact", "sink_log2": False, "sink_layout": "compact", "sink_dtype": "float32",
-                    "prefix_dtype": "int32", "sched": "natural", "sched_l2_mib": 0, "rope": False}  # fmt: skip
+# The schema-3 feature facts (the ``extra`` column) and their defaults, from their declarations.
+FEATURE_DEFAULTS = {f.name: f.default for f in FACTS.values() if f.since == 3}
 
 
 def extra_of(case: Case) -> Tuple[Tuple[str, object], ...]:

@@ -245,7 +245,10 @@ def emulate_case(case, tensors, arith: Arith = Arith(), plant: Plant = Plant()) 
         padded = bool(case.s_q % 128 or case.s_kv % TILE_N or case.seq_kv_lens is not None)
         q, k = tensors.q, tensors.k
         if case.rope:  # rotated in shared memory in fp32, stored back in the I/O dtype (reference.attention.rotate)
-            q, k = _rope(q, tensors.rope, plant), (k if plant.rope_q_only else _rope(k, tensors.rope, plant))
+            from reference.attention import rope_width
+
+            w = rope_width(case)
+            q, k = _rope(q, tensors.rope, plant, w), (torch.nn.functional.pad(k, (0, w - k.shape[-1])) if plant.rope_q_only else _rope(k, tensors.rope, plant, w))
         return emulate_attention(q, k, tensors.v, bias=tensors.bias, q_lens=tensors.seq_q_lens,
                                  kv_lens=tensors.seq_kv_lens, mask_padded=padded, **common)
     t_q, h_q, _ = tensors.q.shape
@@ -265,9 +268,10 @@ def emulate_case(case, tensors, arith: Arith = Arith(), plant: Plant = Plant()) 
     return o, lse
 
 
-def _rope(x, angles, plant: Plant):
+def _rope(x, angles, plant: Plant, width: int):
     from reference.attention import rotate
 
+    x = torch.nn.functional.pad(x, (0, width - x.shape[-1]))
     if not plant.rope_interleaved:
         return rotate(x, angles)
     # The planted convention: pairs (2i, 2i+1), de-interleaved around the true rotation.

@@ -236,7 +236,7 @@ class Case:
     sched_l2_mib: int = fact(0, "LPT-L2 budget (TemplateParams.sched_l2_mib): 0 the flavor's tuned budget (what the wrapper passes), 1 MiB: "
                              "several L2 blocks once B*H_kv*S_kv*(d_qk+d_v)*2 bytes pass it", choices=(0, 1), adapters=("prepared",), since=3)  # fmt: skip
     rope: bool = fact(False, "fused RoPE (TemplateParams.has_rope, the wrapper's rope_freqs): Q and K rotated half-split by position-indexed "
-                      "fp32 angles before q.k; dense, envelope head dims, no padding operands", since=3)  # fmt: skip
+                      "fp32 angles before q.k (the flavor envelope's halves); dense, no padding operands", since=3)  # fmt: skip
     sink_log2: bool = fact(False, "sinks handed in base-2 units (TemplateParams.sink_natural=False, the legacy tensor hosts' ABI)",
                            adapters=("prepared",), since=3)  # fmt: skip
     sink_dtype: str = fact("float32", "sink buffer dtype (THD: compile_thd_host sink_dtype; dense hosts take float32 only)",
@@ -381,8 +381,6 @@ class Case:
         """(fact, holds, why): where the feature facts of schema 3 mean something
         (a fact outside its domain keeps its default, so coverage and case
         files never hold a value no kernel reads)."""
-        from .tables import FLAVOR_ENVELOPES
-
         sinks_only = "only with sinks (it describes the sink buffer)"
         dense_only = "dense only (the THD grid is the natural one, its host has no such operand)"
         return (
@@ -394,9 +392,8 @@ class Case:
             ("lse_log2", self.has_lse or not self.lse_log2, "only with an LSE output (has_lse)"),
             ("sched", not self.is_thd or self.sched == "natural", dense_only),
             ("sched_l2_mib", self.sched in ("lpt_l2", "auto") or self.sched_l2_mib == 0, "only with an L2 scheduler (lpt_l2, auto)"),
-            ("rope", not self.rope or (not self.is_thd and self.seq_q_lens is None and self.seq_kv_lens is None
-                                       and FLAVOR_ENVELOPES.get(_flavor(self.d_qk, self.d_v)) == (self.d_qk, self.d_v)),
-             "dense, envelope head dims, no padding operands (api_dsl refuses RoPE with padding; the table rotates the envelope's halves)"),
+            ("rope", not self.rope or (not self.is_thd and self.seq_q_lens is None and self.seq_kv_lens is None),
+             "dense without padding operands (compile_thd_host has no RoPE operand; api_dsl refuses RoPE with padding)"),
             ("prefix_dtype", self.is_thd or self.prefix_dtype == "int32", "THD only (cu_seqlens)"),
         )  # fmt: skip
 
@@ -455,12 +452,6 @@ def coerce_fact(name: str, value: Any) -> Any:
     if name not in FACTS:
         raise CaseFileError(f"case field {name!r}: unknown field (known: {', '.join(FACTS)})")
     return FACTS[name].coerce(value)
-
-
-def _flavor(d_qk: int, d_v: int) -> str:
-    from .tables import flavor_of
-
-    return flavor_of(d_qk, d_v)
 
 
 def _text(value: Any) -> str:
