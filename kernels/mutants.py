@@ -51,6 +51,11 @@ BUG_CLASSES = {
     "output_tail": "output tail left unwritten or over-written",
     "right_band": "causal right band ignored (beyond the list: a mask-family bug)",
     "large_offsets": "an element offset computed in 32 bits (wraps past 2^31 elements)",
+    # The schema-3 feature families (issue 13).
+    "rope": "fused RoPE applied at the wrong positions or convention",
+    "scheduler": "a tile scheduler that drops or repeats (q tile, head, batch) work items",
+    "lse_layout": "Stats stored ignoring their declared strides",
+    "prefix_dtype": "cu_seqlens read in the wrong integer width",
     "precision": "an arithmetic slip the error model must see: an intermediate rounded to the I/O dtype, a constant "
     "a few digits short, a scale held in the I/O dtype, a key lost from long rows",
     # The backward (issue 14): dQ/dK/dV/dBias/dSink of the SM80 backward chain.
@@ -437,6 +442,80 @@ MUTANTS: Tuple[Mutant, ...] = (
         "The last key of rows longer than two KV tiles is masked (a length bound off by one on a path only long rows "
         "take): one key of hundreds, a 1/n change of the softmax.",
         THD_LONG,
+    ),
+    Mutant(
+        "rope_k_tile_local_positions",
+        "rope",
+        (
+            Rewrite("f16", "sK_cur, rope_cs_ptr, kv_row_base_cur", "sK_cur, rope_cs_ptr, cutlass.Int32(0)"),
+            Rewrite("d256", "                rope_cs_ptr,\n                kv_iter * cutlass.Int32(tile_n),\n",
+                    "                rope_cs_ptr,\n                cutlass.Int32(0),\n"),
+        ),
+        "numerics_dense",
+        "K rows are rotated with their position inside the KV tile instead of in the sequence (the tile base dropped): "
+        "right for the first 64 keys, wrong relative positions past them.",
+        dict(s_q=70, s_kv=130, h_q=2, h_kv=1, rope=True),
+    ),
+    Mutant(
+        "sched_lpt_decode_drops_batch",
+        "scheduler",
+        _both("row_rank = bx // HB", "row_rank = bx // H_i32"),
+        "numerics_dense",
+        "The LPT decode divides the linear CTA index by the head count where it should divide by heads x batch: with "
+        "B > 1 some (q tile, head, batch) items are computed twice and others never (their O left as poisoned).",
+        dict(batch=2, s_q=200, s_kv=70, h_q=2, h_kv=1, sched="lpt"),
+    ),
+    Mutant(
+        "sched_lpt_l2_full_last_block",
+        "scheduler",
+        _both(
+            "row_rank = within_blk // (agroup_eff * cutlass.Int32(heads_per_kv_decode))",
+            "row_rank = within_blk // (active_groups * cutlass.Int32(heads_per_kv_decode))",
+        ) + _both(
+            "in_rank = within_blk % (agroup_eff * cutlass.Int32(heads_per_kv_decode))",
+            "in_rank = within_blk % (active_groups * cutlass.Int32(heads_per_kv_decode))",
+        ),
+        "numerics_dense",
+        "LPT-L2 decodes the last, partial block of (batch, kv head) groups as if it were full: when the groups do not "
+        "divide into L2 blocks, tiles of the last block are repeated or dropped (qwen, B*H_kv = 6, S_kv = 256 at 1 MiB).",
+        dict(batch=3, h_q=4, h_kv=2, s_q=129, s_kv=256, sched="lpt_l2", sched_l2_mib=1),
+    ),
+    Mutant(
+        "lse_row_stride_assumed_one",
+        "lse_layout",
+        _both("LSE_S_STRIDE_E = cutlass.Int64(LSE.stride[2])", "LSE_S_STRIDE_E = cutlass.Int64(1)"),
+        "numerics_thd",
+        "The Stats token stride is taken as 1 (the compact head-major layout) whatever the tensor says: a token-major "
+        "LSE (dense (B,S,H) or THD lse_stride (0, 1, H)) is written over the wrong elements.",
+        dict(THD, lse_layout="token_major"),
+    ),
+    Mutant(
+        "thd_lse_stride_ignored",
+        "lse_layout",
+        (Rewrite("host", "(0, t_q, 1) if lse_stride is None else lse_stride)", "(0, t_q, 1))"),),
+        "numerics_thd",
+        "compile_thd_host's lse_stride is dropped: Stats always go head-major with pitch T_q, whatever layout the "
+        "caller compiled (a padded head pitch or token-major).",
+        dict(THD, lse_layout="padded"),
+        scope="host only: thd_host builds the Stats view for both templates",
+    ),
+    Mutant(
+        "sink_log2_converted_again",
+        "sink_units",
+        _both("if cutlass.const_expr(PARAMS.sink_natural):", "if cutlass.const_expr(True):"),
+        "numerics_dense",
+        "Base-2 sinks (sink_natural=False, the legacy tensor hosts' ABI) are multiplied by log2(e) as if natural.",
+        dict(s_q=33, s_kv=40, h_q=2, h_kv=1, sinks=True, sink_log2=True),
+    ),
+    Mutant(
+        "prefix_int64_read_as_int32",
+        "prefix_dtype",
+        (Rewrite("host", '"torch.int64": cutlass.Int64,', '"torch.int64": cutlass.Int32,'),),
+        "numerics_thd",
+        "int64 cu_seqlens are bound as int32 pointers: the kernel reads the low and high words of the first offsets "
+        "as consecutive offsets, so every sequence past the first is misplaced.",
+        dict(THD, prefix_dtype="int64"),
+        scope="host only: compile_thd_host binds the cu_seqlens pointers for both templates",
     ),
     Mutant(
         "right_band_ignored",

@@ -29,6 +29,36 @@ LOG2E = math.log2(math.e)
 # cu_seqlens and sink dtypes compile_thd_host is asked for (the wrapper's defaults).
 THD_PREFIX_DTYPES = ("torch.int32", "torch.int32")
 THD_SINK_DTYPE = "torch.float32"
+
+
+def thd_host_args(case: Case) -> tuple:
+    """(prefix_dtypes, sink_dtype, lse_stride) compile_thd_host is asked for:
+    the Case's cu_seqlens and sink dtypes, and its Stats layout as the
+    (batch, head, token) strides the host's lse_stride constexpr takes (None:
+    the compact head-major default)."""
+    from conformance.ground.data import thd_lse_pitch
+
+    prefix = (f"torch.{case.prefix_dtype}",) * 2
+    lse_stride = {"compact": None, "padded": (0, thd_lse_pitch(case), 1), "token_major": (0, 1, case.h_q)}[case.lse_layout]
+    return prefix, f"torch.{case.sink_dtype}", lse_stride
+
+
+def rope_geometry(case: Case, fdqk: int) -> tuple:
+    """The RoPE table operand build_spec declares: (rows, d_qk/2, 2) float32 (cos, sin)."""
+    from conformance.ground.data import rope_rows
+
+    return ((rope_rows(case), fdqk // 2, 2), (fdqk, 2, 1))
+
+
+def rope_table(freqs: torch.Tensor, fdqk: int) -> torch.Tensor:
+    """The (rows, d_qk/2, 2) float32 (cos, sin) table of an angle table, in a
+    guarded buffer: what kernels/sm80/rope_table.py builds for the wrapper
+    (torch's float32 cos/sin of the float32 angle)."""
+    a = freqs[:, : fdqk // 2].to(torch.float32)
+    table = guarded((a.shape[0], fdqk // 2, 2), torch.float32, freqs.device, row=fdqk)
+    table[..., 0] = torch.cos(a)
+    table[..., 1] = torch.sin(a)
+    return table
 COMPILE_ONLY_ARCH = "sm_80"
 _ARCH_OPTION = re.compile(r"--gpu-arch[= ]\S+")
 
@@ -109,26 +139,33 @@ def _bshd(t: torch.Tensor):
     return tuple(int(t.shape[i]) for i in order), tuple(int(t.stride(i)) for i in order)
 
 
-def dense_geometry(case: Case, q, k, v, o, lse) -> tuple:
-    """The geometry tuple prepared_sm80.build_spec declares (nine operands)."""
+def dense_geometry(case: Case, q, k, v, o, lse, sinks_stride: int = 1, fdqk: int = 0) -> tuple:
+    """The geometry tuple prepared_sm80.build_spec declares (nine operands;
+    a tenth, the RoPE table, with ``case.rope``). No LSE operand without
+    ``case.has_lse``; LSE and sinks through their own strides."""
     b, h = case.batch, case.h_q
-    vec = lambda on, n: ((n,), (1,)) if on else None  # noqa: E731
+    vec = lambda on, n, st=1: ((n,), (st,)) if on else None  # noqa: E731
     bias = None
     if case.bias is not None:
         # build_spec declares [1, H, SQ, SKV] compact whatever the caller holds;
         # the kernel indexes head * SQ * SKV from the base pointer.
         bias = ((1, h, case.s_q, case.s_kv), (h * case.s_q * case.s_kv, case.s_q * case.s_kv, case.s_kv, 1))
-    return (
+    out = (
         _bshd(q),
         _bshd(k),
         _bshd(v),
         _bshd(o),
-        (tuple(lse.shape), tuple(lse.stride())),
+        (tuple(lse.shape), tuple(lse.stride())) if case.has_lse else None,
         vec(case.seq_kv_lens is not None, b),
         vec(case.seq_q_lens is not None, b),
-        vec(case.sinks, h),
+        vec(case.sinks, h, sinks_stride),
         bias,
     )
+    return out + (rope_geometry(case, fdqk),) if case.rope else out
+
+
+def sinks_stride(case: Case) -> int:
+    return {"compact": 1, "strided": 2, "broadcast": 0}[case.sink_layout]
 
 
 def meta_dense_geometry(case: Case, spec) -> tuple:
@@ -142,7 +179,7 @@ def meta_dense_geometry(case: Case, spec) -> tuple:
         v = _stage_dense(dense_view(case, case.batch, case.h_kv, case.s_kv, case.d_v, dt), spec.envelope[1])
         o, lse = make_outputs(case, "meta")
         o = _stage_dense(o, spec.envelope[1])
-    return dense_geometry(case, q, k, v, o, lse)
+    return dense_geometry(case, q, k, v, o, lse, sinks_stride(case), spec.envelope[0])
 
 
 def compile_key(case: Case, *, initialize_outputs: bool = True) -> tuple:
@@ -168,7 +205,7 @@ def _dense_key(spec, geometry) -> tuple:
 
 
 def _thd_key(case: Case, spec, initialize_outputs: bool) -> tuple:
-    return ("thd", spec.flavor, spec.params, case.h_q, case.h_kv, case.n_seq, spec.swa_window, bool(initialize_outputs))
+    return ("thd", spec.flavor, spec.params, case.h_q, case.h_kv, case.n_seq, spec.swa_window, bool(initialize_outputs), thd_host_args(case))
 
 
 def key_digest(key: tuple) -> str:
@@ -315,14 +352,19 @@ class PreparedAdapter:
         q, k = _stage_dense(inputs.q, qk_width), _stage_dense(inputs.k, qk_width)
         v, o_run = _stage_dense(inputs.v, fdv), _stage_dense(o, fdv)
         staged = [n for n, a, b in (("q", q, inputs.q), ("k", k, inputs.k), ("v", v, inputs.v), ("o", o_run, o)) if a is not b]
-        geometry = dense_geometry(case, q, k, v, o_run, lse)
+        geometry = dense_geometry(case, q, k, v, o_run, lse, sinks_stride(case), fdqk)
+        rope = rope_table(inputs.rope, fdqk) if case.rope else None
+        lse_run = lse if case.has_lse else None
         with measure() as box:
             artifact = self._compile_dense(self._module(spec), spec, geometry, arch=None)
         fn = positional_entry(artifact)
         if fn is None:
             raise NotImplementedError("prepared_host.compile_host gave no positional tvm-ffi entry")
         scale = kernel_scale(case.softmax_scale)
-        args = (_ptr(q), _ptr(k), _ptr(v), _ptr(o_run), _ptr(lse), _ptr(inputs.seq_kv_lens), _ptr(inputs.seq_q_lens), _ptr(inputs.sinks), _ptr(inputs.bias), scale * LOG2E, 1.0 / scale)
+        ptrs = [_ptr(q), _ptr(k), _ptr(v), _ptr(o_run), _ptr(lse_run), _ptr(inputs.seq_kv_lens), _ptr(inputs.seq_q_lens), _ptr(inputs.sinks), _ptr(inputs.bias)]
+        if case.rope:
+            ptrs.append(_ptr(rope))
+        args = (*ptrs, scale * LOG2E, 1.0 / scale)
 
         def launch():
             fn(*args, self._launch_context(q.device))
@@ -332,7 +374,8 @@ class PreparedAdapter:
             if o_run is not o:
                 o.copy_(written)
             arch = "sm_80" if env.native else f"{env.live_arch} (compile_host names no --gpu-arch: the DSL targets the live device)"
-            handed = _handed(q=q, k=k, v=v, o=o_run, lse=lse, seq_kv_lens=inputs.seq_kv_lens, seq_q_lens=inputs.seq_q_lens, sinks=inputs.sinks, bias=inputs.bias)
+            handed = _handed(q=q, k=k, v=v, o=o_run, lse=lse_run, seq_kv_lens=inputs.seq_kv_lens, seq_q_lens=inputs.seq_q_lens, sinks=inputs.sinks,
+                             bias=inputs.bias, rope=rope)  # fmt: skip
             key = key_digest(_dense_key(spec, geometry))
             return KernelResult(written, lse, box.delta, self._notes(spec, arch=arch, mode=env.mode, staged=staged, compile_key=key), handed)
 
@@ -343,21 +386,25 @@ class PreparedAdapter:
 
         fdqk, fdv = spec.envelope
         q, k, v = _stage_packed(inputs.q, fdqk), _stage_packed(inputs.k, fdqk), _stage_packed(inputs.v, fdv)
-        o_run, lse_run = _stage_packed(o, fdv), _stage_contiguous(lse)
-        staged = [n for n, a, b in (("q", q, inputs.q), ("k", k, inputs.k), ("v", v, inputs.v), ("o", o_run, o), ("lse", lse_run, lse)) if a is not b]
+        # A compact LSE is handed contiguous (a staging copy if need be); the
+        # other layouts are handed as they are, through lse_stride.
+        o_run = _stage_packed(o, fdv)
+        lse_run = (_stage_contiguous(lse) if case.lse_layout == "compact" else lse) if case.has_lse else None
+        staged = [n for n, a, b in (("q", q, inputs.q), ("k", k, inputs.k), ("v", v, inputs.v), ("o", o_run, o), ("lse", lse_run, lse)) if a is not None and a is not b]
         # compile_thd_host hard-codes sm_80; elsewhere retarget it to the live arch.
         arch = None if env.native else env.live_arch
         host = self.host
         with measure() as box:
             mod = self._module(spec)
             with compile_arch(host, arch):
-                _, fn = host.compile_thd_host(mod, case.h_q, case.h_kv, case.n_seq, spec.swa_window, THD_PREFIX_DTYPES, THD_SINK_DTYPE, None, initialize_outputs)
+                _, fn = host.compile_thd_host(mod, case.h_q, case.h_kv, case.n_seq, spec.swa_window, *thd_host_args(case), initialize_outputs)
         scale = kernel_scale(case.softmax_scale)
         args = (
             _ptr(q), _ptr(k), _ptr(v), _ptr(o_run), _ptr(lse_run), _ptr(inputs.cu_q), _ptr(inputs.cu_kv), _ptr(inputs.sinks),
             case.t_q, case.t_kv, case.max_s_q,
             case.h_q * fdqk, fdqk, case.h_kv * fdqk, fdqk, case.h_kv * fdv, fdv,
-            scale * LOG2E, 1.0 / scale, spec.right_bound, (1, 1, 1),
+            scale * LOG2E, 1.0 / scale, spec.right_bound,
+            (inputs.cu_q.stride(0), inputs.cu_kv.stride(0), inputs.sinks.stride(0) if inputs.sinks is not None else 1),
         )  # fmt: skip
 
         def launch():
@@ -367,13 +414,14 @@ class PreparedAdapter:
             written = o_run[..., : case.d_v]  # what the kernel wrote (the staging copy when staged)
             if o_run is not o:
                 o.copy_(written)
-            if lse_run is not lse:
+            if lse_run is not None and lse_run is not lse:
                 lse.copy_(lse_run)
             arch_note = "sm_80" if arch is None else f"{arch} (--gpu-arch=sm_80 rewritten)"
             key = key_digest(_thd_key(case, spec, initialize_outputs))
             notes = self._notes(spec, arch=arch_note, mode=env.mode, staged=staged, initialize_outputs=initialize_outputs, compile_key=key)
             handed = _handed(q=q, k=k, v=v, o=o_run, lse=lse_run, cu_q=inputs.cu_q, cu_kv=inputs.cu_kv, sinks=inputs.sinks)
-            return KernelResult(written, lse_run, box.delta, notes, handed)
+            # Without an LSE output: the buffer never handed (it must stay as filled).
+            return KernelResult(written, lse if lse_run is None else lse_run, box.delta, notes, handed)
 
         return Prepared(launch, result, staged)
 
@@ -401,9 +449,7 @@ class PreparedAdapter:
             with measure() as box, _entry_optional(host):
                 # The unwrapped function: the lru must never hold an artifact
                 # built for another arch than the live runs' (nor an entry-less one).
-                host.compile_thd_host.__wrapped__(
-                    self._module(spec), case.h_q, case.h_kv, case.n_seq, spec.swa_window, THD_PREFIX_DTYPES, THD_SINK_DTYPE, None, initialize_outputs
-                )
+                host.compile_thd_host.__wrapped__(self._module(spec), case.h_q, case.h_kv, case.n_seq, spec.swa_window, *thd_host_args(case), initialize_outputs)
             return box.delta
         geometry = meta_dense_geometry(case, spec)  # the layouts a run would hand the host
         with measure() as box:

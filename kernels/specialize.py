@@ -40,6 +40,19 @@ def mask_runtime(case: Case) -> Tuple[int, int]:
     return swa, right
 
 
+def scheduler(case: Case, flavor: str) -> Tuple[int, int]:
+    """(TemplateParams.sched_policy, sched_l2_mib) of ``case``: the Case's
+    scheduler, "auto" resolved by the wrapper's own function
+    (api_dsl._sm80_resolve_scheduler), the L2 budget the flavor's tuned one
+    (what the wrapper passes) unless the Case names 1 MiB."""
+    from cudnn.sdpa.fwd.api_dsl import _sm80_resolve_scheduler, _sm80_sched_policy_int
+
+    token = "default" if case.sched == "natural" else case.sched
+    swa, _ = mask_runtime(case)
+    token, l2 = _sm80_resolve_scheduler(scheduler=token, flavor=flavor, is_causal=case.causal, swa_window=swa, skv=case.s_kv)
+    return _sm80_sched_policy_int(token), (case.sched_l2_mib or l2)
+
+
 def specialize(case: Case, *, sched_policy: Optional[int] = None) -> Specialization:
     """The flavor and validated TemplateParams serving ``case``.
 
@@ -47,12 +60,13 @@ def specialize(case: Case, *, sched_policy: Optional[int] = None) -> Specializat
     templates serve (no envelope covers the head dims, invalid params)."""
     from cudnn.frost.tile_dsl.constants import SCHED_NATURAL
     from cudnn.sdpa.fwd import config_sm80 as cfg
-    from cudnn.sdpa.fwd.api_dsl import _SM80_FLAVOR_KNOBS, _SM80_FLAVOR_DIMS
+    from cudnn.sdpa.fwd.api_dsl import _SM80_FLAVOR_CAUSAL_L2_MIB, _SM80_FLAVOR_KNOBS, _SM80_FLAVOR_DIMS
 
     flavor = pick_flavor(case.d_qk, case.d_v)
     fdqk, fdv = _SM80_FLAVOR_DIMS[flavor]
     tile_m, num_warps, tile_n = _SM80_FLAVOR_KNOBS[flavor]
     swa, right = mask_runtime(case)
+    policy, l2_mib = (SCHED_NATURAL, _SM80_FLAVOR_CAUSAL_L2_MIB[flavor]) if case.is_thd else scheduler(case, flavor)
     params = cfg.TemplateParams(
         io_bf16=case.dtype == "bfloat16",
         d_qk=fdqk,
@@ -69,12 +83,13 @@ def specialize(case: Case, *, sched_policy: Optional[int] = None) -> Specializat
         stats_log2=case.lse_log2,
         has_bias=case.bias is not None,
         bias_is_fp32=case.bias == "float32",
+        has_rope=case.rope,
         thd_varlen=case.is_thd,
-        # The natural scheduler: the THD grid requires it, and for dense the
-        # scheduler is a performance knob, not a semantic one.
-        sched_policy=SCHED_NATURAL if sched_policy is None else sched_policy,
-        has_lse=True,
-        sink_natural=True,
+        # The THD grid requires the natural scheduler (api_dsl refuses others).
+        sched_policy=policy if sched_policy is None else sched_policy,
+        sched_l2_mib=l2_mib,
+        has_lse=case.has_lse,
+        sink_natural=not case.sink_log2,
         score_sign=cfg.score_sign(case.softmax_scale),
     )
     cfg.validate_params(params)

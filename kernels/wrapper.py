@@ -60,9 +60,8 @@ class WrapperAdapter:
         "compile-only": "sdpa_fwd_wrapper_sm80 compiles inside the call, on CUDA tensors",
     }
 
-    def __init__(self, sm80_compat=None, scheduler: str = "auto"):
+    def __init__(self, sm80_compat=None):
         self.sm80_compat = os.environ.get(COMPAT_ENV, "") == "1" if sm80_compat is None else bool(sm80_compat)
-        self.scheduler = scheduler  # dense only: the THD path accepts "auto" alone
         self._env = None
         # For the pytest header and reports (the mode is chosen, not detected).
         self.label = f"{self.name} (sm80-compat)" if self.sm80_compat else self.name
@@ -122,7 +121,9 @@ class WrapperAdapter:
             kw = dict(cum_seqlen_q_tensor=x.cu_q, cum_seqlen_k_tensor=x.cu_kv, max_s_q=case.max_s_q, **common)
         else:
             args = (x.q, x.k, x.v)
-            kw = dict(seq_kv_lens=x.seq_kv_lens, seq_len_q=x.seq_q_lens, scheduler=self.scheduler, **common)
+            # The Case's scheduler verbatim ("natural" is a token of the wrapper's
+            # own; "auto" its heuristic); THD accepts "auto" alone (passed by default).
+            kw = dict(seq_kv_lens=x.seq_kv_lens, seq_len_q=x.seq_q_lens, scheduler=case.sched, rope_freqs=x.rope, **common)
         apply_wrapper_tamper(tamper, kw, case, x)
         # seconds covers the whole call: the wrapper compiles and launches in one.
         with measure() as box, self._compat(env):
@@ -136,10 +137,10 @@ class WrapperAdapter:
             # The wrapper's THD host always zero-initializes the whole capacity.
             notes["initialize_outputs"] = True
         else:
-            notes["scheduler"] = self.scheduler
+            notes["scheduler"] = case.sched
         # What the adapter handed the wrapper (the wrapper may stage copies of its own).
         handed = {role: t for role, t in (("q", x.q), ("k", x.k), ("v", x.v), ("bias", x.bias), ("sinks", x.sinks), ("seq_q_lens", x.seq_q_lens),
-                                          ("seq_kv_lens", x.seq_kv_lens), ("cu_q", x.cu_q), ("cu_kv", x.cu_kv)) if t is not None}  # fmt: skip
+                                          ("seq_kv_lens", x.seq_kv_lens), ("cu_q", x.cu_q), ("cu_kv", x.cu_kv), ("rope", x.rope)) if t is not None}  # fmt: skip
         return KernelResult(o_w, lse_w, box.delta, notes, handed)
 
     def backward(self, case: Case, inputs: CaseTensors, o, lse, do, grads=None, *, initialize_outputs: bool = True) -> KernelResult:

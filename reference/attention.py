@@ -25,6 +25,20 @@ sibling prefill_d256_f16.py repeats every line cited; the mask itself is in
   NOT multiplied by scale, joining only the softmax denominator (V_sink = 0):
   lse = log(sum_j exp(logit_j) + exp(sink_h)); o = sum_j exp(logit_j - lse) v_j
   (f16:1343-1365).
+- Sink units and buffers (schema 3): a Case with ``sink_log2`` hands base-2
+  logits (TemplateParams.sink_natural=False: the kernel skips the log2(e)
+  multiply, f16:1346-1347), so the natural logit is the handed value / log2(e);
+  the buffer is read through its own stride (``sink_layout``: stride 2, or 0
+  broadcasting one logit, f16:1345) in its own dtype (``sink_dtype``):
+  ``sink_logits``.
+- RoPE (``rope``, dense): before q.k the kernel rotates each Q and K row in
+  shared memory (frost/tile_dsl/rope.py rope_rotate_smem_tile, f16:790-795,
+  981-985): half-split pairs (i, i + D/2) of the flavor's envelope D, angle
+  table [pos, i] (pos: the row's index in S, Q and K alike), cos/sin taken in
+  float32 of the float32 angle (kernels/sm80/rope_table.py), the rotation in
+  float32 and the result rounded to the I/O dtype (it is stored back into the
+  I/O tile). ``rotate`` applies exactly that, so the error model sees the
+  operands the tensor cores multiply.
 - LSE is natural log: LN2 * (row_max + log2(row_sum)) (f16:1386); a Case
   with ``lse_log2`` (TemplateParams.stats_log2) asks for base 2: natural LSE *
   log2(e), -inf staying -inf (f16:1405-1408); ``reference_for_case`` converts.
@@ -233,6 +247,40 @@ def attention(
 Extra = Callable[[Internals], Dict[str, torch.Tensor]]
 
 
+def rope_width(case) -> int:
+    """The head width RoPE rotates: the serving flavor's d_qk envelope."""
+    from conformance.ground.tables import FLAVOR_ENVELOPES, flavor_of
+
+    return FLAVOR_ENVELOPES[flavor_of(case.d_qk, case.d_v)][0]
+
+
+def sink_logits(case, tensors) -> Optional[torch.Tensor]:
+    """The (H_q,) natural-log sink logits the kernel must use: the handed
+    buffer read through its own strides and dtype, base-2 values converted
+    (``case.sink_log2``); float64."""
+    if tensors.sinks is None:
+        return None
+    sinks = tensors.sinks.to(torch.float64)
+    return sinks / LOG2E if case.sink_log2 else sinks
+
+
+def rotate(x: torch.Tensor, angles: torch.Tensor, width: Optional[int] = None) -> torch.Tensor:
+    """RoPE as the kernel applies it: x (B, H, S, D) in the I/O dtype, angles
+    (>= S, >= W/2) float32; x zero-padded to ``width`` W (the flavor's d_qk:
+    the kernel rotates the envelope's halves of the zero-filled shared-memory
+    tile; default D), pairs (i, i + W/2) rotated by angles[pos, i] in float32
+    (cos/sin of the float32 angle), rounded back to x's dtype. W wide: past D
+    the rotated columns are no longer zero, and q.k runs over all W."""
+    if width is not None and width > x.shape[-1]:
+        x = torch.nn.functional.pad(x, (0, width - x.shape[-1]))
+    d2 = x.shape[-1] // 2
+    a = angles[: x.shape[-2], :d2].to(device=x.device, dtype=torch.float32)
+    c, s = torch.cos(a), torch.sin(a)
+    lo, hi = x[..., :d2].to(torch.float32), x[..., d2:].to(torch.float32)
+    out = torch.cat((lo * c - hi * s, hi * c + lo * s), dim=-1)
+    return out.to(x.dtype)
+
+
 # Reference memory. One float64 attention call with the error model holds about
 # a dozen (B, H, rows, SKV) tensors (logits, p, the model's per-key terms); the
 # query rows are cut into chunks of at most REF_CHUNK_ELEMS (row, key) pairs
@@ -288,13 +336,17 @@ def reference_for_case(case, tensors, compute_dtype: torch.dtype = torch.float32
         bottom_right=case.bottom_right,
         window_left=case.window_left,
         window_right=case.window_right,
-        sinks=tensors.sinks,
+        sinks=sink_logits(case, tensors),
         compute_dtype=compute_dtype,
         extra=extra,
         chunk_elems=chunk_elems,
     )
     if not case.is_thd:
-        got = chunked_attention(tensors.q, tensors.k, tensors.v, bias=tensors.bias,
+        q, k = tensors.q, tensors.k
+        if case.rope:
+            width = rope_width(case)
+            q, k = rotate(q, tensors.rope, width), rotate(k, tensors.rope, width)
+        got = chunked_attention(q, k, tensors.v, bias=tensors.bias,
                                 q_lens=tensors.seq_q_lens, kv_lens=tensors.seq_kv_lens, **common)
         return _lse_units(case, *got)
     acc = torch.float64 if compute_dtype == torch.float64 else torch.float32

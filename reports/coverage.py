@@ -13,6 +13,7 @@ from typing import Iterable
 
 from conformance.ground.case import Case
 from conformance.ground.coverage import AXES, MASK_FAMILIES, MATRIX_COLUMNS, MATRIX_LAYOUTS, exercised, matrix_cell
+from conformance.ground.feature_space import OUT_OF_SCOPE, field_axes
 
 
 def coverage(cases: Iterable[Case]) -> dict:
@@ -38,13 +39,27 @@ def coverage(cases: Iterable[Case]) -> dict:
     rows = [f"{layout}/{m}" for layout in MATRIX_LAYOUTS for m in masks]
     counts = [[cells[(r, c)] for c in columns] for r in rows]
     values = {a.name: list(a.values) + sorted(set(facts[a.name]) - set(a.values)) for a in AXES}
+    fact_counts = {a.name: {v: facts[a.name][v] for v in values[a.name]} for a in AXES}
+    fields = kernel_fields(fact_counts)
     return {
         "examples": total,
+        # The kernels' degrees of freedom (TemplateParams fields, entry-point
+        # arguments: conformance.ground.feature_space) x the values of the
+        # coverage axes of the facts that draw them -> examples.
+        "kernel_fields": fields,
+        "kernel_field_gaps": [f"{field}: {value}" for field, counts in fields.items() for value, n in counts.items() if not n],
+        "out_of_scope": {f"{src}.{name}": why for (src, name), why in OUT_OF_SCOPE.items()},
         "matrix": {"rows": rows, "columns": columns, "counts": counts},
-        "facts": {a.name: {v: facts[a.name][v] for v in values[a.name]} for a in AXES},
+        "facts": fact_counts,
         "axes": {a.name: a.doc for a in AXES},
         "contract_rules": dict(sorted(rules.items())),
         "empty_cells": sum(1 for row in counts for n in row if n == 0),
         # Axis values a complete run reaches that no example exercised.
         "gaps": [f"{a.name}: {v}" for a in AXES for v in a.values if not facts[a.name][v]],
     }
+
+
+def kernel_fields(fact_counts: dict) -> dict:
+    """"source.field" -> {"axis: value": examples} over the coverage axes of
+    the facts drawing that field (feature_space.field_axes)."""
+    return {field: {f"{axis}: {v}": n for axis in axes for v, n in fact_counts[axis].items()} for field, axes in field_axes().items()}

@@ -121,6 +121,15 @@ def _coverage(s: dict) -> list:
            ("p", "Valid examples per layout/mask (rows) and flavor/dtype (columns); empty cells (0, marked gap) were not exercised."),
            ("table", ["layout/mask"] + m["columns"], [[r] + c for r, c in zip(m["rows"], m["counts"])], "gaps"),
            ("h", 3, "gaps: values a complete run reaches that no example exercised"), ("list", gaps) if gaps else ("p", "None.")]
+    fields = cov.get("kernel_fields") or {}
+    if fields:
+        fgaps = cov.get("kernel_field_gaps", [])
+        out += [("h", 3, f"kernel fields x values ({len(fgaps)} empty cells)"),
+                ("p", "Each TemplateParams field and entry-point argument (conformance/ground/feature_space.py), the values of the "
+                      "coverage axes of the Case facts that draw it, and the examples that exercised each; an empty cell is a gap."),
+                ("table", ["field", "value", "examples"], [[f, v, n] for f, counts in fields.items() for v, n in counts.items()], "gaps"),
+                ("h", 3, "kernel field gaps"), ("list", fgaps) if fgaps else ("p", "None."),
+                ("h", 3, "declared out of scope"), ("table", ["field", "why"], [[f, why] for f, why in cov.get("out_of_scope", {}).items()])]  # fmt: skip
     for fact, counts in cov["facts"].items():
         doc = (cov.get("axes") or {}).get(fact)
         out += [("h", 3, fact)] + ([("p", doc)] if doc else []) + [("table", ["value", "examples"], [[v, n] for v, n in counts.items()], "gaps")]

@@ -14,7 +14,8 @@ from typing import Optional, Sequence, Tuple
 
 from hypothesis import strategies as st
 
-from conformance.ground.case import DTYPES
+from conformance.ground.tables import flavor_of
+from conformance.ground.case import DTYPES, LSE_LAYOUTS, PREFIX_DTYPES, SCHEDULERS, SINK_DTYPES, SINK_LAYOUTS, Case
 
 from . import pools
 
@@ -88,6 +89,43 @@ def options(draw, opts: Common) -> dict:
     take is drawn here, behind ``maybe`` so it shrinks away, with a ``Common``
     option)."""
     return dict(lse_log2=maybe(draw, opts.lse_log2), sinks=maybe(draw, opts.sinks), scale=scale(draw, opts))
+
+
+def kernel_features(draw, case: Case) -> Case:
+    """``case`` with the schema-3 feature facts drawn where they mean
+    something (Case._feature_rules), each behind a boolean that shrinks to
+    its default: LSE output and layout, sink units/dtype/layout, scheduler
+    and L2 budget (dense), RoPE (dense, envelope dims, no padding), cu_seqlens
+    dtype (THD). The draws have one shape whatever the case (a simpler case
+    never draws more), so shrinking still reaches the simplest facts. The
+    free draws use it; the pools place the same values
+    (strategies.geometry.features_of)."""
+    no_lse, layout_on, layout = draw(st.booleans()), draw(st.booleans()), draw(st.sampled_from(LSE_LAYOUTS))
+    sink_on, sink_log2, sink_layout, sink_dtype = draw(st.booleans()), draw(st.booleans()), draw(st.sampled_from(SINK_LAYOUTS)), draw(st.sampled_from(SINK_DTYPES))
+    prefix_on, prefix = draw(st.booleans()), draw(st.sampled_from(PREFIX_DTYPES))
+    sched_on, sched, l2_on = draw(st.booleans()), draw(st.sampled_from(SCHEDULERS)), draw(st.booleans())
+    rope = draw(st.booleans())
+    out = {}
+    if no_lse and not case.lse_log2:
+        out["has_lse"] = False
+    elif layout_on:
+        out["lse_layout"] = layout
+    if case.sinks and sink_on:
+        out.update(sink_log2=sink_log2, sink_layout=sink_layout)
+        if case.is_thd:
+            out["sink_dtype"] = sink_dtype
+    if case.is_thd:
+        if prefix_on:
+            out["prefix_dtype"] = prefix
+    else:
+        if sched_on:
+            out["sched"] = sched
+            if sched in ("lpt_l2", "auto") and l2_on:
+                out["sched_l2_mib"] = 1
+        on_envelope = pools.FLAVOR_ENVELOPES.get(flavor_of(case.d_qk, case.d_v)) == (case.d_qk, case.d_v)
+        if rope and on_envelope and case.seq_q_lens is None and case.seq_kv_lens is None:
+            out["rope"] = True
+    return case.replace(**out)
 
 
 def scale(draw, opts: Common) -> Optional[float]:

@@ -60,6 +60,10 @@ free geometry instead (never the suite's own tests: tests/test_geometry.py).
 
 A new compile-key fact of the Case (a new TemplateParams field the strategies
 draw) must become a column of the rows here, or pool mode loses its bound.
+The schema-3 feature facts (no Stats output, Stats layouts, schedulers and the
+L2 budget, RoPE, sink units/dtype/stride, cu_seqlens dtype: issue 13) are all
+compile keys but add no row: ``features_of`` places them on existing rows
+(the ``extra`` column), so the pools keep their key count.
 """
 
 from __future__ import annotations
@@ -72,7 +76,7 @@ from typing import Callable, Dict, Iterator, Optional, Sequence, Tuple
 
 from hypothesis import strategies as st
 
-from conformance.ground.case import Case
+from conformance.ground.case import FACTS, SCHEDULERS, Case
 from conformance.ground.tables import STRATA, flavor_of
 
 from . import features, pools
@@ -120,6 +124,7 @@ class DenseGeometry:
     pad_q: bool = False
     pad_kv: bool = False
     lse_log2: bool = False  # TemplateParams.stats_log2: compiled in
+    extra: Tuple[Tuple[str, object], ...] = ()  # schema-3 feature facts (features_of), all compile keys
 
     def case(self, dtype: str, **runtime) -> Case:
         """The Case of this geometry with runtime facts at their simplest
@@ -130,7 +135,7 @@ class DenseGeometry:
             window_right=self.window_right, bias=None if self.bias is None else (dtype if self.bias == "input" else "float32"),
             sinks=self.sinks, lse_log2=self.lse_log2, scale=SIMPLEST_SCALE[self.sign], memory=self.memory,
             seq_q_lens=(self.s_q,) * self.batch if self.pad_q else None,
-            seq_kv_lens=(self.s_kv,) * self.batch if self.pad_kv else None,
+            seq_kv_lens=(self.s_kv,) * self.batch if self.pad_kv else None, **dict(self.extra),
         )  # fmt: skip
         facts.update(runtime)
         return Case(**facts)
@@ -149,13 +154,14 @@ class ThdGeometry:
     sinks: bool = False
     sign: int = 1
     lse_log2: bool = False
+    extra: Tuple[Tuple[str, object], ...] = ()  # schema-3 feature facts (features_of)
 
     def case(self, flavor: str, dtype: str, **runtime) -> Case:
         d_qk, d_v = pools.FLAVOR_ENVELOPES[flavor]
         facts = dict(
             layout="thd", dtype=dtype, h_q=self.h_q, h_kv=self.h_kv, d_qk=d_qk, d_v=d_v, q_lens=(1,) * self.n_seq,
             kv_lens=(1,) * self.n_seq, causal=self.causal, bottom_right=self.bottom_right, window_left=self.window_left,
-            sinks=self.sinks, lse_log2=self.lse_log2, scale=SIMPLEST_SCALE[self.sign],
+            sinks=self.sinks, lse_log2=self.lse_log2, scale=SIMPLEST_SCALE[self.sign], **dict(self.extra),
         )  # fmt: skip
         facts.update(runtime)
         return Case(**facts)
@@ -269,6 +275,74 @@ def _lse_log2(s: int, r: int) -> bool:
     return r > 0 and (s + r) % 3 == 2
 
 
+# Dense rows whose (B * H_kv) groups and S_kv reach past a 1 MiB LPT-L2
+# budget on the wide flavors (row 16: B=3, H_kv=2, s_q<s_kv: on qwen-fp16
+# S_kv=256, 6 groups of 256*(256+256)*2 bytes, 4 per 1 MiB block): LPT-L2 at
+# 1 MiB there splits the groups into two L2 blocks, the last one partial.
+L2_SPLIT_ROWS = (16,)
+DENSE_SINK_ROWS = tuple(r for r, row in enumerate(DENSE_ROWS) if row[5])
+THD_SINK_ROWS = tuple(r for r, row in enumerate(THD_ROWS) if row[3])
+DENSE_PLAIN_ROWS = tuple(r for r in range(1, len(DENSE_ROWS)) if r not in DENSE_SINK_ROWS + L2_SPLIT_ROWS)
+THD_PLAIN_ROWS = tuple(r for r in range(1, len(THD_ROWS)) if r not in THD_SINK_ROWS)
+
+
+def features_of(layout: str, s: int, r: int, *, rope_ok: bool = False) -> Tuple[Tuple[str, object], ...]:
+    """The schema-3 feature facts of pool row ``r`` of stratum ``s`` (rows
+    keep their count: these facts ride on existing rows, no new compile key
+    per value). Facts only the prepared entry points take (``Fact.adapters``:
+    no Stats output, LSE layouts, sink units/dtype/layout, cu_seqlens dtype,
+    the L2 budget) sit together on a few rows per pool, rotating with the
+    stratum, so that ``--adapter=wrapper`` runs still serve most rows; the
+    scheduler and RoPE (both adapters) rotate over every row. Each stratum's
+    pool holds every value (tests/test_geometry.py). Row 0 keeps every
+    default (shrinking leaves them)."""
+    out = {}
+    if r == 0:
+        return ()
+    if layout == "dense":
+        sinks, plain = DENSE_SINK_ROWS, DENSE_PLAIN_ROWS
+        out["sched"] = "lpt_l2" if r in L2_SPLIT_ROWS else SCHEDULERS[(s + r) % 4]
+        if r in L2_SPLIT_ROWS:
+            out["sched_l2_mib"] = 1
+        if rope_ok and (s + r) % 3 == 1:
+            out["rope"] = True
+    else:
+        sinks, plain = THD_SINK_ROWS, THD_PLAIN_ROWS
+    # Rows already prepared-only (base-2 Stats, _lse_log2) carry the sink and
+    # layout facts first; a row without Stats must not be one (lse_log2 needs an LSE).
+    rot = lambda rows: sorted(rows, key=lambda x: (not _lse_log2(s, x), (rows.index(x) - s) % len(rows)))  # noqa: E731
+    order = rot(sinks)
+    plain = [x for x in plain if not _lse_log2(s, x)]
+    # The sink rows in ``order``: base-2 sinks, stride 2 and 0, fp16/bf16 sinks,
+    # padded and token-major Stats, int64 cu_seqlens; THD puts each value on two
+    # rows (a test's draws clump: a value on one row may go unseen in a stratum).
+    sink_rows = {
+        0: dict(sink_log2=True, sink_layout="strided", lse_layout="padded", sink_dtype="float16"),
+        1: dict(sink_layout="broadcast", lse_layout="token_major", sink_dtype="bfloat16"),
+        2: dict(sink_log2=True, sink_layout="broadcast", lse_layout="padded", sink_dtype="bfloat16"),
+        3: dict(sink_layout="strided", lse_layout="token_major", sink_dtype="float16"),
+    }
+    # Dense keeps two sink rows for the wrapper (which takes none of these facts).
+    if r in order and order.index(r) in sink_rows and (layout == "thd" or order.index(r) < 2):
+        out.update(sink_rows[order.index(r)])
+        if layout == "thd":
+            out["prefix_dtype"] = "int64"
+        else:
+            out.pop("sink_dtype")
+    elif r in (plain[s % len(plain)], plain[(s + len(plain) // 2) % len(plain)] if layout == "dense" else None):
+        out["has_lse"] = False  # no Stats output at all
+    return tuple(sorted((k, v) for k, v in out.items() if FEATURE_DEFAULTS[k] != v))
+
+
+# The schema-3 feature facts (the ``extra`` column) and their defaults, from their declarations.
+FEATURE_DEFAULTS = {f.name: f.default for f in FACTS.values() if f.since == 3}
+
+
+def extra_of(case: Case) -> Tuple[Tuple[str, object], ...]:
+    """The ``extra`` column (schema-3 feature facts off their defaults) of the row ``case`` was drawn from."""
+    return tuple(sorted((k, getattr(case, k)) for k, v in FEATURE_DEFAULTS.items() if getattr(case, k) != v))
+
+
 @lru_cache(maxsize=None)
 def dense_pool(flavor: str, dtype: str) -> Tuple[DenseGeometry, ...]:
     """The stratum's dense geometries, simplest first (see the module doc)."""
@@ -278,9 +352,10 @@ def dense_pool(flavor: str, dtype: str) -> Tuple[DenseGeometry, ...]:
         klass = LENGTHS[length]
         s_q, s_kv = klass[(s + r) % len(klass)]
         d_qk, d_v = _dims(flavor, dims, s + r)
+        extra = features_of("dense", s, r, rope_ok=pad is None and dims == "on")
         out.append(DenseGeometry(
             d_qk=d_qk, d_v=d_v, batch=batch, h_q=h_q, h_kv=h_kv, s_q=s_q, s_kv=s_kv, bias=bias, sinks=sinks, sign=sign,
-            memory=memory, pad_q=pad in ("q", "both"), pad_kv=pad in ("kv", "both"), lse_log2=_lse_log2(s, r), **_mask(mask, s + r),
+            memory=memory, pad_q=pad in ("q", "both"), pad_kv=pad in ("kv", "both"), lse_log2=_lse_log2(s, r), extra=extra, **_mask(mask, s + r),
         ))  # fmt: skip
     return tuple(out)
 
@@ -291,7 +366,8 @@ def thd_pool(flavor: str, dtype: str) -> Tuple[ThdGeometry, ...]:
     out = []
     for r, ((h_q, h_kv), n_seq, mask, sinks, sign) in enumerate(THD_ROWS):
         m = _mask(mask, s + r)
-        out.append(ThdGeometry(h_q, h_kv, n_seq, m["causal"], m["bottom_right"], m["window_left"], sinks, sign, _lse_log2(s, r)))
+        extra = features_of("thd", s, r)
+        out.append(ThdGeometry(h_q, h_kv, n_seq, m["causal"], m["bottom_right"], m["window_left"], sinks, sign, _lse_log2(s, r), extra))
     return tuple(out)
 
 
@@ -450,8 +526,12 @@ def _candidates(c: Case) -> Iterator[Case]:
         yield c.replace(bias=None, bias_batch=1)
     if c.lse_log2:
         yield c.replace(lse_log2=False)
+    for name, default in (("rope", False), ("has_lse", True), ("lse_layout", "compact"), ("sched", "natural"), ("sched_l2_mib", 0),
+                          ("sink_log2", False), ("sink_layout", "compact"), ("sink_dtype", "float32"), ("prefix_dtype", "int32")):
+        if getattr(c, name) != default:
+            yield c.replace(**{name: default}, **({"sched_l2_mib": 0} if name == "sched" else {}))
     if c.sinks:
-        yield c.replace(sinks=False)
+        yield c.replace(sinks=False, sink_log2=False, sink_layout="compact", sink_dtype="float32")
     if c.window_right >= 0:
         yield c.replace(window_right=-1)
     if c.window_left >= 0:

@@ -93,10 +93,10 @@ def thd_cases(
         optional = features.options(draw, opts)
         q_base, kv_base = _offset(draw, offsets), _offset(draw, offsets)
         q_slack, kv_slack = _offset(draw, offsets), _offset(draw, offsets)
-        return Case(
+        return features.kernel_features(draw, Case(
             layout="thd", dtype=dtype, h_q=h_q, h_kv=h_kv, d_qk=d_qk, d_v=d_v, q_lens=q_lens, kv_lens=kv_lens,
             q_base=q_base, kv_base=kv_base, q_slack=q_slack, kv_slack=kv_slack,
             seed=features.seed(draw), **m, **optional,
-        )  # fmt: skip
+        ))  # fmt: skip
 
     return draw_case()

@@ -74,6 +74,14 @@ class Plant:
     neighbour_v_min_keys: int = 0
     absolute_kv_tiles: bool = False  # THD: KV tiles anchored to the packed offset, not the sequence start
     nondeterministic: bool = False  # every other launch, LSE one fp32 ulp up (a reduction order that varies)
+    # Schema-3 feature bugs (the power of the new facts' judging, tests/test_feature_power.py):
+    sink_units_flipped: bool = False  # sinks read in the other unit than sink_natural says
+    rope_interleaved: bool = False  # RoPE pairs (2i, 2i+1) instead of the half split (i, i + D/2)
+    rope_q_only: bool = False  # K left unrotated
+    lse_store_without_stats: bool = False  # a compiled-out LSE block that still stores
+    sink_stride_ignored: bool = False  # sinks read at stride 1 whatever the buffer's stride
+    lse_compact_store: bool = False  # THD LSE stored head-major compact whatever lse_stride says
+    prefix_as_int32: bool = False  # cu_seqlens read as int32 words whatever their dtype
 
 
 def f32(x: torch.Tensor) -> torch.Tensor:
@@ -124,7 +132,7 @@ def mma_step(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor, tc_bits: int) 
 
 def emulate_attention(q, k, v, *, scale, causal=False, bottom_right=False, window_left=-1, window_right=-1, bias=None, sinks=None,
                       q_lens=None, kv_lens=None, io_dtype=torch.float16, arith: Arith = Arith(), plant: Plant = Plant(),
-                      mask_padded: bool = True, lead: int = 0):
+                      mask_padded: bool = True, lead: int = 0, sink_natural: bool = True):
     """Dense logical (B,H,S,D) inputs (as ``reference.attention``) -> O in the
     I/O dtype (B,Hq,SQ,Dv), LSE fp32 (B,Hq,SQ). ``mask_padded``: whether
     the kernel compiles the per-element padding mask (only ``Plant.drop``
@@ -220,7 +228,9 @@ def emulate_attention(q, k, v, *, scale, causal=False, bottom_right=False, windo
         m_run = torch.where(active, m_new, m_run)
     l = f32(f32(lanes[..., 0] + lanes[..., 2]) + f32(lanes[..., 1] + lanes[..., 3]))
     if sinks is not None:
-        s2 = f32(sinks.to(F32).to(F64).view(1, h_q, 1) * LOG2E_F32).expand_as(m_run)
+        # sink_natural: the kernel multiplies by fp32 log2(e); otherwise the buffer is base-2 already.
+        s2 = sinks.to(F32).to(F64).reshape(1, h_q, 1)
+        s2 = (f32(s2 * LOG2E_F32) if sink_natural != plant.sink_units_flipped else s2).expand_as(m_run)
         lift = torch.maximum(m_run, s2)
         os_ = ex2(f32(m_run - lift), arith)
         l = f32(f32(l * os_) + ex2(f32(s2 - lift), arith))
@@ -243,25 +253,35 @@ def emulate_case(case, tensors, arith: Arith = Arith(), plant: Plant = Plant()) 
     """(O, LSE) of the emulated kernel for a Case, in the layouts of
     ``conformance.ground.data.make_outputs`` (THD rows outside every sequence: 0)."""
     io = getattr(torch, case.dtype)
+    sinks = tensors.sinks
+    if sinks is not None and plant.sink_stride_ignored:
+        sinks = sinks.as_strided(sinks.shape, (1,), sinks.storage_offset())
     common = dict(scale=case.softmax_scale, causal=case.causal, bottom_right=case.bottom_right, window_left=case.window_left,
-                  window_right=case.window_right, sinks=tensors.sinks, io_dtype=io, arith=arith, plant=plant)
+                  window_right=case.window_right, sinks=sinks, io_dtype=io, arith=arith, plant=plant, sink_natural=not case.sink_log2)
     if not case.is_thd:  # is_even_mn (SQ % 128, SKV % 64) and seq_kv_lens decide the padding mask
         padded = bool(case.s_q % 128 or case.s_kv % TILE_N or case.seq_kv_lens is not None)
         kv_lens = tensors.seq_kv_lens
         if plant.kv_lens_of_batch0 and kv_lens is not None:
             kv_lens = kv_lens[:1].expand(case.batch)
-        v = tensors.v
+        q, k, v = tensors.q, tensors.k, tensors.v
+        if case.rope:  # rotated in shared memory in fp32, stored back in the I/O dtype (reference.attention.rotate)
+            from reference.attention import rope_width
+
+            w = rope_width(case)
+            q, k = _rope(q, tensors.rope, plant, w), (torch.nn.functional.pad(k, (0, w - k.shape[-1])) if plant.rope_q_only else _rope(k, tensors.rope, plant, w))
         if plant.neighbour_v_min_keys:  # batch entry b >= 1: its first key's V from entry b - 1's last row
             v = v.clone()
             for b, n in enumerate(case.kv_lengths()):
                 if b and n >= plant.neighbour_v_min_keys:
                     v[b, :, 0] = tensors.v[b - 1, :, -1]
-        return _noisy(emulate_attention(tensors.q, tensors.k, v, bias=tensors.bias, q_lens=tensors.seq_q_lens,
+        return _noisy(emulate_attention(q, k, v, bias=tensors.bias, q_lens=tensors.seq_q_lens,
                                         kv_lens=kv_lens, mask_padded=padded, **common), plant)
     t_q, h_q, _ = tensors.q.shape
     o = torch.zeros((t_q, h_q, tensors.v.shape[-1]), dtype=io)
     lse = torch.zeros((h_q, t_q), dtype=F32)
-    cu_q, cu_kv = case.cu_seqlens("q"), case.cu_seqlens("kv")
+    # The offsets as the kernel reads them: from the cu_seqlens buffers, in their dtype.
+    read = (lambda t: t.view(torch.int32)[: t.shape[0]].tolist()) if plant.prefix_as_int32 else (lambda t: t.tolist())  # noqa: E731
+    cu_q, cu_kv = read(tensors.cu_q), read(tensors.cu_kv)
     as_bhsd = lambda x: x.permute(1, 0, 2).unsqueeze(0)  # noqa: E731
     for s in range(case.n_seq):
         q0, q1, k0, k1 = cu_q[s], cu_q[s + 1], cu_kv[s], cu_kv[s + 1]
@@ -288,6 +308,18 @@ def _noisy(out, plant: Plant):
         if _LAUNCHES[0] % 2:
             lse = torch.where(torch.isfinite(lse), torch.nextafter(lse, torch.full_like(lse, math.inf)), lse)
     return o, lse
+
+
+def _rope(x, angles, plant: Plant, width: int):
+    from reference.attention import rotate
+
+    x = torch.nn.functional.pad(x, (0, width - x.shape[-1]))
+    if not plant.rope_interleaved:
+        return rotate(x, angles)
+    # The planted convention: pairs (2i, 2i+1), de-interleaved around the true rotation.
+    d = x.shape[-1]
+    order = torch.cat([torch.arange(0, d, 2), torch.arange(1, d, 2)])
+    return rotate(x[..., order], angles)[..., torch.argsort(order)]
 
 
 # ------------------------------------------------------------ drop plants
@@ -345,11 +377,24 @@ class EmulatedAdapter:
         # a planted lse_log2 bug flips the units the Case asks for.
         plant = dataclasses.replace(self.plant, lse_log2=self.plant.lse_log2 != case.lse_log2)
         o, lse = emulate_case(case, inputs.to("cpu"), self.arith, plant)
+        if outputs is not None and not case.has_lse:
+            # No Stats output: O alone comes back; the caller's LSE buffer is untouched
+            # (unless the planted bug stores anyway).
+            if self.plant.lse_store_without_stats:
+                outputs[1][...] = (lse if not case.is_thd else lse.to(outputs[1].device))
+            if case.is_thd:
+                live = inputs.q_live.to(outputs[0].device)
+                outputs[0][live] = o[live.cpu()].to(outputs[0].device)
+                o = outputs[0]
+            return KernelResult(o, outputs[1], notes={"adapter": "emulated", "arith": repr(self.arith)})
         if case.is_thd and outputs is not None:  # only the live rows are stored
             buf_o, buf_lse = outputs
+            store = buf_lse
+            if self.plant.lse_compact_store:  # the stores miss the layout; the caller reads its own
+                store = buf_lse.as_strided(buf_lse.shape, (buf_lse.shape[1], 1), buf_lse.storage_offset())
             live = inputs.q_live.to(buf_o.device)
             buf_o[live] = o[live.cpu()].to(buf_o.device)
-            buf_lse[:, live] = lse[:, live.cpu()].to(buf_lse.device)
+            store[:, live] = lse[:, live.cpu()].to(buf_lse.device)
             o, lse = buf_o, buf_lse
         return KernelResult(o, lse, notes={"adapter": "emulated", "arith": repr(self.arith)})
 

@@ -198,6 +198,23 @@ def test_coverage_axes_show_gaps():
     assert "| float16 | 0 (gap) |" in md and "- bias: float16" in md
 
 
+
+def test_kernel_field_table_shows_each_field_value_and_its_gaps():
+    """The report's field x value table (conformance/ground/feature_space.py):
+    every drawn kernel field has its facts' values, seen ones counted, unseen
+    ones listed as gaps; out-of-scope fields are listed with their reason."""
+    rope = Case(rope=True, d_qk=64, d_v=64, s_q=3, s_kv=3, sched="lpt")
+    cov = coverage.coverage([CASES["dense"], CASES["thd"], rope])
+    fields = cov["kernel_fields"]
+    assert fields["TemplateParams.has_rope"] == {"rope: no": 2, "rope: yes": 1}
+    assert fields["wrapper.scheduler"]["sched: lpt"] == 1 and fields["wrapper.scheduler"]["sched: lpt_l2"] == 0
+    assert "TemplateParams.sched_policy: sched: lpt_l2" in cov["kernel_field_gaps"]
+    assert "TemplateParams.has_rope: rope: yes" not in cov["kernel_field_gaps"]
+    assert "TemplateParams.tile_m" in cov["out_of_scope"]
+    md = render.to_markdown(render._coverage({"coverage": cov}), None)
+    assert "| TemplateParams.sched_policy | sched: lpt_l2 | 0 (gap) |" in md and "- TemplateParams.sched_policy: sched: lpt_l2" in md
+
+
 def test_envelope_table_picks_the_kernels_flavor():
     specialize = pytest.importorskip("kernels.specialize")
     for d_qk in range(8, 257, 8):

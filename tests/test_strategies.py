@@ -201,7 +201,7 @@ def test_pool_shrinks_thd_to_a_row_no_smaller_row_fails_with():
     fails = lambda c: c.causal and c.bottom_right and any(q > kv for q, kv in zip(c.q_lens, c.kv_lens))  # noqa: E731
     c = find(thd_cases(geometry="pool"), fails, settings=_SHRINK)
     rows = geometry.thd_pool("gptoss", "float16")
-    row = geometry.ThdGeometry(c.h_q, c.h_kv, c.n_seq, c.causal, c.bottom_right, c.window_left, c.sinks, 1 if c.scale is None else (c.scale > 0) - (c.scale < 0), c.lse_log2)
+    row = geometry.ThdGeometry(c.h_q, c.h_kv, c.n_seq, c.causal, c.bottom_right, c.window_left, c.sinks, 1 if c.scale is None else (c.scale > 0) - (c.scale < 0), c.lse_log2, geometry.extra_of(c))
     assert row in rows and (c.d_qk, c.d_v, c.dtype, c.window_right) == (64, 64, "float16", -1)
     assert c.q_base == c.kv_base == c.q_slack == c.kv_slack == 0 and c.seed == 0
     for smaller in rows[: rows.index(row)]:

@@ -56,6 +56,22 @@ MEMORY_ORDERS = ("bshd", "bhsd", "bshd_padded")
 # Extra elements per token row in "bshd_padded" (a multiple of 8: 16-byte
 # vector loads stay aligned).
 ROW_PAD = 8
+# Tile schedulers of the dense SM80 grid (TemplateParams.sched_policy): the
+# plain 3-D grid, longest-processing-time first, LPT in L2-sized blocks of
+# (batch, kv head) groups; "auto" is the public wrapper's pick
+# (api_dsl._sm80_resolve_scheduler), resolved the same way for every adapter.
+SCHEDULERS = ("natural", "lpt", "lpt_l2", "auto")
+# Stats (LSE) layouts: dense (B, H, S) compact / S-pitch padded / token-major
+# (B, S, H); THD head-major (H, T) / head-major with a padded head pitch /
+# token-major (T, H) (compile_thd_host lse_stride).
+LSE_LAYOUTS = ("compact", "padded", "token_major")
+# Elements past S in each (batch, head) row of a dense "padded" LSE.
+LSE_ROW_PAD = 8
+# Sink buffers: one logit per head, every other element (stride 2), or one
+# logit for every head (stride 0).
+SINK_LAYOUTS = ("compact", "strided", "broadcast")
+SINK_DTYPES = ("float32", "float16", "bfloat16")
+PREFIX_DTYPES = ("int32", "int64")
 
 
 class CaseFileError(ValueError):
@@ -221,6 +237,25 @@ class Case:
                                "two launches must then be bitwise identical", since=3)  # fmt: skip
     inputs_from: str = fact("reference", "backward: where O and LSE come from: the float64 reference (O rounded to the I/O dtype, "
                             "LSE fp32) or the forward kernel under test", choices=INPUT_SOURCES, since=3)  # fmt: skip
+    has_lse: bool = fact(True, "a Stats (LSE) output is handed (TemplateParams.has_lse); false compiles the LSE block out: O alone is judged "
+                         "and the LSE buffer, never handed, must stay untouched", adapters=("prepared",), since=3)  # fmt: skip
+    lse_layout: str = fact("compact", "Stats layout: dense (B,H,S) compact, S-pitch padded (+LSE_ROW_PAD) or token-major (B,S,H); THD head-major, "
+                           "head-major with a padded head pitch (thd_lse_pitch) or token-major (T,H) (compile_thd_host lse_stride)",
+                           choices=LSE_LAYOUTS, adapters=("prepared",), since=3)  # fmt: skip
+    sched: str = fact("natural", "dense tile scheduler (TemplateParams.sched_policy; the wrapper's scheduler argument): natural 3-D grid, LPT, "
+                      "LPT in L2 blocks, or auto (the wrapper's pick, api_dsl._sm80_resolve_scheduler); THD: natural only",
+                      choices=SCHEDULERS, since=3)  # fmt: skip
+    sched_l2_mib: int = fact(0, "LPT-L2 budget (TemplateParams.sched_l2_mib): 0 the flavor's tuned budget (what the wrapper passes), 1 MiB: "
+                             "several L2 blocks once B*H_kv*S_kv*(d_qk+d_v)*2 bytes pass it", choices=(0, 1), adapters=("prepared",), since=3)  # fmt: skip
+    rope: bool = fact(False, "fused RoPE (TemplateParams.has_rope, the wrapper's rope_freqs): Q and K rotated half-split by position-indexed "
+                      "fp32 angles before q.k (the flavor envelope's halves); dense, no padding operands", since=3)  # fmt: skip
+    sink_log2: bool = fact(False, "sinks handed in base-2 units (TemplateParams.sink_natural=False, the legacy tensor hosts' ABI)",
+                           adapters=("prepared",), since=3)  # fmt: skip
+    sink_dtype: str = fact("float32", "sink buffer dtype (THD: compile_thd_host sink_dtype; dense hosts take float32 only)",
+                           choices=SINK_DTYPES, adapters=("prepared",), since=3)  # fmt: skip
+    sink_layout: str = fact("compact", "sink buffer: one per head, stride 2, or one logit broadcast to every head (stride 0)",
+                            choices=SINK_LAYOUTS, adapters=("prepared",), since=3)  # fmt: skip
+    prefix_dtype: str = fact("int32", "THD cu_seqlens dtype (compile_thd_host prefix_dtypes)", choices=PREFIX_DTYPES, adapters=("prepared",), since=3)
     scale: Optional[float] = fact(None, "softmax scale, any sign (0 included); null: the kernels' default 1/sqrt(d_qk)", coverage=("scale",))
     memory: str = fact("bshd", "dense storage order of Q, K, V and O", choices=MEMORY_ORDERS, coverage=("memory",), shown="shape")
     seed: int = fact(0, "seed of the tensor data (conformance.ground.data)", coverage=None, shown="seed")
@@ -344,6 +379,9 @@ class Case:
             for name in BACKWARD_FACTS[1:]:
                 if getattr(self, name) != FACTS[name].default:
                     return f"case field {name!r}: a backward-only fact (direction is 'fwd')"
+        for name, ok, why in self._feature_rules():
+            if not ok:
+                return f"case field {name!r}: {why}"
         if self.is_thd:
             if self.q_lens is None or self.kv_lens is None:
                 return "case field 'q_lens'/'kv_lens': a THD case needs both length lists"
@@ -358,6 +396,26 @@ class Case:
                     if any(n < 0 or n > phys for n in lens):
                         return f"case field {name!r}: lengths must lie in [0, {phys}]"
         return None
+
+    def _feature_rules(self):
+        """(fact, holds, why): where the feature facts of schema 3 mean something
+        (a fact outside its domain keeps its default, so coverage and case
+        files never hold a value no kernel reads)."""
+        sinks_only = "only with sinks (it describes the sink buffer)"
+        dense_only = "dense only (the THD grid is the natural one, its host has no such operand)"
+        return (
+            ("sink_log2", self.sinks or not self.sink_log2, sinks_only),
+            ("sink_dtype", self.sinks or self.sink_dtype == "float32", sinks_only),
+            ("sink_dtype", self.is_thd or self.sink_dtype == "float32", "dense hosts take float32 sinks only (prepared_host types)"),
+            ("sink_layout", self.sinks or self.sink_layout == "compact", sinks_only),
+            ("lse_layout", self.has_lse or self.lse_layout == "compact", "only with an LSE output (has_lse)"),
+            ("lse_log2", self.has_lse or not self.lse_log2, "only with an LSE output (has_lse)"),
+            ("sched", not self.is_thd or self.sched == "natural", dense_only),
+            ("sched_l2_mib", self.sched in ("lpt_l2", "auto") or self.sched_l2_mib == 0, "only with an L2 scheduler (lpt_l2, auto)"),
+            ("rope", not self.rope or (not self.is_thd and self.seq_q_lens is None and self.seq_kv_lens is None),
+             "dense without padding operands (compile_thd_host has no RoPE operand; api_dsl refuses RoPE with padding)"),
+            ("prefix_dtype", self.is_thd or self.prefix_dtype == "int32", "THD only (cu_seqlens)"),
+        )  # fmt: skip
 
     # ------------------------------------------------------------- adapters
     def unexpressible(self, adapter: str) -> Optional[str]:

@@ -24,7 +24,7 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
-from .case import ROW_PAD, Case
+from .case import LSE_ROW_PAD, ROW_PAD, Case
 from .phases import timed
 from .tables import TILE_M
 
@@ -34,6 +34,7 @@ TORCH_DTYPES = {
     "float32": torch.float32,
     "float64": torch.float64,
     "int32": torch.int32,
+    "int64": torch.int64,
 }
 
 # The value that poisons storage outside the live tokens.
@@ -188,6 +189,7 @@ class CaseTensors:
     seq_kv_lens: Optional[torch.Tensor] = None
     cu_q: Optional[torch.Tensor] = None
     cu_kv: Optional[torch.Tensor] = None
+    rope: Optional[torch.Tensor] = None
     q_live: Optional[torch.Tensor] = None
     kv_live: Optional[torch.Tensor] = None
 
@@ -195,7 +197,7 @@ class CaseTensors:
         """On ``device``, each buffer's whole allocation copied (pad columns
         and guard bands included)."""
         moved = {}
-        for name in ("q", "k", "v", "bias", "sinks", "seq_q_lens", "seq_kv_lens", "cu_q", "cu_kv", "q_live", "kv_live"):
+        for name in ("q", "k", "v", "bias", "sinks", "seq_q_lens", "seq_kv_lens", "cu_q", "cu_kv", "rope", "q_live", "kv_live"):
             t = getattr(self, name)
             moved[name] = None if t is None else _to_preserving_strides(t, device)
         return CaseTensors(case=self.case, **moved)
@@ -207,7 +209,7 @@ class CaseTensors:
 
 
 # The CaseTensors fields a kernel is handed.
-KERNEL_INPUTS = ("q", "k", "v", "bias", "sinks", "seq_q_lens", "seq_kv_lens", "cu_q", "cu_kv")
+KERNEL_INPUTS = ("q", "k", "v", "bias", "sinks", "seq_q_lens", "seq_kv_lens", "cu_q", "cu_kv", "rope")
 
 
 def flat_storage(t: torch.Tensor) -> torch.Tensor:
@@ -268,8 +270,45 @@ def _packed_live(cu, capacity: int) -> torch.Tensor:
     return live
 
 
-def _guarded_ints(values) -> torch.Tensor:
-    return guarded_copy(torch.tensor(list(values), dtype=torch.int32, device="cpu"))
+def _guarded_ints(values, dtype=torch.int32) -> torch.Tensor:
+    return guarded_copy(torch.tensor(list(values), dtype=dtype, device="cpu"))
+
+
+def _sinks(case: Case, drawn: torch.Tensor) -> torch.Tensor:
+    """The sink buffer as a kernel is handed it: ``drawn`` (one logit per Q
+    head, float32) in ``case.sink_dtype``, laid out per ``case.sink_layout``
+    as an (H,) view: compact, every other element (the skipped ones NaN: a
+    kernel reading them poisons its output), or one logit at stride 0 for
+    every head (the first drawn). The values are base-2 logits when
+    ``case.sink_log2`` (reference.attention.sink_logits converts)."""
+    dt = TORCH_DTYPES[case.sink_dtype]
+    h = drawn.shape[0]
+    if case.sink_layout == "broadcast":
+        one = guarded_copy(drawn[:1].to(dt))
+        return one.as_strided((h,), (0,), one.storage_offset())
+    if case.sink_layout == "strided":
+        two = guarded((h, 2), dt, "cpu", row=2, fill=POISON)
+        two[:, 0] = drawn.to(dt)
+        return two[:, 0]
+    return guarded_copy(drawn.to(dt))
+
+
+# RoPE angles: position * BASE^(-2i/d) (the usual inverse-frequency table), float32.
+ROPE_BASE = 10000.0
+
+
+def rope_rows(case: Case) -> int:
+    """Rows (positions) of the RoPE angle table: every live Q and K position, no more."""
+    return max(case.s_q, case.s_kv)
+
+
+def rope_freqs(case: Case, width: int) -> torch.Tensor:
+    """The (rope_rows, width) float32 angle table (``width``: half the
+    flavor's d_qk, what the kernels' table covers), guarded: the wrapper's
+    rope_freqs. Deterministic in the shape; no seed."""
+    pos = torch.arange(rope_rows(case), dtype=torch.float64)[:, None]
+    inv = ROPE_BASE ** (-2.0 * torch.arange(width, dtype=torch.float64) / (2 * width))
+    return guarded_copy((pos * inv).to(torch.float32), row=width)
 
 
 def bias_dead(case: Case) -> Tuple[int, int]:
@@ -397,15 +436,16 @@ def make_inputs(case: Case, device="cpu", *, poison: bool = True, pad_fill: floa
             q[~q_live] = POISON
             k[~kv_live] = POISON
             v[~kv_live] = POISON
-        sinks = guarded_copy(randn(case.h_q) * SINK_SPREAD) if case.sinks else None
+        sinks = _sinks(case, randn(case.h_q) * SINK_SPREAD) if case.sinks else None
+        prefix = TORCH_DTYPES[case.prefix_dtype]
         t = CaseTensors(
             case,
             q,
             k,
             v,
             sinks=sinks,
-            cu_q=_guarded_ints(cu_q),
-            cu_kv=_guarded_ints(cu_kv),
+            cu_q=_guarded_ints(cu_q, prefix),
+            cu_kv=_guarded_ints(cu_kv, prefix),
             q_live=q_live,
             kv_live=kv_live,
         )
@@ -424,12 +464,49 @@ def make_inputs(case: Case, device="cpu", *, poison: bool = True, pad_fill: floa
             rows, cols = bias_dead(case)
             bias[:, :, rows:, :] = pad_fill
             bias[:, :, :, cols:] = pad_fill
-    sinks = guarded_copy(randn(case.h_q) * SINK_SPREAD) if case.sinks else None
+    sinks = _sinks(case, randn(case.h_q) * SINK_SPREAD) if case.sinks else None
     lens = lambda xs: None if xs is None else _guarded_ints(xs)  # noqa: E731
+    from .tables import FLAVOR_ENVELOPES, flavor_of
+
+    rope = rope_freqs(case, FLAVOR_ENVELOPES[flavor_of(case.d_qk, case.d_v)][0] // 2) if case.rope else None
     t = CaseTensors(
-        case, q, k, v, bias=bias, sinks=sinks, seq_q_lens=lens(case.seq_q_lens), seq_kv_lens=lens(case.seq_kv_lens), q_live=q_live, kv_live=kv_live
+        case, q, k, v, bias=bias, sinks=sinks, seq_q_lens=lens(case.seq_q_lens), seq_kv_lens=lens(case.seq_kv_lens), rope=rope,
+        q_live=q_live, kv_live=kv_live,
     )
     return t.to(device)
+
+
+# The smallest head pitch of a THD "padded" LSE (tokens); past it, the next
+# power of two above T_q. A compile_thd_host constexpr (lse_stride): one pitch
+# for every capacity the ci pools draw, so token totals stay runtime facts.
+THD_LSE_PITCH = 8192
+
+
+def thd_lse_pitch(case: Case) -> int:
+    """Head pitch (elements) of a THD "padded" LSE: at least T_q + 1."""
+    pitch = THD_LSE_PITCH
+    while pitch <= case.t_q:
+        pitch *= 2
+    return pitch
+
+
+def lse_view(case: Case, device=None, *, fill=None) -> torch.Tensor:
+    """The logical LSE (dense (B, H, SQ); THD (H, T_q)) as a strided view of
+    one guarded allocation laid out per ``case.lse_layout`` (the storage
+    between live elements -- pitch padding -- holds ``fill`` too)."""
+    if case.is_thd:
+        h, t = case.h_q, case.t_q
+        if case.lse_layout == "token_major":
+            return guarded((t, h), torch.float32, device, row=h, fill=fill).T
+        if case.lse_layout == "padded":
+            return guarded((h, thd_lse_pitch(case)), torch.float32, device, row=1, fill=fill)[:, :t]
+        return guarded((h, t), torch.float32, device, row=1, fill=fill)
+    b, h, s = case.batch, case.h_q, case.s_q
+    if case.lse_layout == "token_major":
+        return guarded((b, s, h), torch.float32, device, row=h, fill=fill).permute(0, 2, 1)
+    if case.lse_layout == "padded":
+        return guarded((b, h, s + LSE_ROW_PAD), torch.float32, device, row=1, fill=fill)[..., :s]
+    return guarded((b, h, s), torch.float32, device, row=1, fill=fill)
 
 
 @timed("inputs")
@@ -437,18 +514,19 @@ def make_outputs(case: Case, device="cpu", *, fill: float = POISON, d_v: Optiona
     """(O, LSE) buffers pre-filled with ``fill`` (NaN poison by default), laid
     out the way the adapters hand them to the kernels, inside guard bands:
     dense O per ``case.memory`` as a logical (B, H, SQ, D_V) view, LSE
-    (B, H, SQ) contiguous; THD O packed (T_q, H, D_V), LSE head-major (H, T_q).
+    (B, H, SQ); THD O packed (T_q, H, D_V), LSE (H, T_q); the LSE storage per
+    ``case.lse_layout`` (``lse_view``). Without ``case.has_lse`` the LSE buffer
+    is made all the same and never handed: it must end as filled.
     ``d_v`` overrides the O width (an adapter that pads to the flavor width)."""
     d_v = case.d_v if d_v is None else d_v
     dt = TORCH_DTYPES[case.dtype]
+    lse = lse_view(case, device, fill=fill)
     if case.is_thd:
         o = guarded((case.t_q, case.h_q, d_v), dt, device, row=case.h_q * d_v, fill=fill)
-        lse = guarded((case.h_q, case.t_q), torch.float32, device, row=1, fill=fill)
         return o, lse
     o = _dense_storage(case.batch, case.h_q, case.s_q, d_v, dt, case.memory, device)
     if fill is not None:
         body_storage(o).fill_(fill)
-    lse = guarded((case.batch, case.h_q, case.s_q), torch.float32, device, row=1, fill=fill)
     return o, lse
 
 

@@ -68,12 +68,15 @@ CHECKS: Dict[str, Dict[str, Tuple[str, str]]] = {
         "error model": (ROWS, "O and LSE within the error model of the kernel's arithmetic (float64 reference) on every row the model judges"),
         "contract rows": (ROWS, "rows the contract fixes bit for bit: dense padded Q rows and rows with no visible key (O 0, LSE -inf)"),
         "model finite": (PLAIN, "the error model's bound is finite on every judged element"),
+        "lse untouched": (STORAGE, "without a Stats output (has_lse false) the LSE buffer, never handed, is untouched"),
         **_GUARDS,
     },
     "tails": {
         "capacity": (ROWS, "THD O/LSE capacity outside the live tokens: zeroed when the host initializes outputs, untouched otherwise"),
         "pad columns": (STORAGE, "dense O pad columns (bshd_padded) never written"),
         "no nan": (ROWS, "every output row the contract defines is written and free of NaN (dense padded rows: O 0, LSE -inf)"),
+        "lse untouched": (STORAGE, "without a Stats output (has_lse false) the LSE buffer, never handed, is untouched"),
+        "lse pitch": (STORAGE, "the storage between the elements of a strided Stats layout (a padded pitch) is never written"),
         **_GUARDS,
     },
     "rejection": {

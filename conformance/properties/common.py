@@ -171,3 +171,40 @@ def entry_adapter(entry: str):
         return get_adapter("wrapper", sm80_compat=not detect().native)
     return get_adapter(entry)
 
+
+
+def lse_untouched(property: str, case, lse) -> int:
+    """Without a Stats output (``case.has_lse`` false) the LSE buffer is never
+    handed to the kernel: its whole body must still hold the NaN it was filled
+    with (a kernel whose compiled-out LSE block still stores somewhere shows
+    here or in a guard band). Returns the elements checked."""
+    import torch
+
+    from conformance.ground.data import body_storage
+    from conformance.properties import judge
+
+    flat = body_storage(lse)
+    judge.exactly(property, case, "lse", flat, torch.full_like(flat, float("nan")), torch.ones_like(flat, dtype=torch.bool),
+                  "LSE buffer of a run without a Stats output (never handed)", check="lse untouched")  # fmt: skip
+    return int(flat.numel())
+
+
+def lse_pitch_untouched(property: str, case, lse) -> int:
+    """The LSE storage between a strided layout's elements (a padded pitch) is
+    never written. Returns the elements checked."""
+    import torch
+
+    from conformance.ground.data import body_storage, guard_bands
+    from conformance.properties import judge
+
+    n = lse.untyped_storage().nbytes() // lse.element_size()
+    used = torch.zeros(n, dtype=torch.bool, device=lse.device)
+    idx = torch.arange(n, device=lse.device).as_strided(lse.shape, lse.stride(), lse.storage_offset())
+    used[idx.flatten()] = True
+    bands = guard_bands(lse)
+    if bands is None:
+        return 0
+    pad = ~used[bands[0] : bands[0] + bands[1]]
+    flat = body_storage(lse)
+    judge.exactly(property, case, "lse", flat, torch.full_like(flat, float("nan")), pad, "LSE pitch padding (never written)", check="lse pitch")
+    return int(pad.sum())

@@ -60,6 +60,8 @@ GRAD_COORDS = {"dbias": ("bias_batch", "head", "q_token", "kv_token"), "dsink": 
 def _coords(case: Case, quantity: str, index: Sequence[int]) -> dict:
     """Name the coordinates of one element of O or LSE in the suite layouts."""
     idx = [int(i) for i in index]
+    if len(idx) == 1:  # a flat storage view (e.g. an LSE buffer never handed)
+        return {"element": idx[0]}
     if quantity in GRAD_COORDS:  # backward: dBias cells, dSink heads
         return dict(zip(GRAD_COORDS[quantity], idx))
     side = "kv" if quantity in ("dk", "dv") else "q"

@@ -11,7 +11,7 @@ from conformance.ground.case import Case
 from conformance.ground.data import body_storage, guard_bands, make_inputs, make_outputs
 from conformance.ground.outcome import Observation
 from conformance.properties import judge, recorder
-from conformance.properties.common import device, finish, launched_buffers, row_mask, row_regions
+from conformance.properties.common import device, finish, launched_buffers, lse_pitch_untouched, lse_untouched, row_mask, row_regions
 from kernels.base import require
 
 
@@ -67,9 +67,15 @@ def check_tails(case: Case, adapter, *, initialize_outputs: bool = True) -> Obse
 
     def judged():
         judge.guards_intact("tails", case, launched_buffers(inputs, (o, lse), result))
+        # Without a Stats output the LSE buffer is never handed: all of it untouched.
+        quantities = (("o", result.o), ("lse", result.lse)) if case.has_lse else (("o", result.o),)
+        if not case.has_lse:
+            checked["lse untouched"] = lse_untouched("tails", case, lse)
+        elif case.lse_layout != "compact" and "lse" not in result.notes.get("staged", ()):
+            checked["lse pitch"] = lse_pitch_untouched("tails", case, result.lse)
         if case.is_thd:
             want = tail_expectation(initialize_outputs)
-            for quantity, got in (("o", result.o), ("lse", result.lse)):
+            for quantity, got in quantities:
                 dead = ~row_mask(case, inputs, quantity, got.shape)
                 checked[f"{quantity} capacity tail"] = int(dead.sum())
                 judge.exactly("tails", case, quantity, got, torch.full_like(got, want), dead, f"{quantity.upper()} capacity outside the live tokens", regions, check="capacity")
@@ -82,7 +88,7 @@ def check_tails(case: Case, adapter, *, initialize_outputs: bool = True) -> Obse
             flat = body_storage(handed)
             checked["o pad columns"] = int(pad.sum())
             judge.exactly("tails", case, "o", flat, torch.full_like(flat, float("nan")), pad, "O pad columns (never written)", check="pad columns")
-        for quantity, got in (("o", result.o), ("lse", result.lse)):
+        for quantity, got in quantities:
             live = row_mask(case, inputs, quantity, got.shape)
             judge.exactly("tails", case, quantity, torch.isnan(got), torch.zeros_like(got, dtype=torch.bool), live, "live outputs (poison left or NaN produced)", regions, check="no nan")
         return {}
