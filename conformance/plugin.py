@@ -68,6 +68,10 @@ RUN = pytest.StashKey[Run]()
 
 # ---------------------------------------------------------------- options
 def pytest_addoption(parser):
+    # Registers the suite's Hypothesis profiles before Hypothesis' own plugin
+    # configures (it loads --hypothesis-profile by name, whatever the plugin order).
+    import strategies.profiles  # noqa: F401
+
     g = parser.getgroup("sdpa-conformance", "SM80 SDPA conformance suite")
     g.addoption("--adapter", choices=ADAPTERS, default=None,
                 help="kernel entry point to drive: prepared (the compile entry points) or wrapper (sdpa_fwd_wrapper_sm80). Default: $SDPA_ADAPTER, else prepared.")

@@ -73,6 +73,14 @@ def forget_memos() -> None:
     staged_copy.compile_gather.cache_clear()
     prepared_staged_sm80._compile_core.cache_clear()
     api_dsl._sm80_wrapper_cache.clear()
+    # The backward's: its packed/staged artifacts are lru-cached by key, and the
+    # public backward wrapper keeps a plan per geometry.
+    from cudnn.sdpa.bwd import api_dsl as bwd_api
+    from cudnn.sdpa.bwd.kernels.sm80 import prepared_host as bwd_host
+
+    bwd_host._compile_thd_artifact.cache_clear()
+    bwd_host._compile_staged_artifact.cache_clear()
+    bwd_api._sm80_bwd_cache.clear()
 
 
 # Counters a call that asks for no compile leaves at zero (after forget_memos).
