@@ -22,11 +22,12 @@ for i in $(seq 1 "$N"); do
   if [ "${GATE_DEADLINE:-0}" -gt 0 ]; then
     left=$(( GATE_DEADLINE - (SECONDS - began) ))
     [ $left -lt 60 ] && { echo "run $i: not started, ${left} s left before GATE_DEADLINE"; N=$((i - 1)); break; }
-    limit="timeout -s INT $left"
+    limit="timeout -s INT -k 20 $((left - 25))"  # SIGINT, then SIGKILL: leave time to render
   fi
   $limit python3 -m pytest -n 16 conformance --hypothesis-profile=ci -p no:cacheprovider -q -W ignore::DeprecationWarning \
     --durations=30 --report-dir="$OUT/ci-$i" "$@" > "$OUT/ci-$i.log" 2>&1
   rc=$?; [ $rc -ne 0 ] && status=$rc
+  [ -f "$OUT/ci-$i/report.json" ] || python3 -m conformance.cli report "$OUT/ci-$i" > /dev/null 2>&1  # a run cut at the deadline
   tail -n 25 "$OUT/ci-$i.log" | grep -E "passed|failed|ERROR|stale|known findings" | tail -n 4
 done
 python3 - "$OUT" "$N" <<'PY'

@@ -85,6 +85,16 @@ def _same(o1, lse1, x2, case2):
     return o1, lse1, o_where, lse_where
 
 
+def _set_sinks(dst: torch.Tensor, values: torch.Tensor) -> None:
+    """Write the second launch's sink logits. A broadcast sink buffer
+    (sink_layout "broadcast", stride 0) holds one logit for every head: any
+    permutation of it is itself, and its one element is written once."""
+    if dst.dim() and dst.stride(0) == 0:
+        dst[:1].copy_(values[:1])
+    else:
+        dst.copy_(values)
+
+
 # ----------------------------------------------------------- batch (dense)
 def _batch_perm(case: Case, x1: CaseTensors, rng, adapter) -> Plan:
     p = _perm(rng, case.batch)
@@ -97,7 +107,7 @@ def _batch_perm(case: Case, x1: CaseTensors, rng, adapter) -> Plan:
     if x1.bias is not None:
         x2.bias.copy_(x1.bias)
     if x1.sinks is not None:
-        x2.sinks.copy_(x1.sinks)
+        _set_sinks(x2.sinks, x1.sinks)
     return Plan(case2, x2, lambda o1, lse1: _same(o1[idx], lse1[idx], x2, case2), {"permutation": p})
 
 
@@ -131,7 +141,7 @@ def _head_perm(case: Case, x1: CaseTensors, rng, adapter) -> Plan:
     if x1.bias is not None:
         x2.bias.copy_(x1.bias.index_select(1, s))
     if x1.sinks is not None:
-        x2.sinks.copy_(x1.sinks[s])
+        _set_sinks(x2.sinks, x1.sinks[s])
     lse_axis = 0 if case.is_thd else 1  # THD LSE is (H, T)
     return Plan(case, x2, lambda o1, lse1: _same(o1.index_select(1, s), lse1.index_select(lse_axis, s), x2, case),
                 {"q_heads": sigma, "kv_heads": tau})  # fmt: skip
@@ -160,7 +170,7 @@ def _repack(case: Case, case2: Case, x1: CaseTensors, order: List[int]):
         live = idx >= 0
         getattr(x2, name)[live] = getattr(x1, name)[idx[live]]
     if x1.sinks is not None:
-        x2.sinks.copy_(x1.sinks)
+        _set_sinks(x2.sinks, x1.sinks)
 
     def expect(o1, lse1):
         live = iq >= 0
