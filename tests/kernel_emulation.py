@@ -72,6 +72,9 @@ class Plant:
     # first key's V from the neighbour's last row (THD: the packed row before it; 0: off). K, the
     # row sum and LSE stay right: O moves by P_0 |v - v'|, inside the error model once the row is long.
     neighbour_v_min_keys: int = 0
+    # Dense: KV heads after the first read their first key's V from the previous KV head's last row
+    # (a head stride slip on a path only long rows take), in rows of at least this many keys (0: off).
+    neighbour_head_v_min_keys: int = 0
     absolute_kv_tiles: bool = False  # THD: KV tiles anchored to the packed offset, not the sequence start
     nondeterministic: bool = False  # every other launch, LSE one fp32 ulp up (a reduction order that varies)
     # Schema-3 feature bugs (the power of the new facts' judging, tests/test_feature_power.py):
@@ -269,6 +272,9 @@ def emulate_case(case, tensors, arith: Arith = Arith(), plant: Plant = Plant()) 
 
             w = rope_width(case)
             q, k = _rope(q, tensors.rope, plant, w), (torch.nn.functional.pad(k, (0, w - k.shape[-1])) if plant.rope_q_only else _rope(k, tensors.rope, plant, w))
+        if plant.neighbour_head_v_min_keys and case.s_kv >= plant.neighbour_head_v_min_keys:  # KV head j >= 1: first V from head j - 1
+            v = v.clone()
+            v[:, 1:, 0] = tensors.v[:, :-1, -1]
         if plant.neighbour_v_min_keys:  # batch entry b >= 1: its first key's V from entry b - 1's last row
             v = v.clone()
             for b, n in enumerate(case.kv_lengths()):

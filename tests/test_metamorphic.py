@@ -212,3 +212,31 @@ def test_the_matrix_binds_every_relation_per_stratum():
         assert len(ids) == len(STRATA) * len(relations) and all(any(i.endswith(f"-{r}]") for i in ids) for r in relations)
     for name, rel in M.RELATIONS.items():
         assert rel.exact.strip() and set(rel.layouts) <= {"dense", "thd"}, name
+
+
+# A dense twin of LONG: bf16, 4,096 keys per row, the pools' flat softmax.
+LONG_DENSE = Case(dtype="bfloat16", batch=2, h_q=4, h_kv=2, s_q=8, s_kv=4096, scale=0.03125, seed=0)
+# Per relation, a planted bug that the reference comparison at the same shape
+# lets through (inside the error model) and the relation catches bit for bit.
+BLIND = [
+    ("batch_perm", LONG_DENSE, Plant(neighbour_v_min_keys=512), None),
+    ("head_perm", LONG_DENSE, Plant(neighbour_head_v_min_keys=512), None),
+    ("seq_perm", LONG, NEIGHBOUR, None),
+    ("isolation", LONG, NEIGHBOUR, None),
+    ("position", Case(layout="thd", q_lens=(16, 16), kv_lens=(200, 300), kv_base=5, seed=1), Plant(absolute_kv_tiles=True), None),
+    ("v_pow2", DENSE, Plant(v_offset=2.0**-16), None),
+    ("determinism", DENSE, Plant(nondeterministic=True), None),
+    ("entry", DENSE, Plant(), EmulatedAdapter(plant=Plant(scale_factor=1 + 2.0**-22))),
+]
+
+
+@pytest.mark.parametrize("relation,case,plant,second", BLIND, ids=[b[0] for b in BLIND])
+def test_each_relation_catches_a_bug_the_reference_comparison_lets_through(relation, case, plant, second):
+    """Issue 15's bar: every relation fails on a planted bug whose effect on
+    O and LSE sits inside the error model at the very same shape."""
+    with on_cpu():
+        obs = check_numerics(case, second or EmulatedAdapter(plant=plant))
+    assert obs.outcome == "passed" and obs.ratios["o"] < 1
+    with pytest.raises(PropertyFailure, match=relation):
+        metamorphic(case, relation, plant, second=second)
+    metamorphic(case, relation)  # the honest emulation holds the relation at this shape
