@@ -10,3 +10,5 @@ from conformance.testgen import matrix_test
 test_large = matrix_test("test_large")
 test_large_offsets = matrix_test("test_large_offsets")
 test_large_slice = matrix_test("test_large_slice")
+test_metamorphic_large_dense = matrix_test("test_metamorphic_large_dense")
+test_metamorphic_large_thd = matrix_test("test_metamorphic_large_thd")

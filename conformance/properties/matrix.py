@@ -192,6 +192,11 @@ LARGE, PARITY = "conformance/test_large.py", "conformance/test_parity.py"
 GPU, COMPILE_TIER = ("gpu",), ("compile",)
 # The large tier: selected by --large (or -m large) and the nightly profile, skipped otherwise (conformance.plugin).
 LARGE_TIER = ("gpu", "large")
+# Large shapes by layout, and the relations run on them (the entry-point one
+# needs the wrapper's own copies, v_pow2 is the reference-free twin of numerics).
+LARGE_DENSE_SHAPES, LARGE_THD_SHAPES = ("long", "decode", "gqa64", "grid"), ("thd_seqs",)
+LARGE_DENSE_RELATIONS = ("batch_perm", "head_perm", "isolation", "determinism")
+LARGE_THD_RELATIONS = ("seq_perm", "position", "isolation", "determinism")
 
 MATRIX: Tuple[Family, ...] = (
     # numerics: O and LSE against the fp32 reference, poisoned dead inputs.
@@ -236,6 +241,11 @@ MATRIX: Tuple[Family, ...] = (
     # metamorphic: two launches whose O and LSE must agree bit for bit (no reference), every relation x stratum.
     Family("test_metamorphic_dense", METAMORPHIC, "metamorphic", "metamorphic", GPU, (STRATA_AXIS, DENSE_RELATION_AXIS), dense_cases,
            kind="metamorphic_dense"),  # fmt: skip
+    # The same relations at the large tier's sizes, where a reference bound is widest and they are the strongest check.
+    Family("test_metamorphic_large_dense", LARGE, "metamorphic", "large", LARGE_TIER,
+           (_axis("shape", LARGE_DENSE_SHAPES, SOURCE), _axis("relation", LARGE_DENSE_RELATIONS, PARAM)), large_cases),
+    Family("test_metamorphic_large_thd", LARGE, "metamorphic", "large", LARGE_TIER,
+           (_axis("shape", LARGE_THD_SHAPES, SOURCE), _axis("relation", LARGE_THD_RELATIONS, PARAM)), large_cases),
     Family("test_metamorphic_thd", METAMORPHIC, "metamorphic", "metamorphic", GPU, (STRATA_AXIS, THD_RELATION_AXIS), thd_cases,
            kind="metamorphic_thd"),  # fmt: skip
 )
