@@ -202,6 +202,7 @@ def _share_cores(config) -> None:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-timeout's: it reads the timeout method this sets (isolation.configure_test_timeout)
 def pytest_configure(config):
     config.addinivalue_line("markers", "property(name): the conformance property a test checks (report attribution)")
     if getattr(config.option, "help", False):
