@@ -74,6 +74,14 @@ def _live(case: Case, inputs, name: str, shape) -> torch.Tensor:
     return live[:, None, None].expand(shape)
 
 
+def _launch_inputs(case: Case, adapter):
+    """(device, poisoned inputs, poisoned dO, (O, LSE, forward result)) of one backward example."""
+    dev = device()
+    inputs = make_inputs(case, dev, poison=True, pad_fill=FINITE_PAD)
+    do = make_grad_output(case, dev, poison=True, pad_fill=FINITE_PAD)
+    return dev, inputs, do, handed_inputs(case, adapter, inputs, dev)
+
+
 def check_backward(case: Case, adapter) -> Observation:
     """dQ, dK, dV (dBias, dSink) of the backward against the float64 closed
     form under the backward error model; structural zeros bit for bit; guard
@@ -82,10 +90,7 @@ def check_backward(case: Case, adapter) -> Observation:
         raise ValueError(f"check_backward judges backward Cases (direction 'bwd'); got {case.describe()}")
     recorder.begin("backward", case)
     start = time.perf_counter()
-    dev = device()
-    inputs = make_inputs(case, dev, poison=True, pad_fill=FINITE_PAD)
-    do = make_grad_output(case, dev, poison=True, pad_fill=FINITE_PAD)
-    o, lse, fwd = handed_inputs(case, adapter, inputs, dev)
+    dev, inputs, do, (o, lse, fwd) = _launch_inputs(case, adapter)
     grads = make_grad_outputs(case, dev)
     result = adapter.backward(case, inputs, o, lse, do, grads)
     ref = reference_with_model(case, inputs, do, o, lse)
@@ -126,10 +131,7 @@ def check_determinism(case: Case, adapter) -> Observation:
         raise ValueError(f"check_determinism needs a deterministic backward Case; got {case.describe()}")
     recorder.begin("determinism", case)
     start = time.perf_counter()
-    dev = device()
-    inputs = make_inputs(case, dev, poison=True, pad_fill=FINITE_PAD)
-    do = make_grad_output(case, dev, poison=True, pad_fill=FINITE_PAD)
-    o, lse, _ = handed_inputs(case, adapter, inputs, dev)
+    dev, inputs, do, (o, lse, _) = _launch_inputs(case, adapter)
     first_bufs, second_bufs = make_grad_outputs(case, dev), make_grad_outputs(case, dev)
     first = adapter.backward(case, inputs, o, lse, do, first_bufs)
     kept = {n: t.clone() for n, t in first.grads.items()}  # the wrapper may reuse its buffers
