@@ -128,6 +128,15 @@ def _stage_contiguous(t: torch.Tensor) -> torch.Tensor:
     return t if t.is_contiguous() else guarded_copy(t, row=1)
 
 
+def _written_o(o_run: torch.Tensor, o: torch.Tensor, d_v: int) -> torch.Tensor:
+    """The O the kernel wrote (the staging copy when staged: its first d_v
+    columns), copied back into the caller's ``o`` where they differ."""
+    written = o_run[..., :d_v]
+    if o_run is not o:
+        o.copy_(written)
+    return written
+
+
 def _handed(**buffers) -> dict:
     """role -> tensor handed to the kernel (absent operands dropped)."""
     return {k: t for k, t in buffers.items() if t is not None}
@@ -370,9 +379,7 @@ class PreparedAdapter:
             fn(*args, self._launch_context(q.device))
 
         def result() -> KernelResult:
-            written = o_run[..., : case.d_v]  # what the kernel wrote (the staging copy when staged)
-            if o_run is not o:
-                o.copy_(written)
+            written = _written_o(o_run, o, case.d_v)
             arch = "sm_80" if env.native else f"{env.live_arch} (compile_host names no --gpu-arch: the DSL targets the live device)"
             handed = _handed(q=q, k=k, v=v, o=o_run, lse=lse_run, seq_kv_lens=inputs.seq_kv_lens, seq_q_lens=inputs.seq_q_lens, sinks=inputs.sinks,
                              bias=inputs.bias, rope=rope)  # fmt: skip
@@ -411,9 +418,7 @@ class PreparedAdapter:
             fn(*args, self._launch_context(q.device))
 
         def result() -> KernelResult:
-            written = o_run[..., : case.d_v]  # what the kernel wrote (the staging copy when staged)
-            if o_run is not o:
-                o.copy_(written)
+            written = _written_o(o_run, o, case.d_v)
             if lse_run is not None and lse_run is not lse:
                 lse.copy_(lse_run)
             arch_note = "sm_80" if arch is None else f"{arch} (--gpu-arch=sm_80 rewritten)"

@@ -8,7 +8,9 @@ so ``lse_log2`` is dropped; the scale is kept positive (the backward folds
 no sign: its behaviour for negative and zero scales is not yet judged, see
 docs); a bias is fp32 or the I/O dtype (prepared_sm80.build_spec); d_v is
 cut to d_qk where it is wider (SdpaBwdDslSm80.check_support); THD gets one
-slack token on a side with no capacity (the adapters bind real rows).
+slack token on a side with no capacity (the adapters bind real rows); the
+forward-only kernel features (``case.FORWARD_ONLY_FACTS``) take their
+defaults.
 """
 
 from __future__ import annotations
@@ -17,27 +19,17 @@ from typing import Optional, Sequence
 
 from hypothesis import strategies as st
 
-from conformance.ground.case import INPUT_SOURCES, Case
+from conformance.ground.case import FACTS, FORWARD_ONLY_FACTS, INPUT_SOURCES, Case
 
 from .facts import cases
-
-
-# Forward-only kernel features (schema 3, the forward's TemplateParams and
-# host arguments): the backward reads a compact natural-log Stats it needs
-# (has_lse), compact fp32 natural-log sinks and int32 cu_seqlens, has no
-# tile scheduler argument, and its RoPE is not yet judged (docs/backward.md).
-# A drawn value is reset to the default the backward serves (seen on the
-# H200: strided sinks refused, padded THD Stats refused, no-Stats runs
-# handing a NaN LSE).
-FORWARD_ONLY = {"has_lse": True, "lse_layout": "compact", "sched": "natural", "sched_l2_mib": 0, "rope": False, "sink_log2": False,
-                "sink_dtype": "float32", "sink_layout": "compact", "prefix_dtype": "int32"}
 
 
 def to_backward(c: Case, deterministic: bool, inputs_from: str) -> Case:
     """The backward Case nearest to forward facts ``c`` that the backward serves
     (a map, never a filter: every draw is used and shrinks like the forward's)."""
     scale = None if c.scale is None or c.scale == 0 else abs(c.scale)
-    changes = dict(FORWARD_ONLY, direction="bwd", deterministic=deterministic, inputs_from=inputs_from, lse_log2=False, scale=scale)
+    forward_only = {name: FACTS[name].default for name in FORWARD_ONLY_FACTS}  # what the backward serves
+    changes = dict(forward_only, direction="bwd", deterministic=deterministic, inputs_from=inputs_from, lse_log2=False, scale=scale)
     if c.d_qk < c.d_v:  # the backward needs d_qk >= d_v (off-envelope draws only)
         changes["d_v"] = c.d_qk
     if c.bias is not None and c.bias not in ("float32", c.dtype):

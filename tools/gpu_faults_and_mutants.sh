@@ -11,9 +11,7 @@
 # Logs and reports under $OUT; the last lines are one summary line per step.
 set -uo pipefail
 BUDGET=${1:-100}
-source .gpu/env.sh >/dev/null || exit 2
-ls .gpu/wheels/*.whl >/dev/null 2>&1 && python3 -m pip install -q --no-index --no-deps .gpu/wheels/*.whl 2>/dev/null
-OUT=${OUT:-/tmp/out}
+source "$(dirname "$0")/gpu_setup.sh" || exit 2
 sel='dense and (gptoss or qwen)'
 for fault in fault_v_stride_out_of_bounds fault_kv_loop_never_ends; do
   env -u CI SDPA_PLANT_MUTANT=$fault timeout 170 python3 -m pytest -n 16 -p no:cacheprovider -q -W ignore::DeprecationWarning \

@@ -11,9 +11,7 @@
 # Logs and reports under $OUT; the last lines are one summary line per step.
 set -uo pipefail
 BUDGET=${1:-120}
-source .gpu/env.sh >/dev/null || exit 2
-ls .gpu/wheels/*.whl >/dev/null 2>&1 && python3 -m pip install -q --no-index --no-deps .gpu/wheels/*.whl 2>/dev/null
-OUT=${OUT:-/tmp/out}
+source "$(dirname "$0")/gpu_setup.sh" || exit 2
 for adapter in prepared wrapper; do
   timeout 280 python3 -m pytest -n 16 -p no:cacheprovider -q -W ignore::DeprecationWarning --hypothesis-profile=ci \
     --adapter=$adapter $([ $adapter = wrapper ] && echo --sm80-compat) --report-dir="$OUT/$adapter" \

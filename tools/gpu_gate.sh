@@ -11,10 +11,7 @@
 # dtype), read from report.json.
 set -uo pipefail
 N=${1:-1}; shift || true
-source .gpu/env.sh || exit 2
-# pytest-timeout is a dependency of the suite that the GPU image lacks (no registry there).
-ls .gpu/wheels/*.whl >/dev/null 2>&1 && python3 -m pip install -q --no-index --no-deps .gpu/wheels/*.whl 2>/dev/null
-OUT=${OUT:-/tmp/out}
+source "$(dirname "$0")/gpu_setup.sh" || exit 2
 status=0
 began=$SECONDS
 for i in $(seq 1 "$N"); do

@@ -10,9 +10,7 @@
 # 3. the kv_offset_int32 mutant against its expected killer (numerics_large_offsets).
 # Logs and reports under $OUT.
 set -uo pipefail
-source .gpu/env.sh || exit 2
-ls .gpu/wheels/*.whl >/dev/null 2>&1 && python3 -m pip install -q --no-index --no-deps .gpu/wheels/*.whl 2>/dev/null
-OUT=${OUT:-/tmp/out}
+source "$(dirname "$0")/gpu_setup.sh" || exit 2
 status=0
 nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 2000 > "$OUT/gpu-mem.csv" 2>/dev/null &
 smi=$!

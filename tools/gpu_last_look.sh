@@ -9,9 +9,7 @@
 #   bash tools/gpu_last_look.sh [metamorphic seconds] [backward seconds]
 set -uo pipefail
 META_S=${1:-200}; BWD_S=${2:-130}
-source .gpu/env.sh >/dev/null || exit 2
-ls .gpu/wheels/*.whl >/dev/null 2>&1 && python3 -m pip install -q --no-index --no-deps .gpu/wheels/*.whl 2>/dev/null
-OUT=${OUT:-/tmp/out}
+source "$(dirname "$0")/gpu_setup.sh" || exit 2
 kill_run() {  # name, kinds
   timeout -k 10 $((META_S - 10)) python3 -m conformance.kill_rate --only thd_neighbour_key --properties "$2" --jobs 2 --budget-s 90 --shrink-s 15 \
     --report-dir "$OUT/kill-$1" > "$OUT/kill-$1.log" 2>&1

@@ -5,9 +5,7 @@
 #   bash tools/gpu_numerics_profile.sh [seconds]
 set -uo pipefail
 SECS=${1:-120}
-source .gpu/env.sh >/dev/null || exit 2
-ls .gpu/wheels/*.whl >/dev/null 2>&1 && python3 -m pip install -q --no-index --no-deps .gpu/wheels/*.whl 2>/dev/null
-OUT=${OUT:-/tmp/out}
+source "$(dirname "$0")/gpu_setup.sh" || exit 2
 timeout -s INT -k 15 "$SECS" python3 -m pytest -n 16 --hypothesis-profile=ci -p no:cacheprovider -q -W ignore::DeprecationWarning \
   --report-dir="$OUT/num" conformance/test_numerics.py > "$OUT/num.log" 2>&1
 echo "rc $? | $(grep -E '[0-9]+ (passed|failed)' "$OUT/num.log" | tail -1)"
