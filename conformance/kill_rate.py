@@ -39,6 +39,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from conformance.ground.case import Case
 from conformance.ground.tables import NO_GPU
+from conformance.properties.matrix import BACKWARD as BACKWARD_MODULE  # the backward's families: searched by backward mutants only
 from conformance.properties.matrix import MATRIX, PARAM, SOURCE, TRANSFORM, Family, stratum_of
 from kernels.mutants import MUTANTS, Mutant
 
@@ -49,7 +50,6 @@ FAMILY_FLAVORS = {"f16": ("gptoss", "llama", "dsv3"), "d256": ("qwen",), "host":
                   # The backward: one generic template for every flavor, the d=64 MHA kernel for gptoss.
                   "bwd_f16": ("gptoss", "llama", "dsv3", "qwen"), "bwd_d64": ("gptoss",), "bwd_host": ("gptoss", "llama", "dsv3", "qwen"),
                   "bwd_spec": ("gptoss", "llama", "dsv3", "qwen")}  # fmt: skip
-BACKWARD_MODULE = "conformance/test_backward.py"  # the backward's families (searched by backward mutants only)
 LARGE_BUDGET = "large"  # the example budget (strategies.profiles) of the large tier's families
 GRACE_S = 150  # a worker's start-up, first compiles and overshoot past its budget
 
