@@ -194,8 +194,9 @@ GPU, COMPILE_TIER = ("gpu",), ("compile",)
 LARGE_TIER = ("gpu", "large")
 # Large shapes by layout, and the relations run on them (the entry-point one
 # needs the wrapper's own copies, v_pow2 is the reference-free twin of numerics).
-LARGE_DENSE_SHAPES, LARGE_THD_SHAPES = ("long", "decode", "gqa64", "grid"), ("thd_seqs",)
-LARGE_DENSE_RELATIONS = ("batch_perm", "head_perm", "isolation", "determinism")
+# (A permutation must move something: "long" and "gqa64" hold one batch entry, "long" one head.)
+LARGE_DENSE_SHAPES, LARGE_ONE_BATCH_SHAPES, LARGE_THD_SHAPES = ("decode", "grid"), ("long", "gqa64"), ("thd_seqs",)
+LARGE_DENSE_RELATIONS, LARGE_ONE_BATCH_RELATIONS = ("batch_perm", "head_perm", "isolation", "determinism"), ("isolation", "determinism")
 LARGE_THD_RELATIONS = ("seq_perm", "position", "isolation", "determinism")
 
 MATRIX: Tuple[Family, ...] = (
@@ -244,6 +245,8 @@ MATRIX: Tuple[Family, ...] = (
     # The same relations at the large tier's sizes, where a reference bound is widest and they are the strongest check.
     Family("test_metamorphic_large_dense", LARGE, "metamorphic", "large", LARGE_TIER,
            (_axis("shape", LARGE_DENSE_SHAPES, SOURCE), _axis("relation", LARGE_DENSE_RELATIONS, PARAM)), large_cases),
+    Family("test_metamorphic_large_one_batch", LARGE, "metamorphic", "large", LARGE_TIER,
+           (_axis("shape", LARGE_ONE_BATCH_SHAPES, SOURCE), _axis("relation", LARGE_ONE_BATCH_RELATIONS, PARAM)), large_cases),
     Family("test_metamorphic_large_thd", LARGE, "metamorphic", "large", LARGE_TIER,
            (_axis("shape", LARGE_THD_SHAPES, SOURCE), _axis("relation", LARGE_THD_RELATIONS, PARAM)), large_cases),
     Family("test_metamorphic_thd", METAMORPHIC, "metamorphic", "metamorphic", GPU, (STRATA_AXIS, THD_RELATION_AXIS), thd_cases,

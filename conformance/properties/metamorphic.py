@@ -61,6 +61,9 @@ class Relation:
     derive: Callable[..., Plan]  # (case, first inputs, rng, adapter) -> Plan
     exact: str  # why the relation holds bit for bit in the kernel's arithmetic
     same_key: bool = True  # the second launch has the first's compile key (it must compile nothing)
+    # Whether the relation moves anything on this Case (a permutation of one batch
+    # entry, head or sequence is the identity: only a determinism check).
+    moves: Callable[[Case], bool] = lambda case: True
 
 
 def _fresh(case: Case, dev, **kw) -> CaseTensors:
@@ -320,14 +323,14 @@ def _expressible(case: Case, other) -> None:
 DENSE, THD = ("dense",), ("thd",)
 BOTH = DENSE + THD
 RELATIONS: Dict[str, Relation] = {r.name: r for r in (
-    Relation("batch_perm", DENSE, _batch_perm,
+    Relation("batch_perm", DENSE, _batch_perm, moves=lambda c: c.batch > 1, exact=
              "a CTA computes one (batch, head, Q tile) from that batch entry's rows and padding lengths alone "
              "(prefill_f16.py block_idx -> batch_idx; Q/K/V/O/LSE offsets batch_idx * stride; seq lens [batch_idx]); "
              "the bias is one [1, H, SQ, SKV] for every entry (kept); the scheduler only renames CTAs"),
-    Relation("head_perm", BOTH, _head_perm,
+    Relation("head_perm", BOTH, _head_perm, moves=lambda c: c.h_q > 1, exact=
              "a CTA's head reads its own Q head, bias head (head_idx * SQ * SKV) and sink, and KV head head // group: "
              "moving Q heads with their KV group (and the bias heads and sinks with them) moves every operand of a head"),
-    Relation("seq_perm", THD, _seq_perm,
+    Relation("seq_perm", THD, _seq_perm, moves=lambda c: c.n_seq > 1, exact=
              "a THD sequence is addressed from cu_seqlens[b] alone and tiled from its own first row "
              "(q_row_base = tile * TILE_M, KV tiles kv_iter * TILE_N from kv_seq_origin): moving whole sequences "
              "(rows and cu_seqlens) moves their outputs; the sequence count (the compile key) is kept"),
@@ -373,6 +376,11 @@ def check_metamorphic(case: Case, adapter, *, relation: str) -> Observation:
     rel = RELATIONS[relation]
     if relation == "entry":
         _expressible(case, other_adapter(adapter))
+    if not rel.moves(case):
+        from hypothesis import currently_in_test_context, reject
+
+        if currently_in_test_context():
+            reject()  # draw a Case the relation moves; a replayed case file still runs (as a determinism check)
     recorder.begin(NAME, case, relation=relation)
     start = time.perf_counter()
     dev = device()
