@@ -202,6 +202,18 @@ def _share_cores(config) -> None:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
 
+def _steal_work(config) -> None:
+    """``-n N`` without ``--dist``: distribute with xdist's ``worksteal``
+    instead of ``load``. The suite's tests differ ~100x in cost (a per-stratum
+    numerics test vs a contract rule); ``load`` fixes most of each worker's
+    queue up front, so a worker dealt several slow tests sets the wall while
+    others idle; ``worksteal`` hands an idle worker half of the busiest one's
+    queue. An explicit ``--dist`` wins."""
+    given = any(a == "--dist" or a.startswith("--dist=") or a == "-d" for a in config.invocation_params.args)
+    if getattr(config.option, "dist", "no") == "load" and not given:
+        config.option.dist = "worksteal"
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-timeout's: it reads the timeout method this sets (isolation.configure_test_timeout)
 def pytest_configure(config):
     config.addinivalue_line("markers", "property(name): the conformance property a test checks (report attribution)")
@@ -209,6 +221,7 @@ def pytest_configure(config):
         return
     _check_rootdir(config)
     _share_cores(config)
+    _steal_work(config)
     run = _resolve(config)
     _configure_kernels(run)
     from kernels import cache

@@ -36,6 +36,8 @@ KIND_SCALE = {
     "tails": 0.5,  # poisoned-output / padding checks on the GPU
     "contracts": 0.5,  # violating cases: one exception per example
     "compile": 0.2,  # CPU compile tier (~1.5 s per new geometry)
+    # GPU compile-cache deltas, per stratum and layout: a THD example compiles its sequence count + 1.
+    "compile_reuse": 0.25,
     # Two launches per example, no reference; one test per relation x stratum (13 x 8), so the pytest
     # profiles scale it down below (PROFILE_KIND_SCALE); this base share is what a kill-rate search of
     # one relation gets (conformance.kill_rate: ci 20 examples).

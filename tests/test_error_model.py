@@ -239,3 +239,22 @@ TWIN_CASES = {
 @pytest.mark.parametrize("name", sorted(TWINS))
 def test_precision_mutant_twin_fails_the_model(name, dtype, record_property):
     _power(Case(dtype=dtype, **TWIN_CASES[name]), TWINS[name], record_property)
+
+
+def test_calibration_tool_counts_kills_per_model(tmp_path):
+    """tools/calibrate_error_model.py (the old-vs-new model table the GPU run
+    reports) runs end to end on the emulation and counts a planted drift's
+    kills per dtype under both models; a mutant name it does not know exits 2."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tool = Path(__file__).resolve().parents[1] / "tools" / "calibrate_error_model.py"
+    argv = ["--emulate", "tc24", "--plant", "drift_1%_first_tile", "--per-stratum", "1", "--flavors", "gptoss", "--layouts", "dense",
+            "--no-parts", "--jobs", "1", "--max-tokens", "80", "--out", str(tmp_path)]
+    done = subprocess.run([sys.executable, str(tool), *argv], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "examples killed (new model / legacy rule)" in done.stdout and "float16" in done.stdout and "bfloat16" in done.stdout
+    assert (tmp_path / "calibration.json").exists()
+    bad = subprocess.run([sys.executable, str(tool), "--mutant", "no_such_mutant"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "no_such_mutant" in bad.stderr

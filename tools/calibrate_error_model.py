@@ -109,9 +109,15 @@ def _stratum(job: dict) -> dict:
         properties.device = lambda: torch.device("cpu")  # this worker's own module
         where = "cpu"
     else:
-        from kernels import get_adapter
+        if job["mutant"]:  # a deliberately broken kernel: count which model catches it
+            from kernels.mutants import by_name
+            from kernels.prepared import PreparedAdapter
 
-        adapter = get_adapter("prepared")
+            adapter = PreparedAdapter(rewrites=by_name(job["mutant"]).rewrites)
+        else:
+            from kernels import get_adapter
+
+            adapter = get_adapter("prepared")
         where = "cuda"
     rows = []
     try:
@@ -123,7 +129,7 @@ def _stratum(job: dict) -> dict:
         row = {"case": case.to_dict()}
         try:
             obs = properties.check_numerics(case, adapter, legacy=True)
-            row.update(outcome=obs.outcome, ratios=obs.ratios, legacy=obs.notes.get("legacy_ratios", {}), finding=obs.finding)
+            row.update(outcome=obs.outcome, ratios=obs.ratios, legacy=obs.notes.get("legacy_ratios", {}), findings=obs.findings)
         except PropertyFailure as f:
             notes = f.observation.notes if f.observation is not None else {}
             row.update(outcome="failed", summary=f.summary, detail_ratio=f.detail.get("ratio"), quantity=f.detail.get("quantity"),
@@ -147,11 +153,16 @@ def _q(values, p):
 
 def summarize(results: list) -> dict:
     """Per dtype and quantity: p50 / p99 / max of error/bound, new and legacy."""
-    table, failures, errors, parts, legacy_kills = {}, [], [], {}, 0
+    table, failures, errors, parts, legacy_kills, kills = {}, [], [], {}, 0, {}
     for res in results:
         for row in res["rows"]:
             dt = row["case"]["dtype"]
-            legacy_kills += any(not v <= 1 for v in row.get("legacy", {}).values())
+            legacy_kill = any(not v <= 1 for v in row.get("legacy", {}).values())
+            legacy_kills += legacy_kill
+            k = kills.setdefault(dt, {"new": 0, "legacy": 0, "n": 0})
+            k["n"] += 1
+            k["new"] += row["outcome"] == "failed"
+            k["legacy"] += legacy_kill
             if row["outcome"] == "error":
                 errors.append(row)
                 continue
@@ -173,7 +184,7 @@ def summarize(results: list) -> dict:
         stats[key] = {m: {"n": len(v), "p50": _q(v, 0.5), "p99": _q(v, 0.99), "max": max(v) if v else float("nan"), "over": sum(1 for x in v if not x <= 1)}
                       for m, v in cell.items()}
     shares = {k: _q(v, 0.5) for k, v in sorted(parts.items())}
-    return {"stats": stats, "failures": failures, "errors": errors, "term_shares": shares, "legacy_kills": legacy_kills}
+    return {"stats": stats, "failures": failures, "errors": errors, "term_shares": shares, "legacy_kills": legacy_kills, "kills_by_dtype": kills}
 
 
 def render(summary: dict, meta: dict) -> str:
@@ -195,14 +206,16 @@ def render(summary: dict, meta: dict) -> str:
 
 
 def main(argv=None) -> int:
-    from conformance.flavors import FLAVORS
+    from conformance.ground.tables import FLAVORS
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--per-stratum", type=int, default=24, help="examples per (flavor, dtype, layout) stratum (default 24: 384 in all)")
     ap.add_argument("--jobs", type=int, default=None, help="worker processes (default: 16 on the GPU, 2 emulated)")
     ap.add_argument("--emulate", choices=sorted(ARITH), help="run the CPU emulation instead of the kernels (no GPU)")
     ap.add_argument("--plant", help="with --emulate: a planted error of tests/kernel_emulation.PLANTS (counts kills instead)")
-    ap.add_argument("--flavors", default=",".join(FLAVORS))
+    ap.add_argument("--mutant", help="on the GPU: a mutant of kernels.mutants (e.g. a precision_* one) instead of the installed kernels (counts kills "
+                    "under both models; flavors default to the templates it rewrites)")
+    ap.add_argument("--flavors", default=None, help="comma-separated (default: all, or the mutant's)")
     ap.add_argument("--dtypes", default="float16,bfloat16")
     ap.add_argument("--layouts", default="dense,thd")
     ap.add_argument("--max-tokens", type=int, default=None, help="bound the drawn lengths (the emulation is slow on long rows)")
@@ -213,6 +226,19 @@ def main(argv=None) -> int:
     if args.per_stratum < 1:
         print("--per-stratum must be >= 1", file=sys.stderr)
         return 2
+    if args.mutant:
+        from conformance.kill_rate import flavors_for
+        from kernels.mutants import by_name
+
+        if args.emulate:
+            print("--mutant rewrites the real kernels: not with --emulate (use --plant)", file=sys.stderr)
+            return 2
+        try:
+            mutant = by_name(args.mutant)
+        except (KeyError, ValueError):
+            print(f"--mutant {args.mutant!r}: not a mutant of kernels.mutants (python -m conformance.kill_rate --list)", file=sys.stderr)
+            return 2
+        args.flavors = args.flavors or ",".join(flavors_for(mutant))
     if not args.emulate:
         import torch
 
@@ -225,17 +251,18 @@ def main(argv=None) -> int:
         if not args.emulate or args.plant not in PLANTS:
             print(f"--plant needs --emulate and one of {sorted(PLANTS)}", file=sys.stderr)
             return 2
+    args.flavors = args.flavors or ",".join(FLAVORS)
     jobs = args.jobs or (2 if args.emulate else 16)
     strata = [(f, d, lay) for f in args.flavors.split(",") for d in args.dtypes.split(",") for lay in args.layouts.split(",")]
     work = [dict(flavor=f, dtype=d, layout=lay, n=args.per_stratum, seed=args.seed + i, max_tokens=args.max_tokens, emulate=args.emulate, plant=args.plant,
-                 parts=not args.no_parts) for i, (f, d, lay) in enumerate(strata)]
+                 parts=not args.no_parts, mutant=args.mutant) for i, (f, d, lay) in enumerate(strata)]
     start = time.perf_counter()
     with ProcessPoolExecutor(max_workers=min(jobs, len(work)), mp_context=get_context("spawn")) as pool:
         results = list(pool.map(_stratum, work))
     seconds = time.perf_counter() - start
     summary = summarize(results)
     crashed = [r for r in results if r.get("crash")]
-    backend = f"emulated ({args.emulate}{', plant ' + args.plant if args.plant else ''})" if args.emulate else "prepared adapter, CUDA"
+    backend = f"emulated ({args.emulate}{', plant ' + args.plant if args.plant else ''})" if args.emulate else f"prepared adapter, CUDA{', mutant ' + args.mutant if args.mutant else ''}"
     meta = {"backend": backend, "seconds": seconds,
             "examples": sum(len(r["rows"]) for r in results), "per_stratum": args.per_stratum, "seed": args.seed}
     print(render(summary, meta))
@@ -247,9 +274,10 @@ def main(argv=None) -> int:
         doc = {"meta": meta, **summary, "strata": results}
         (out / "calibration.json").write_text(json.dumps(doc, indent=1, default=str))
         print(f"\nwrote {out / 'calibration.json'}")
-    if args.plant:  # a planted error: report how often each rule caught it
-        print(f"\nplanted {args.plant}: killed by the new model in {len(summary['failures'])} of {meta['examples']} examples; "
-              f"by the legacy rule in {summary['legacy_kills']}")
+    if args.plant or args.mutant:  # a planted error: report how often each rule caught it, per dtype
+        print(f"\n{'planted ' + args.plant if args.plant else 'mutant ' + args.mutant}: examples killed (new model / legacy rule) of examples run")
+        for dt, k in summary["kills_by_dtype"].items():
+            print(f"  {dt:9s} new {k['new']:4d}  legacy {k['legacy']:4d}  of {k['n']}")
         return 1 if crashed else 0
     return 1 if (summary["failures"] or crashed) else 0
 

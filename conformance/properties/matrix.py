@@ -213,7 +213,8 @@ MATRIX: Tuple[Family, ...] = (
     Family("test_valid_cases_compile_for_sm80", COMPILE, "compiles", "compile", COMPILE_TIER, (), cases, adapter="prepared_adapter"),
     Family("test_runtime_facts_mint_no_compile_cpu", COMPILE, "compile_reuse", "compile", COMPILE_TIER, (), cases, params={"launch": False},
            adapter="prepared_adapter"),  # fmt: skip
-    Family("test_runtime_facts_mint_no_compile", COMPILE, "compile_reuse", "tails", GPU, (LAYOUTS,), _layout_cases, kind="compile_reuse"),
+    # Per stratum (xdist spreads the strata): each THD example compiles its sequence count + 1, one test of them all was 288 s on the H200.
+    Family("test_runtime_facts_mint_no_compile", COMPILE, "compile_reuse", "compile_reuse", GPU, (STRATA_AXIS, LAYOUTS), _layout_cases, kind="compile_reuse"),
     Family("test_disk_cache_serves_a_second_process", COMPILE, "disk_reuse", None, GPU, (DISK_LAYOUTS,), case=_disk_case,
            doc="CUDNN_FRONTEND_COMPILED_CACHE: a second process reloads what the first compiled, without compiling "
                "(counters read around its one launch)."),  # fmt: skip
