@@ -396,7 +396,7 @@ def _known_finding_note(failure, params: dict) -> bool:
     except findings.FindingsError as e:
         print(f"  ({e})")
         return False
-    verdict = findings.judge(failure.property, failure.case, failure.failures, entry=params.get("entry"), entries=entries)
+    verdict = findings.judge(failure.property, failure.case, failure.failures, entry=params.get("entry"), params=params, entries=entries)
     for x, f in verdict.excused:
         print(f"  {x.check}: known finding {f.id} ({f.source}): {f.reason}")
     for x in verdict.unexcused:

@@ -34,6 +34,10 @@ def to_backward(c: Case, deterministic: bool, inputs_from: str) -> Case:
         changes["d_v"] = c.d_qk
     if c.bias is not None and c.bias not in ("float32", c.dtype):
         changes["bias"] = c.dtype
+    if deterministic and c.bias is not None and c.bias_batch == 1 and c.batch > 1:
+        # Known finding bwd-deterministic-dbias-broadcast: the SM80 backward accepts this and its dBias is then
+        # summed over B by unordered atomics (its sm120 sibling refuses it); a race, replayed from its case file.
+        changes["bias_batch"] = c.batch
     if c.is_thd and c.t_q < 1:
         changes["q_slack"] = c.q_slack + 1
     if c.is_thd and c.t_kv < 1:

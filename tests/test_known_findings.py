@@ -18,7 +18,7 @@ import time
 import pytest
 import torch
 
-from conformance.ground import findings
+from conformance.ground import data, findings
 from conformance.ground.case import Case, load_case_file
 from conformance.ground.contracts import CONFIG, rule
 from conformance.ground.outcome import PropertyFailure
@@ -38,11 +38,19 @@ def _copy(fid: str, **changes) -> findings.Finding:
     return dataclasses.replace(BY_ID[fid], id="test-copy:" + fid, **changes)
 
 
-def _nan_failure(case: Case, rows: torch.Tensor, quantity: str = "o") -> PropertyFailure:
-    """The failure the tails NaN check raises when the given rows (canonical
-    layout: dense (B, H, S)) of O / LSE hold NaN."""
+def _nan_failure(case: Case, rows: torch.Tensor, quantity: str = "o", check: str = "no nan") -> PropertyFailure:
+    """The failure a tails rows check (default: the NaN check) raises when the
+    given rows (canonical layout: dense (B, H, S), THD (H, T_q)) of O / LSE
+    are wrong."""
     where = rows[..., None].expand(*rows.shape, case.d_v) if quantity == "o" else rows
-    return PropertyFailure("tails", case, "NaN", {"quantity": quantity}, check="no nan", where=where)
+    return PropertyFailure("tails", case, "NaN", {"quantity": quantity}, check=check, where=where)
+
+
+def _used_lse(case: Case, n: int) -> torch.Tensor:
+    """The cells of a THD head-padded LSE body the (H, T_q) view holds."""
+    used = torch.zeros(n, dtype=torch.bool)
+    used[(torch.arange(case.h_q)[:, None] * data.thd_lse_pitch(case) + torch.arange(case.t_q)[None, :]).flatten()] = True
+    return used
 
 
 def _rows(case: Case, *coords) -> torch.Tensor:
@@ -188,12 +196,27 @@ def test_the_repository_file_holds_the_padding_and_contract_findings():
 @pytest.mark.parametrize("path", CASE_FILES, ids=[pathlib.Path(p).stem for p in CASE_FILES])
 def test_each_case_file_names_a_finding_that_selects_its_case(path):
     case, doc = load_case_file(path)
-    entry = BY_ID[doc["finding"]]
-    assert doc["property"] == entry.property and entry.exercised_by(doc["property"], case, doc["params"].get("entry"))
-    region = findings.REGIONS[entry.region].rows(case)
-    assert entry.excuses(_nan_failure(case, region))  # NaN in all of its region's rows is what it describes
-    others = [f for f in FILE if f is not entry and f.excuses(_nan_failure(case, region))]
-    assert others == []  # and no other finding describes it
+    named = [doc["finding"]] if isinstance(doc["finding"], str) else doc["finding"]
+    for entry in (BY_ID[n] for n in named):
+        params = doc["params"]
+        assert doc["property"] == entry.property and entry.exercised_by(doc["property"], case, params.get("entry"), params)
+        assert not entry.exercised_by(doc["property"], case, params.get("entry"), {**params, "initialize_outputs": not params.get("initialize_outputs", True)}) \
+            or "initialize_outputs" not in entry.when  # a mode-specific finding selects only its mode
+        if entry.region in findings.STORAGE_REGIONS:  # the storage cells it bounds: excused there, not one cell past
+            n = case.h_q * data.thd_lse_pitch(case)
+            inside = findings.STORAGE_REGIONS[entry.region].cells(case, n)
+            assert entry.excuses(PropertyFailure("tails", case, "x", {"quantity": "lse"}, check=entry.check, where=inside & ~_used_lse(case, n)), params=params)
+            past = torch.zeros(n, dtype=torch.bool)
+            past[int(inside.sum())] = True
+            assert not entry.excuses(PropertyFailure("tails", case, "x", {"quantity": "lse"}, check=entry.check, where=past), params=params)
+            continue
+        if entry.region is None:
+            continue
+        region = findings.REGIONS[entry.region].rows(case)
+        failure = _nan_failure(case, region, entry.quantity, entry.check)
+        assert entry.excuses(failure, params=params)  # all of its region's rows failing is what it describes
+        others = [f for f in FILE if f is not entry and f.excuses(failure, params=params)]
+        assert others == []  # and no other finding describes it
 
 
 def test_the_checks_the_properties_report_are_the_vocabulary_findings_select():

@@ -468,7 +468,9 @@ def make_inputs(case: Case, device="cpu", *, poison: bool = True, pad_fill: floa
     lens = lambda xs: None if xs is None else _guarded_ints(xs)  # noqa: E731
     from .tables import FLAVOR_ENVELOPES, flavor_of
 
-    rope = rope_freqs(case, FLAVOR_ENVELOPES[flavor_of(case.d_qk, case.d_v)][0] // 2) if case.rope else None
+    # The table spans the flavor's envelope; a Case past every envelope (a head-dim contract violation) its own d_qk.
+    envelope = FLAVOR_ENVELOPES.get(flavor_of(case.d_qk, case.d_v), (case.d_qk,))[0]
+    rope = rope_freqs(case, envelope // 2) if case.rope else None
     t = CaseTensors(
         case, q, k, v, bias=bias, sinks=sinks, seq_q_lens=lens(case.seq_q_lens), seq_kv_lens=lens(case.seq_kv_lens), rope=rope,
         q_live=q_live, kv_live=kv_live,
@@ -548,7 +550,7 @@ def make_grad_output(case: Case, device="cpu", *, poison: bool = True, pad_fill:
         do = guarded_copy(torch.randn(case.t_q, case.h_q, case.d_v, generator=g).to(dt), row=case.h_q * case.d_v)
         if poison:
             do[~_packed_live(case.cu_seqlens("q"), case.t_q)] = POISON
-        return do.to(device) if torch.device(device) != do.device else do
+        return relocate(do, device) if torch.device(device) != do.device else do  # a plain .to() would drop the guard bands
     live = _lens_mask(case.q_lengths(), case.s_q)
     view = _dense_storage(case.batch, case.h_q, case.s_q, case.d_v, dt, case.memory, "cpu")
     do = _fill_dense(view, torch.randn(case.batch, case.h_q, case.s_q, case.d_v, generator=g), live, poison, pad_fill)

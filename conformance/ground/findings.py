@@ -137,6 +137,8 @@ CHECKS: Dict[str, Dict[str, Tuple[str, str]]] = {
     },
 }
 QUANTITIES = ("o", "lse")
+# The backward's gradients: a plain backward/determinism check's failure names one (detail "quantity").
+GRAD_QUANTITIES = ("dq", "dk", "dv", "dbias", "dsink")
 ACCEPTED = "accepted"  # the ``observed`` outcome of a call that returned normally
 
 
@@ -179,7 +181,23 @@ def _live_rows_loading_padded_kv(case: Case) -> torch.Tensor:
     return _dense_rows(case, lambda t, b: (t < q_len[b]) & reaches_padding[b])
 
 
+def _thd_lse_past_compact_zeroing(case: Case) -> torch.Tensor:
+    """THD rows (h, t) of a "padded" LSE whose element h * pitch + t lies at or
+    past H * T_q: the compact (H, T_q) extent the host's initialisation zeroes."""
+    if not case.is_thd or case.lse_layout != "padded":
+        return torch.zeros(row_shape(case), dtype=torch.bool)
+    from conformance.ground.data import thd_lse_pitch
+
+    h, t = torch.arange(case.h_q)[:, None], torch.arange(case.t_q)[None, :]
+    return h * thd_lse_pitch(case) + t >= case.h_q * case.t_q
+
+
 REGIONS: Dict[str, Region] = {
+    "thd_lse_past_compact_zeroing": Region(
+        "THD LSE rows (h, t) of a head-padded Stats layout whose element h * pitch + t lies past the first H * T_q "
+        "elements (what zero_outputs' compact view reaches)",
+        _thd_lse_past_compact_zeroing,
+    ),
     "padded_q_rows": Region(
         "dense output rows past seq_q_len[b] (the contract: O 0, LSE -inf)",
         _padded_q_rows,
@@ -189,6 +207,25 @@ REGIONS: Dict[str, Region] = {
         f"(TILE_N = {TILE_N}) reaches past seq_kv_len[b] into the padding: 0 < seq_kv_len[b] < S_KV "
         f"and seq_kv_len[b] % {TILE_N} != 0",
         _live_rows_loading_padded_kv,
+    ),
+}
+
+
+# A storage region: cells of an output's flat storage body (a STORAGE check's
+# failing mask is over that body), for the whole-storage checks a finding can
+# still bound, e.g. a host that zeroes more than the view it was handed.
+@dataclass(frozen=True)
+class StorageRegion:
+    doc: str
+    applies: Callable[[Case], bool]  # the Case has such storage at all
+    cells: Callable[[Case, int], torch.Tensor]  # (Case, body length) -> bool mask over the body
+
+
+STORAGE_REGIONS: Dict[str, StorageRegion] = {
+    "thd_lse_compact_extent": StorageRegion(
+        "the first H * T_q elements of a THD head-padded Stats buffer (the compact (H, T_q) extent zero_outputs writes)",
+        lambda c: c.is_thd and c.lse_layout == "padded" and c.h_q > 1,
+        lambda c, n: torch.arange(n) < c.h_q * c.t_q,
     ),
 }
 
@@ -214,10 +251,21 @@ def failing_rows(case: Case, quantity: Optional[str], where) -> Optional[torch.T
 DERIVED: Dict[str, Tuple[Callable[[Case], Any], Callable[[Any], bool], str]] = {
     "off_envelope": (lambda c: off_envelope(c.d_qk, c.d_v), lambda v: isinstance(v, bool), "true/false"),
     "flavor": (lambda c: flavor_of(c.d_qk, c.d_v), lambda v: v in FLAVORS + ("none",), f"one of {', '.join(FLAVORS + ('none',))}"),
+    "bias_broadcast_over_batch": (lambda c: c.bias is not None and c.bias_batch == 1 and c.batch > 1, lambda v: isinstance(v, bool), "true/false"),
 }
 
 
-def _fact(case: Case, name: str):
+# ``when`` keys naming a parameter of the property (not a Case fact): the
+# mode an example ran in, e.g. the THD tails' output initialisation. An
+# example of a property without that parameter never matches.
+PARAMETERS: Dict[str, Tuple[Callable[[Any], bool], str]] = {
+    "initialize_outputs": (lambda v: isinstance(v, bool), "true/false (the THD host zeroes O and Stats before attention)"),
+}
+
+
+def _fact(case: Case, name: str, params: Mapping[str, Any]):
+    if name in PARAMETERS:
+        return params.get(name)
     return DERIVED[name][0](case) if name in DERIVED else getattr(case, name)
 
 
@@ -245,29 +293,36 @@ class Finding:
     source: str = ""  # "<file>:<line>" of the entry
 
     # -- selection
-    def selects(self, property: str, case: Case, entry: Optional[str] = None) -> bool:
-        """The example (property, Case, entry point) is one this finding is about."""
+    def selects(self, property: str, case: Case, entry: Optional[str] = None, params: Optional[Mapping[str, Any]] = None) -> bool:
+        """The example (property, Case, entry point, property parameters) is one this finding is about."""
         if property != self.property:
             return False
         if self.rule is not None and (case.violation != self.rule or entry != self.entry):
             return False
-        return all(_fact(case, k) == v for k, v in self.when.items())
+        return all(_fact(case, k, params or {}) == v for k, v in self.when.items())
 
-    def exercised_by(self, property: str, case: Case, entry: Optional[str] = None) -> bool:
+    def exercised_by(self, property: str, case: Case, entry: Optional[str] = None, params: Optional[Mapping[str, Any]] = None) -> bool:
         """Selected, and the failure it describes can occur on this Case (its region has rows)."""
-        if not self.selects(property, case, entry):
+        if not self.selects(property, case, entry, params):
             return False
+        if self.region in STORAGE_REGIONS:
+            return STORAGE_REGIONS[self.region].applies(case)
         return self.region is None or bool(REGIONS[self.region].rows(case).any())
 
     # -- the rule
-    def excuses(self, failure, entry: Optional[str] = None) -> bool:
+    def excuses(self, failure, entry: Optional[str] = None, params: Optional[Mapping[str, Any]] = None) -> bool:
         """``failure`` (a PropertyFailure) is exactly the failure this finding describes."""
-        if not self.selects(failure.property, failure.case, entry) or getattr(failure, "check", None) != self.check:
+        if not self.selects(failure.property, failure.case, entry, params) or getattr(failure, "check", None) != self.check:
             return False
         if self.quantity is not None and failure.detail.get("quantity") != self.quantity:
             return False
         if self.observed is not None:
             return getattr(failure, "observed", None) == self.observed
+        if self.region in STORAGE_REGIONS:  # the failing cells of the flat storage body all lie in it
+            bad = getattr(failure, "where", None)
+            if not isinstance(bad, torch.Tensor) or bad.dim() != 1 or not bool(bad.any()):
+                return False
+            return not bool((bad.cpu() & ~STORAGE_REGIONS[self.region].cells(failure.case, bad.numel())).any())
         if self.region is not None:
             rows = failing_rows(failure.case, failure.detail.get("quantity"), getattr(failure, "where", None))
             return rows is not None and bool(rows.any()) and not bool((rows & ~REGIONS[self.region].rows(failure.case)).any())
@@ -278,7 +333,7 @@ class Finding:
         if self.quantity:
             parts.append(self.quantity.upper())
         if self.region:
-            parts.append(f"rows in {self.region}")
+            parts.append(f"{'storage' if self.region in STORAGE_REGIONS else 'rows'} in {self.region}")
         if self.observed:
             parts.append(f"observed {self.observed}")
         if self.rule:
@@ -319,9 +374,10 @@ def _when(where: str, entry: dict) -> dict:
         raise FindingsError(f"{where}: key 'when' must be a table of Case facts")
     facts = {}
     for name, value in when.items():
-        if name in DERIVED:
-            if not DERIVED[name][1](value):
-                raise FindingsError(f"{where}: key 'when': {name!r}: expected {DERIVED[name][2]}, got {value!r}")
+        if name in DERIVED or name in PARAMETERS:
+            valid, expected = (DERIVED[name][1], DERIVED[name][2]) if name in DERIVED else PARAMETERS[name]
+            if not valid(value):
+                raise FindingsError(f"{where}: key 'when': {name!r}: expected {expected}, got {value!r}")
             facts[name] = value
         elif name in FACTS:
             try:
@@ -329,7 +385,8 @@ def _when(where: str, entry: dict) -> dict:
             except CaseFileError as e:
                 raise FindingsError(f"{where}: key 'when': {e}") from None
         else:
-            raise FindingsError(f"{where}: key 'when': {name!r} is not a Case field nor a derived fact ({', '.join(DERIVED)})")
+            raise FindingsError(f"{where}: key 'when': {name!r} is not a Case field, a derived fact ({', '.join(DERIVED)}) "
+                                f"nor a property parameter ({', '.join(PARAMETERS)})")
     return facts
 
 
@@ -343,21 +400,27 @@ def _entry(where: str, entry: dict, source: str) -> Finding:
     prop = _string(where, entry, "property", tuple(CHECKS), required=True)
     check = _string(where, entry, "check", tuple(CHECKS[prop]), required=True)
     kind = CHECKS[prop][check][0]
-    quantity = _string(where, entry, "quantity", QUANTITIES)
-    region = _string(where, entry, "region", tuple(REGIONS))
+    quantity = _string(where, entry, "quantity", QUANTITIES + GRAD_QUANTITIES)
+    region = _string(where, entry, "region", tuple(REGIONS) + tuple(STORAGE_REGIONS))
     observed = _string(where, entry, "observed")
     rule = _string(where, entry, "rule", tuple(contracts.RULES_BY_NAME))
     entry_point = _string(where, entry, "entry", tuple(contracts.ENTRY_POINTS))
     when = _when(where, entry)
     link = _string(where, entry, "link")
     # Specific by construction: a finding bounds what failed.
+    if kind == STORAGE and (region not in STORAGE_REGIONS or quantity is None):
+        raise FindingsError(f"{where}: key 'check': {prop} check {check!r} judges whole storage; a finding must bound it with quantity and a "
+                            f"storage region ({', '.join(STORAGE_REGIONS)})")
+    if kind != STORAGE and region in STORAGE_REGIONS:
+        raise FindingsError(f"{where}: key 'region': {region!r} is a storage region; check {check!r} judges output rows")
     if kind == STORAGE:
-        raise FindingsError(f"{where}: key 'check': {prop} check {check!r} judges whole storage; no finding can bound it to a region")
-    if kind == ROWS:
+        pass
+    elif kind == ROWS:
         for key, value in (("quantity", quantity), ("region", region)):
             if value is None:
                 raise FindingsError(f"{where}: key {key!r} is required for the row check {check!r} (the failing elements must lie in the region)")
-    elif region is not None or quantity is not None:
+    elif region is not None or (quantity is not None and not (kind == PLAIN and quantity in GRAD_QUANTITIES)):
+        # (a plain backward check may name the gradient it failed on)
         raise FindingsError(f"{where}: key {'region' if region is not None else 'quantity'!r}: check {check!r} has no output rows")
     if kind == OUTCOME and observed is None:
         raise FindingsError(f"{where}: key 'observed' is required for the check {check!r} (e.g. {ACCEPTED!r} or an exception type name)")
@@ -472,19 +535,20 @@ class Verdict:
         return sorted({f.id for _, f in self.excused})
 
 
-def judge(property: str, case: Case, failures: Sequence, *, entry: Optional[str] = None, entries: Optional[Sequence[Finding]] = None) -> Verdict:
+def judge(property: str, case: Case, failures: Sequence, *, entry: Optional[str] = None, params: Optional[Mapping[str, Any]] = None,
+          entries: Optional[Sequence[Finding]] = None) -> Verdict:  # fmt: skip
     """Partition the check failures of one example: each is excused by the
     first finding (in force, or ``entries``) that describes it exactly, or
-    not at all."""
+    not at all. ``params``: the property parameters the example ran with."""
     entries = _in_force if entries is None else entries
     excused, unexcused = [], []
     for failure in failures:
-        known = next((f for f in entries if f.excuses(failure, entry)), None)
+        known = next((f for f in entries if f.excuses(failure, entry, params)), None)
         if known is not None:
             excused.append((failure, known))
         else:
             unexcused.append(failure)
-    exercised = [f.id for f in entries if f.exercised_by(property, case, entry)]
+    exercised = [f.id for f in entries if f.exercised_by(property, case, entry, params)]
     for _, f in excused:  # an excused failure exercised its finding, whatever the region says
         if f.id not in exercised:
             exercised.append(f.id)

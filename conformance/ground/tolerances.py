@@ -550,8 +550,10 @@ def backward_bounds(it, grads: Dict[str, torch.Tensor], dtype: str, *, o_given: 
     d_err = (do.abs() * o_err).sum(-1) + (d_v + 1) * U32 * (do.abs() * o.abs()).sum(-1)
     # dP: tensor-core V.dO^T.
     dp_err = (do.abs() @ v.abs().transpose(-1, -2)) * _k16(d_v) * vis
-    # dS' = (dP - D) * P in fp32: its error is also dBias's per cell.
-    dsp_err = p_err * (dp - d[..., None]).abs() + (p + p_err) * (dp_err + d_err[..., None]) + 2 * U32 * ds.abs()
+    # dS' = (dP - D) * P in fp32: its error is also dBias's per cell. The fast-math
+    # subtraction and product flush results below 2^-126 (FTZ_ABS each; seen on the
+    # H200: fp32 dBias cells of ~1e-38 came back 0, |error| < 2^-126).
+    dsp_err = p_err * (dp - d[..., None]).abs() + (p + p_err) * (dp_err + d_err[..., None]) + 2 * U32 * ds.abs() + 2 * FTZ_ABS * vis
     # dS = round_io(scale * dS'): a fp32 multiply, then the I/O rounding (absolute below the normal range).
     ds_abs = scale * ds.abs()
     ds_err = scale * dsp_err + (u + U32) * ds_abs + tiny * vis
@@ -577,7 +579,7 @@ def backward_bounds(it, grads: Dict[str, torch.Tensor], dtype: str, *, o_given: 
     out["dq"] = dq_err + u * (grads["dq"].abs() + dq_err) + tiny
     if "dbias" in grads:
         if grads["dbias"].shape[0] == 1:  # one bias for every batch entry: fp32 atomics over the batch
-            db_err = dsp_err.sum(0, keepdim=True) + p.shape[0] * U32 * ds.abs().sum(0, keepdim=True)
+            db_err = dsp_err.sum(0, keepdim=True) + p.shape[0] * (U32 * ds.abs().sum(0, keepdim=True) + FTZ_ABS)  # each fp32 atomic add may flush
         else:
             db_err = dsp_err
         out["dbias"] = db_err + IO_UNIT.get(dbias_dtype, U32) * (grads["dbias"].abs() + db_err) + (IO_TINY.get(dbias_dtype, 0.0))

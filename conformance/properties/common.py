@@ -26,14 +26,15 @@ def device() -> torch.device:
     return torch.device("cuda", torch.cuda.current_device())
 
 
-def finish(name: str, case: Case, start: float, run, *, entry: Optional[str] = None, **fields) -> Observation:
+def finish(name: str, case: Case, start: float, run, *, entry: Optional[str] = None, params: Optional[dict] = None, **fields) -> Observation:
     """Judge one example and record its Observation. ``run()`` (the judging)
     runs every check (conformance.properties.judge collects the failing ones;
     a PropertyFailure raised directly ends it); conformance.ground.findings
     then excuses each failure that a known finding in force describes
     exactly. Any other failure is raised (the first, naming the rest); if all
     were excused the Observation is ``xfailed``. ``entry``: the entry point
-    the example ran against (contract findings select by it)."""
+    the example ran against (contract findings select by it); ``params``:
+    property parameters a finding may select by (e.g. initialize_outputs)."""
     from conformance.ground import findings
     from conformance.properties import judge
 
@@ -43,7 +44,7 @@ def finish(name: str, case: Case, start: float, run, *, entry: Optional[str] = N
             obs.ratios = run() or {}
         except PropertyFailure as failure:
             failures.append(failure)
-    verdict = findings.judge(name, case, failures, entry=entry)
+    verdict = findings.judge(name, case, failures, entry=entry, params=params)
     obs.exercised, obs.findings = verdict.exercised, verdict.reproduced
     obs.seconds = time.perf_counter() - start
     obs.phases = phases.take((obs.compile or {}).get("seconds") or 0.0)

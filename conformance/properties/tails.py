@@ -94,5 +94,5 @@ def check_tails(case: Case, adapter, *, initialize_outputs: bool = True) -> Obse
         return {}
 
     notes = {**result.notes, "initialize_outputs": initialize_outputs, "checked_elements": checked}
-    return finish("tails", case, start, judged, compile=result.compile.to_dict(), notes=notes)
+    return finish("tails", case, start, judged, params={"initialize_outputs": initialize_outputs}, compile=result.compile.to_dict(), notes=notes)
 
