@@ -120,7 +120,8 @@ def node_id(kind: Kind, case: Case, drawn: Optional[dict] = None) -> str:
 
 
 def searched(mutant: Mutant, kinds: Sequence[str] = KIND_NAMES, *, explicit: bool = False) -> List[Kind]:
-    """The kinds of ``kinds`` a run of ``mutant`` searches, in order. The
+    """The kinds of ``kinds`` a run of ``mutant`` searches, in order (its
+    expected killer first, then the matrix order). The
     large tier's (gigabytes per example) only for the mutant that names one
     as its expected killer; the backward's only for mutants of the backward's
     files and the forward's only for the others, unless named so; the control (the pristine kernels must pass every
@@ -137,7 +138,10 @@ def searched(mutant: Mutant, kinds: Sequence[str] = KIND_NAMES, *, explicit: boo
             return False
         return k.examples != LARGE_BUDGET
 
-    return [k for k in KINDS if k.name in kinds and wanted(k)]
+    chosen = [k for k in KINDS if k.name in kinds and wanted(k)]
+    # The expected killer first: a mutant meant for a late kind (a metamorphic relation) would
+    # otherwise reach it with only its equal share of what the earlier kinds left.
+    return sorted(chosen, key=lambda k: k.name != mutant.expected_killer)
 
 
 def flavors_for(mutant: Mutant) -> Tuple[str, ...]:

@@ -371,7 +371,7 @@ MUTANTS: Tuple[Mutant, ...] = (
             "sq_store_bound = eff_sq if cutlass.const_expr(THD_VARLEN) else sq_runtime",
             "sq_store_bound = sq_runtime",
         ),
-        "tails_thd_init",
+        "numerics_thd",
         "THD O/LSE stores bounded by the packed capacity instead of the sequence's length: each sequence's last Q "
         "tile (and every over-provisioned tile) over-writes the next sequence's rows (a race numerics may see) and "
         "the capacity tail (which the tails properties see).",
@@ -394,7 +394,7 @@ MUTANTS: Tuple[Mutant, ...] = (
         "thd_outputs_not_initialized",
         "output_tail",
         (Rewrite("host", "if t_q > 0:", "if t_q < 0:"),),
-        "tails_thd_init",
+        "numerics_thd",
         "The THD host skips zero_outputs although initialize_outputs is set: the holes and tails the wrapper "
         "promises as zeros keep the caller's bytes.",
         THD,

@@ -260,7 +260,7 @@ def test_unpadded():
 
 @pytest.mark.parametrize("entry, message", [
     ('region = "padded_q_rows"\nnodeid = "test_toy.py::*"', "known_findings.toml:3: finding 'bad': key 'nodeid': node-id selectors are gone"),
-    ('region = "padded_rows"', "known_findings.toml:3: finding 'bad': key 'region': 'padded_rows' is not one of padded_q_rows, live_rows_loading_padded_kv"),
+    ('region = "padded_rows"', "known_findings.toml:3: finding 'bad': key 'region': 'padded_rows' is not one of padded_q_rows, live_rows_loading_padded_kv, thd_lse_past_compact_zeroing, thd_lse_compact_extent"),
     ("", "known_findings.toml:3: finding 'bad': key 'region' is required for the row check 'no nan'"),
 ], ids=["nodeid", "unknown-region", "no-region"])
 def test_a_malformed_findings_file_is_a_usage_error_naming_entry_and_key(project, entry, message):
@@ -281,7 +281,7 @@ REJECTS = {"property": "rejection", "check": "rejects", "observed": "accepted"}
     ({"id": "a", "reason": "r", **ROW, "property": "speed"}, "finding 'a': key 'property': 'speed' is not one of numerics, tails"),
     ({"id": "a", "reason": "r", **ROW, "check": "nan"}, "finding 'a': key 'check': 'nan' is not one of capacity, pad columns, no nan"),
     ({"id": "a", "reason": "r", **ROW, "check": "pad columns"}, "finding 'a': key 'check': tails check 'pad columns' judges whole storage"),
-    ({"id": "a", "reason": "r", **ROW, "when": {"heads": 2}}, "finding 'a': key 'when': 'heads' is not a Case field nor a derived fact"),
+    ({"id": "a", "reason": "r", **ROW, "when": {"heads": 2}}, "finding 'a': key 'when': 'heads' is not a Case field, a derived fact"),
     ({"id": "a", "reason": "r", **ROW, "when": {"causal": "yes"}}, "finding 'a': key 'when': case field 'causal': expected true/false"),
     ({"id": "a", "reason": "r", **ROW, "when": {"off_envelope": 1}}, "finding 'a': key 'when': 'off_envelope': expected true/false"),
     ({"id": "a", "reason": "r", **ROW, "observed": "accepted"}, "finding 'a': key 'observed': check 'no nan' has no observed outcome"),

@@ -3,7 +3,7 @@
 #
 #   device call, carry [".gpu"]:  bash tools/gpu_gate.sh [N] [pytest args...]
 #
-# Run 1 is cold (an empty compiled cache on a fresh machine), later runs warm.
+# Run 1 is cold (an empty compiled cache of its own), later runs warm.
 # GATE_DEADLINE=S: stop starting runs, and cut the one running, S seconds after
 # the script began (a device call is at most 600 s).
 # Each run's report goes to $OUT/ci-<i>; the last lines printed are one row
@@ -14,6 +14,9 @@ N=${1:-1}; shift || true
 source "$(dirname "$0")/gpu_setup.sh" || exit 2
 status=0
 began=$SECONDS
+# One fresh compiled cache for the N runs: run 1 is cold even on a machine a
+# previous call warmed, runs 2..N find what run 1 compiled.
+CACHE=$(mktemp -d /tmp/sdpa-gate-cache.XXXXXX)
 for i in $(seq 1 "$N"); do
   limit=""
   if [ "${GATE_DEADLINE:-0}" -gt 0 ]; then
@@ -22,7 +25,7 @@ for i in $(seq 1 "$N"); do
     limit="timeout -s INT -k 20 $((left - 25))"  # SIGINT, then SIGKILL: leave time to render
   fi
   $limit python3 -m pytest -n 16 conformance --hypothesis-profile=ci -p no:cacheprovider -q -W ignore::DeprecationWarning \
-    --durations=30 --report-dir="$OUT/ci-$i" "$@" > "$OUT/ci-$i.log" 2>&1
+    --durations=30 --compile-cache="$CACHE" --report-dir="$OUT/ci-$i" "$@" > "$OUT/ci-$i.log" 2>&1
   rc=$?; [ $rc -ne 0 ] && status=$rc
   [ -f "$OUT/ci-$i/report.json" ] || python3 -m conformance.cli report "$OUT/ci-$i" > /dev/null 2>&1  # a run cut at the deadline
   tail -n 25 "$OUT/ci-$i.log" | grep -E "passed|failed|ERROR|stale|known findings" | tail -n 4
@@ -43,6 +46,7 @@ for i in range(1, n + 1):
     print(f"run {i}: tests {t} | examples {r['examples']} in {r['wall_seconds']:.0f} s ({r['examples_per_minute']:.0f}/min) | compiles {c.get('compiles')} hits {c.get('hits')}")
     for q, line in sorted(ratios.items()):
         print(f"    error/bound {q}: {line}")
+    print("    examples per property: " + ", ".join(f"{k} {v.get('examples')} ({v.get('failed')} failed)" for k, v in sorted(s["properties"].items())))
     prof = s.get("profile") or {}
     if prof.get("workers"):
         spans = [w["span_seconds"] or 0 for w in prof["workers"]]

@@ -193,11 +193,6 @@ def _thd_lse_past_compact_zeroing(case: Case) -> torch.Tensor:
 
 
 REGIONS: Dict[str, Region] = {
-    "thd_lse_past_compact_zeroing": Region(
-        "THD LSE rows (h, t) of a head-padded Stats layout whose element h * pitch + t lies past the first H * T_q "
-        "elements (what zero_outputs' compact view reaches)",
-        _thd_lse_past_compact_zeroing,
-    ),
     "padded_q_rows": Region(
         "dense output rows past seq_q_len[b] (the contract: O 0, LSE -inf)",
         _padded_q_rows,
@@ -207,6 +202,11 @@ REGIONS: Dict[str, Region] = {
         f"(TILE_N = {TILE_N}) reaches past seq_kv_len[b] into the padding: 0 < seq_kv_len[b] < S_KV "
         f"and seq_kv_len[b] % {TILE_N} != 0",
         _live_rows_loading_padded_kv,
+    ),
+    "thd_lse_past_compact_zeroing": Region(
+        "THD LSE rows (h, t) of a head-padded Stats layout whose element h * pitch + t lies past the first H * T_q "
+        "elements (what zero_outputs' compact view reaches)",
+        _thd_lse_past_compact_zeroing,
     ),
 }
 

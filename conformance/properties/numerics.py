@@ -44,14 +44,17 @@ def legacy_ratios(case: Case, inputs, o, lse, o_live, lse_live) -> dict:
     return out
 
 
-def check_numerics(case: Case, adapter, *, legacy: bool = False) -> Observation:
+def check_numerics(case: Case, adapter, *, legacy: bool = False, tails: bool = False) -> Observation:
     """O and LSE against the float64 reference under the error model
     (``kernel_bounds``: per O element, per LSE row); rows whose value the
     contract fixes (``contract_rows``) bit for bit. The input storage outside
     the live tokens is poisoned: NaN, except dense rows past the padding
     lengths, which hold FINITE_PAD (their NaN is check_tails'). ``legacy``
     also records the replaced rule's ratios in the notes
-    (tools/calibrate_error_model.py)."""
+    (tools/calibrate_error_model.py). ``tails`` (THD): the launch is exactly
+    check_tails' with initialized outputs (NaN behind every dead input, NaN
+    in the output buffers), so its checks are judged on it too and recorded
+    as a tails example of their own: one launch, both properties."""
     from conformance.ground.tolerances import kernel_bounds
     from reference.attention import reference_for_case
 
@@ -92,4 +95,10 @@ def check_numerics(case: Case, adapter, *, legacy: bool = False) -> Observation:
             for quantity, got, ref, live in (("o", result.o, ref_o, o_rows & ~o_fixed), ("lse", result.lse, ref_lse, lse_rows & ~lse_fixed))
         }
 
-    return finish("numerics", case, start, judged, compile=result.compile.to_dict(), notes=notes)
+    observed = finish("numerics", case, start, judged, compile=result.compile.to_dict(), notes=notes)
+    if tails and case.is_thd and result.notes.get("initialize_outputs", True):
+        from conformance.properties.tails import judge_tails
+
+        recorder.begin("tails", case, initialize_outputs=True)  # its case file names the property that judges next
+        judge_tails(case, inputs, outputs, result, True, time.perf_counter())
+    return observed

@@ -59,9 +59,18 @@ def check_tails(case: Case, adapter, *, initialize_outputs: bool = True) -> Obse
     inputs = make_inputs(case, dev, poison=True)
     o, lse = make_outputs(case, dev)
     result = adapter.run(case, inputs, (o, lse), initialize_outputs=initialize_outputs)
+    return judge_tails(case, inputs, (o, lse), result, initialize_outputs, start)
+
+
+def judge_tails(case: Case, inputs, outputs, result, initialize_outputs: bool, start: float) -> Observation:
+    """The tails checks of one launch (``result`` of ``inputs``, NaN-poisoned
+    dead storage, into ``outputs``, NaN-filled), recorded as a tails
+    Observation. Shared by check_tails and by the THD numerics, whose launch
+    is exactly this one (one launch, both properties' checks)."""
+    o, lse = outputs
     ran = result.notes.get("initialize_outputs", initialize_outputs)
     if case.is_thd and ran != initialize_outputs:
-        raise RuntimeError(f"adapter {getattr(adapter, 'label', adapter)!r} ran initialize_outputs={ran} when asked for {initialize_outputs}: it must raise Unsupported instead")
+        raise RuntimeError(f"adapter {result.notes.get('adapter', '?')!r} ran initialize_outputs={ran} when asked for {initialize_outputs}: it must raise Unsupported instead")
     regions = row_regions(case, inputs)
     checked = {}
 
