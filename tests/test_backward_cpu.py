@@ -41,6 +41,8 @@ CASES = [
     _bwd(batch=2, s_q=20, s_kv=30, bias="float16", bias_batch=2, memory="bshd_padded"),
     _bwd(batch=2, s_q=50, s_kv=17, sinks=True, causal=True, scale=0.3, d_qk=96, d_v=64),
     _bwd(dtype="bfloat16", s_q=64, s_kv=64, sinks=True, bias="float32", window_left=3, causal=True, window_right=2, memory="bhsd"),
+    # scale 6: P down to 2^-126 (ex2.ftz) and dS' below it, where atom.add.f32 flushes dBias to 0 (seen on the H200)
+    _bwd(dtype="bfloat16", batch=2, s_q=40, s_kv=65, bias="float32", bias_batch=2, scale=6.0),
 ]
 
 
@@ -64,6 +66,12 @@ POWER = [
     (BwdPlant(ds_unscaled=True), CASES[0], "dq"),
     (BwdPlant(dsink_log2=True), CASES[6], "dsink"),
     (BwdPlant(dbias_batch0=True), CASES[4], "dbias"),
+    (BwdPlant(dbias_per_batch=True), CASES[4], "dbias"),
+    (BwdPlant(dbias_io=True), CASES[4], "dbias"),
+    (BwdPlant(dbias_io=True), CASES[8], "dbias"),
+    (BwdPlant(dbias_p_io=True), CASES[5], "dbias"),
+    (BwdPlant(dbias_from_ds=True), CASES[4], "dbias"),
+    (BwdPlant(dbias_scaled=True), CASES[7], "dbias"),
     (BwdPlant(dq_relay_drop=True), CASES[0], "dq"),
 ]
 
@@ -74,6 +82,18 @@ def test_every_planted_backward_bug_fails(plant, case, quantity):
         backward(case, plant)
     named = {e.value.detail.get("quantity")} | {f.detail.get("quantity") for f in getattr(e.value, "failures", [])}
     assert quantity in named, e.value.summary
+
+
+def test_the_dbias_flush_term_is_load_bearing(monkeypatch):
+    """The emulated kernel flushes a subnormal dS' out of dBias as atom.add.f32
+    does: within the model with its flush term, over the model without it."""
+    from conformance.ground import tolerances
+
+    case = CASES[8]
+    assert backward(case).ratios["dbias"] <= 1.0
+    monkeypatch.setattr(tolerances, "dbias_flush", lambda p, p_err, vis: torch.zeros_like(p))
+    with pytest.raises(PropertyFailure, match="(?i)dbias"):
+        backward(case)
 
 
 def test_determinism_holds_for_a_repeatable_launch_and_fails_otherwise():
