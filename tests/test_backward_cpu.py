@@ -43,6 +43,9 @@ CASES = [
     _bwd(dtype="bfloat16", s_q=64, s_kv=64, sinks=True, bias="float32", window_left=3, causal=True, window_right=2, memory="bhsd"),
     # scale 6: P down to 2^-126 (ex2.ftz) and dS' below it, where atom.add.f32 flushes dBias to 0 (seen on the H200)
     _bwd(dtype="bfloat16", batch=2, s_q=40, s_kv=65, bias="float32", bias_batch=2, scale=6.0),
+    # dBias in the I/O dtype: the fp32 accumulator cast once (prepared_host.py:183)
+    _bwd(batch=3, s_q=20, s_kv=30, bias="float16", bias_batch=1, dbias_dtype="io", causal=True),
+    _bwd(dtype="bfloat16", batch=2, s_q=33, s_kv=40, bias="float32", bias_batch=2, dbias_dtype="io", scale=0.3),
 ]
 
 
@@ -72,6 +75,8 @@ POWER = [
     (BwdPlant(dbias_p_io=True), CASES[5], "dbias"),
     (BwdPlant(dbias_from_ds=True), CASES[4], "dbias"),
     (BwdPlant(dbias_scaled=True), CASES[7], "dbias"),
+    (BwdPlant(dbias_per_batch=True), CASES[9], "dbias"),
+    (BwdPlant(dbias_scaled=True), CASES[10], "dbias"),
     (BwdPlant(dq_relay_drop=True), CASES[0], "dq"),
 ]
 
@@ -94,6 +99,26 @@ def test_the_dbias_flush_term_is_load_bearing(monkeypatch):
     monkeypatch.setattr(tolerances, "dbias_flush", lambda p, p_err, vis: torch.zeros_like(p))
     with pytest.raises(PropertyFailure, match="(?i)dbias"):
         backward(case)
+
+
+@pytest.mark.compile
+def test_the_kernels_compile_key_omits_the_dbias_dtype(tmp_path, monkeypatch):
+    """A kernel bug, pinned (docs/backward.md "dBias"): compile_host bakes the
+    dBias dtype into the artifact (prepared_host.py:524, its pointer type :576
+    and _copy_aux's cast :183) but the key build_spec gives it names only the
+    operand geometry (prepared_sm80.py:139-151; dBias as ((numel,), (1,))). A
+    plan with an I/O-dtype dBias therefore loads the artifact of an fp32 one of
+    the same shapes (and vice versa): seen on the H200 as NaN / garbage dBias.
+    When this fails, the kernel keys it: draw ``dbias_dtype`` (case.py)."""
+    from kernels.counters import forget_memos
+    from kernels.prepared import PreparedAdapter
+
+    monkeypatch.setenv("CUDNN_FRONTEND_COMPILED_CACHE", str(tmp_path / "compiled"))
+    forget_memos()
+    adapter = PreparedAdapter(rewrites=())
+    assert adapter.compile_only(CASES[4]).misses >= 1
+    other = adapter.compile_only(CASES[4].replace(dbias_dtype="io"))
+    assert other.misses == 0 and other.memo_hits >= 1, other
 
 
 def test_determinism_holds_for_a_repeatable_launch_and_fails_otherwise():
