@@ -13,13 +13,18 @@ the I/O dtype, and max |dBias_kernel - H| / bound for each arithmetic H the
 kernel could be doing (tests/kernel_emulation.py: "kernel" = bprop_f16.py as
 read, fp32 dS' from the fp32 P, atom.add.f32 flushing subnormals; the BwdPlant variants dbias_io, dbias_p_io,
 dbias_from_ds, dbias_scaled, dbias_per_batch): the H with a ratio << 1 is
-what the kernel computes. Exit status 0 when every Case is within the model.
+what the kernel computes. A last line reruns one Case with an I/O-dtype dBias
+after its fp32 one (same shapes): the kernel's compile key omits the dBias
+dtype, so it runs the fp32 artifact (docs/backward.md "dBias"). Exit status
+0 when every Case of the table is within the model.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -29,7 +34,7 @@ if str(ROOT) not in sys.path:
 
 import torch  # noqa: E402
 
-# (Case facts, dBias buffer dtype or None for fp32): the strata the H200 run failed in, small.
+# (Case facts, dBias buffer dtype): small; no two share the kernel's compile key (it omits the dBias dtype).
 CASES = [
     (dict(batch=2, h_q=2, h_kv=2, s_q=64, s_kv=128, bias="float32", bias_batch=1), "float32"),
     (dict(batch=2, h_q=2, h_kv=1, s_q=70, s_kv=130, bias="float16", bias_batch=2, scale=0.3), "float32"),
@@ -38,7 +43,7 @@ CASES = [
     (dict(dtype="bfloat16", batch=3, h_q=2, h_kv=2, s_q=96, s_kv=64, bias="bfloat16", bias_batch=1, scale=-0.7), "float32"),
     (dict(dtype="bfloat16", batch=2, h_q=4, h_kv=2, s_q=64, s_kv=128, bias="float32", bias_batch=1, d_qk=128, d_v=128), "float32"),
     (dict(batch=2, h_q=2, h_kv=2, s_q=64, s_kv=128, bias="float16", bias_batch=1), "float16"),
-    (dict(dtype="bfloat16", batch=2, h_q=2, h_kv=2, s_q=64, s_kv=128, bias="float32", bias_batch=2), "bfloat16"),
+    (dict(dtype="bfloat16", batch=2, h_q=2, h_kv=2, s_q=48, s_kv=128, bias="float32", bias_batch=2), "bfloat16"),
     # scale 8: tiny P, dS' below 2^-126 where atom.add.f32 flushes (the H200's failures: dBias 0, exact ~1e-39)
     (dict(dtype="bfloat16", batch=1, h_q=2, h_kv=2, s_q=256, s_kv=65, d_qk=192, d_v=128, bias="bfloat16", causal=True, scale=8.0), "float32"),
     (dict(batch=2, h_q=2, h_kv=2, s_q=64, s_kv=65, bias="float32", bias_batch=1, scale=8.0), "float32"),
@@ -92,6 +97,8 @@ def main(argv=None) -> int:
     ap.add_argument("--emulate", action="store_true", help="the CPU emulation instead of the kernel")
     ap.add_argument("--plant", default=None, help="with --emulate: a BwdPlant field set in the emulated kernel")
     args = ap.parse_args(argv)
+    # A private compile cache: the stale-artifact row below must not reach later runs' cache.
+    os.environ["CUDNN_FRONTEND_COMPILED_CACHE"] = tempfile.mkdtemp(prefix="dbias-probe-")
     from conformance.ground.case import Case
 
     if args.emulate:
@@ -112,6 +119,13 @@ def main(argv=None) -> int:
         hyp = " | ".join(f"{r[h]:.3g}" for h in HYPOTHESES)
         print(f"{case.describe()} | {dbias_dtype} | {r['max_err']:.3g} | {r['bound_there']:.3g} | {r['ratio']:.3g} | {r['ratio_vs_ref_io']:.3g} | "
               f"{r['io_exact']:.3f} | {r['flushed']} | {hyp} | zeros {'ok' if r['zero_cells_ok'] else 'NOT 0'} | {time.perf_counter() - start:.1f} s", flush=True)  # fmt: skip
+    # The kernel's compile key omits the dBias dtype (docs/backward.md "dBias"): an I/O-dtype
+    # dBias plan after an fp32 one of the same shapes runs the fp32 artifact. Not counted above.
+    facts, _ = CASES[3]
+    case = Case(direction="bwd", **{"d_qk": 64, "d_v": 64, "seed": 11, **facts})
+    stale = probe(case, adapter, case.dtype, dev)
+    print(f"compile key: {case.describe()} with a {case.dtype} dBias after the fp32 one: err/bound {stale['ratio']:.3g} "
+          f"(> 1: the fp32 plan's artifact ran; the key omits the dBias dtype)")  # fmt: skip
     print(f"dbias probe: {len(CASES) - bad} of {len(CASES)} within the model")
     return 1 if bad else 0
 
