@@ -175,6 +175,8 @@ def test_the_backward_model_assumes_the_installed_arithmetic():
         "p0 = cute.math.exp2(s0 - lse0, fastmath=True)",  # P recomputed in fp32 from the handed LSE (ex2.approx)
         "h01 = fp32_to_fp16(p0, p1, dtype=io_dtype)",  # P rounded to the I/O dtype for the dV mma
         "db0 = (acc1[off + 0] - dd0) * p0",  # dS' in fp32, unrounded P
+        "_atomic_add_f32(_dbias_ptr + bias_base + cutlass.Int64(qc0) * cutlass.Int64(SKV) + kv_a, db0)",  # dBias += dS', unscaled
+        '"atom.global.add.f32 $0, [$1], $2;"',  # ... by atom.add.f32, which flushes subnormals (tolerances.dbias_flush)
         "ds0 = attn_scale * db0",  # dS = scale dS'
         "bmm2_a[nf * 2 + 0] = fp32_to_fp16(ds0, ds1, dtype=io_dtype)",  # dS rounded for the dK mma
         "_atomic_add_f32(dQ_view.data_ptr() + gaddr, val)",  # dQ across KV tiles: fp32 atomics
