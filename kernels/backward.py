@@ -146,7 +146,7 @@ def compile_key(case: Case) -> str:
     """A short name of what a backward Case compiles (reports count distinct keys):
     its TemplateParams facts and the geometry facts that reach the compile."""
     facts = {n: getattr(case, n) for n in ("layout", "dtype", "h_q", "h_kv", "d_qk", "d_v", "causal", "bottom_right", "bias", "sinks", "deterministic",
-                                           "memory")}  # fmt: skip
+                                           "memory", "dbias_dtype")}  # fmt: skip
     facts.update(window=case.window_left >= 0, swa=max(case.window_left, 0), right=max(case.window_right, 0), bias_batch=case.bias_batch if case.bias else 0,
                  seq_q=case.seq_q_lens is not None, seq_kv=case.seq_kv_lens is not None)  # fmt: skip
     if case.is_thd:

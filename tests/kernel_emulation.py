@@ -420,6 +420,11 @@ class BwdPlant:
     ds_unscaled: bool = False  # dS = dS' (the softmax scale not applied to dQ/dK)
     dsink_log2: bool = False  # dSink in log2 units (times log2 e)
     dbias_batch0: bool = False  # a broadcast bias' gradient from batch entry 0 only
+    dbias_per_batch: bool = False  # a broadcast bias' gradient not reduced over the batch (each entry overwrites: the last one wins)
+    dbias_io: bool = False  # dBias rounded to the I/O dtype before it is stored (one I/O ulp off an fp32 dBias)
+    dbias_p_io: bool = False  # dBias (dS') formed from P rounded to the I/O dtype (dV's operand) instead of the fp32 sP
+    dbias_from_ds: bool = False  # dBias = round_io(scale dS') / scale: dQ/dK's rounded dS unscaled
+    dbias_scaled: bool = False  # dBias = scale dS' (the softmax scale applied)
     dq_relay_drop: bool = False  # dQ misses the last KV tile's contribution (a relay that stops early)
     noisy: bool = False  # each launch perturbs dQ by one ulp somewhere (a non-deterministic reduction)
 
@@ -444,6 +449,7 @@ def emulate_backward(case, inputs, o, lse, do, plant: BwdPlant = BwdPlant(), lau
     vis = torch.isfinite(it.logits) & live
     logits = torch.where(vis, it.logits, torch.zeros_like(it.logits)).to(f32)
     p = torch.where(vis, torch.exp(logits - torch.where(torch.isfinite(lse32), lse32, 0.0)[..., None]), torch.zeros((), dtype=f32))
+    p = _ftz(p)  # ex2.approx.ftz (b16:858-861)
     dof = torch.where(it.q_live[:, None, :, None], do.to(f32), 0.0)
     of = torch.where(it.q_live[:, None, :, None], o.to(f32), 0.0)
     q, k, v = it.q.to(io).to(f32), it.k.to(io).to(f32).repeat_interleave(g, 1), it.v.to(io).to(f32).repeat_interleave(g, 1)
@@ -471,16 +477,45 @@ def emulate_backward(case, inputs, o, lse, do, plant: BwdPlant = BwdPlant(), lau
 
     out = {"dq": dq, "dk": fold(dk_h), "dv": fold(dv_h)}
     if inputs.bias is not None:
-        if case.bias_batch == 1:
-            out["dbias"] = dsp[:1] if plant.dbias_batch0 else dsp.sum(0, keepdim=True)
-        else:
-            out["dbias"] = dsp
+        out["dbias"] = _dbias(case, dsp, p, dp, d, plant)
     if inputs.sinks is not None:
         sink = inputs.sinks.to(f32).view(1, -1, 1)
         row = it.q_live[:, None, :] & torch.isfinite(lse32)
         term = torch.where(row, torch.exp(sink - torch.where(torch.isfinite(lse32), lse32, 0.0)) * d, torch.zeros((), dtype=f32))
         out["dsink"] = -term.sum((0, 2)) * (1.4426950408889634 if plant.dsink_log2 else 1.0)
     return out
+
+
+def _dbias(case, dsp, p, dp, d, plant: BwdPlant):
+    """dBias as bprop_f16.py forms it: the fp32 dS' = (dP - D) * P of each cell
+    from the fp32 P in sP (b16:947-955: the UNSCALED dS', bias adds after the
+    scale), atom.global.add.f32 into the fp32 workspace accumulator (b16:956-977;
+    a broadcast bias has batch stride 0, so the batch reduces there,
+    b16:399-403), zeroed first and cast once to the dBias buffer's dtype by
+    _copy_aux (prepared_host.py:171-184, 316-318, 417, 524; the caller's copy_ here).
+    The plants are the conventions a kernel could get wrong instead."""
+    io = TORCH_DTYPES[case.dtype]
+    if plant.dbias_p_io:
+        dsp = (dp - d[..., None]) * p.to(io).to(torch.float32)
+    if plant.dbias_from_ds:
+        dsp = (case.softmax_scale * dsp).to(io).to(torch.float32) / case.softmax_scale
+    if plant.dbias_scaled:
+        dsp = case.softmax_scale * dsp
+    dsp = _ftz(dsp)  # atom.add.f32 flushes a subnormal addend ...
+    if case.bias_batch == 1 and not (plant.dbias_batch0 or plant.dbias_per_batch):
+        db = torch.zeros_like(dsp[:1])
+        for b in range(dsp.shape[0]):  # one atomic add per batch entry (in some order), ...
+            db = _ftz(db + dsp[b : b + 1])  # ... and a subnormal sum
+    elif case.bias_batch == 1:
+        db = dsp[:1] if plant.dbias_batch0 else dsp[-1:]
+    else:
+        db = dsp
+    return db.to(io).to(torch.float32) if plant.dbias_io else db
+
+
+def _ftz(x: torch.Tensor) -> torch.Tensor:
+    """Flush to zero (sign-preserving) below fp32's normal range."""
+    return torch.where(x.abs() < 2.0**-126, x * 0.0, x)
 
 
 class EmulatedBackward(EmulatedAdapter):

@@ -41,6 +41,11 @@ CASES = [
     _bwd(batch=2, s_q=20, s_kv=30, bias="float16", bias_batch=2, memory="bshd_padded"),
     _bwd(batch=2, s_q=50, s_kv=17, sinks=True, causal=True, scale=0.3, d_qk=96, d_v=64),
     _bwd(dtype="bfloat16", s_q=64, s_kv=64, sinks=True, bias="float32", window_left=3, causal=True, window_right=2, memory="bhsd"),
+    # scale 6: P down to 2^-126 (ex2.ftz) and dS' below it, where atom.add.f32 flushes dBias to 0 (seen on the H200)
+    _bwd(dtype="bfloat16", batch=2, s_q=40, s_kv=65, bias="float32", bias_batch=2, scale=6.0),
+    # dBias in the I/O dtype: the fp32 accumulator cast once (prepared_host.py:183)
+    _bwd(batch=3, s_q=20, s_kv=30, bias="float16", bias_batch=1, dbias_dtype="io", causal=True),
+    _bwd(dtype="bfloat16", batch=2, s_q=33, s_kv=40, bias="float32", bias_batch=2, dbias_dtype="io", scale=0.3),
 ]
 
 
@@ -64,6 +69,14 @@ POWER = [
     (BwdPlant(ds_unscaled=True), CASES[0], "dq"),
     (BwdPlant(dsink_log2=True), CASES[6], "dsink"),
     (BwdPlant(dbias_batch0=True), CASES[4], "dbias"),
+    (BwdPlant(dbias_per_batch=True), CASES[4], "dbias"),
+    (BwdPlant(dbias_io=True), CASES[4], "dbias"),
+    (BwdPlant(dbias_io=True), CASES[8], "dbias"),
+    (BwdPlant(dbias_p_io=True), CASES[5], "dbias"),
+    (BwdPlant(dbias_from_ds=True), CASES[4], "dbias"),
+    (BwdPlant(dbias_scaled=True), CASES[7], "dbias"),
+    (BwdPlant(dbias_per_batch=True), CASES[9], "dbias"),
+    (BwdPlant(dbias_scaled=True), CASES[10], "dbias"),
     (BwdPlant(dq_relay_drop=True), CASES[0], "dq"),
 ]
 
@@ -74,6 +87,38 @@ def test_every_planted_backward_bug_fails(plant, case, quantity):
         backward(case, plant)
     named = {e.value.detail.get("quantity")} | {f.detail.get("quantity") for f in getattr(e.value, "failures", [])}
     assert quantity in named, e.value.summary
+
+
+def test_the_dbias_flush_term_is_load_bearing(monkeypatch):
+    """The emulated kernel flushes a subnormal dS' out of dBias as atom.add.f32
+    does: within the model with its flush term, over the model without it."""
+    from conformance.ground import tolerances
+
+    case = CASES[8]
+    assert backward(case).ratios["dbias"] <= 1.0
+    monkeypatch.setattr(tolerances, "dbias_flush", lambda p, p_err, vis: torch.zeros_like(p))
+    with pytest.raises(PropertyFailure, match="(?i)dbias"):
+        backward(case)
+
+
+@pytest.mark.compile
+def test_the_kernels_compile_key_omits_the_dbias_dtype(tmp_path, monkeypatch):
+    """A kernel bug, pinned (docs/backward.md "dBias"): compile_host bakes the
+    dBias dtype into the artifact (prepared_host.py:524, its pointer type :576
+    and _copy_aux's cast :183) but the key build_spec gives it names only the
+    operand geometry (prepared_sm80.py:139-151; dBias as ((numel,), (1,))). A
+    plan with an I/O-dtype dBias therefore loads the artifact of an fp32 one of
+    the same shapes (and vice versa): seen on the H200 as NaN / garbage dBias.
+    When this fails, the kernel keys it: draw ``dbias_dtype`` (case.py)."""
+    from kernels.counters import forget_memos
+    from kernels.prepared import PreparedAdapter
+
+    monkeypatch.setenv("CUDNN_FRONTEND_COMPILED_CACHE", str(tmp_path / "compiled"))
+    forget_memos()
+    adapter = PreparedAdapter(rewrites=())
+    assert adapter.compile_only(CASES[4]).misses >= 1
+    other = adapter.compile_only(CASES[4].replace(dbias_dtype="io"))
+    assert other.misses == 0 and other.memo_hits >= 1, other
 
 
 def test_determinism_holds_for_a_repeatable_launch_and_fails_otherwise():
@@ -130,6 +175,8 @@ def test_the_backward_model_assumes_the_installed_arithmetic():
         "p0 = cute.math.exp2(s0 - lse0, fastmath=True)",  # P recomputed in fp32 from the handed LSE (ex2.approx)
         "h01 = fp32_to_fp16(p0, p1, dtype=io_dtype)",  # P rounded to the I/O dtype for the dV mma
         "db0 = (acc1[off + 0] - dd0) * p0",  # dS' in fp32, unrounded P
+        "_atomic_add_f32(_dbias_ptr + bias_base + cutlass.Int64(qc0) * cutlass.Int64(SKV) + kv_a, db0)",  # dBias += dS', unscaled
+        '"atom.global.add.f32 $0, [$1], $2;"',  # ... by atom.add.f32, which flushes subnormals (tolerances.dbias_flush)
         "ds0 = attn_scale * db0",  # dS = scale dS'
         "bmm2_a[nf * 2 + 0] = fp32_to_fp16(ds0, ds1, dtype=io_dtype)",  # dS rounded for the dK mma
         "_atomic_add_f32(dQ_view.data_ptr() + gaddr, val)",  # dQ across KV tiles: fp32 atomics

@@ -4,6 +4,8 @@
 #
 #   bash tools/gpu_backward.sh [mutant budget seconds]
 #
+# 0. tools/gpu_dbias_probe.py: dBias of fixed bias Cases against the reference and
+#    each arithmetic the kernel could be doing (< 60 s; its table in $OUT/dbias-probe.log).
 # 1. conformance/test_backward.py, prepared adapter (SdpaBwdDslSm80 on caller buffers).
 # 2. the same, public wrapper in SM80-compatibility mode (off an A100).
 # 3. the bwd_* mutants (and the control) through conformance.kill_rate, searched
@@ -12,6 +14,8 @@
 set -uo pipefail
 BUDGET=${1:-120}
 source "$(dirname "$0")/gpu_setup.sh" || exit 2
+timeout 180 python3 tools/gpu_dbias_probe.py > "$OUT/dbias-probe.log" 2>&1
+echo "dbias probe: exit $? | $(grep -v -i warn "$OUT/dbias-probe.log" | tail -n 11 | cut -c1-400)"
 for adapter in prepared wrapper; do
   start=$(date +%s)
   env SDPA_ADAPTER=$adapter SDPA_SM80_COMPAT=1 timeout 420 python3 -m pytest -n 16 -p no:cacheprovider -q -W ignore::DeprecationWarning \

@@ -39,16 +39,17 @@ from typing import Any, Callable, Dict, Optional, Tuple
 # The case-file schema this suite writes. A fact added later declares the
 # schema that introduced it (``fact(since=N)``, with SCHEMA_VERSION = N): files
 # of an older schema get its default, the behaviour they were recorded with.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 from .tables import ADAPTERS, DTYPES, DTYPE_SHORT  # noqa: E402,F401  (one definition, re-exported)
 BIAS_DTYPES = ("float16", "bfloat16", "float32")
 LAYOUTS = ("dense", "thd")
 DIRECTIONS = ("fwd", "bwd")
 INPUT_SOURCES = ("reference", "kernel")
+DBIAS_DTYPES = ("float32", "io")  # the dBias buffer: fp32 or the I/O dtype (prepared_sm80.build_spec accepts both)
 # Facts only a backward Case sets to a non-default value (coverage: the
 # backward strategies, not the forward ones, must reach those values).
-BACKWARD_FACTS = ("direction", "deterministic", "inputs_from")
+BACKWARD_FACTS = ("direction", "deterministic", "inputs_from", "dbias_dtype")
 # Forward kernel features (schema 3) the SM80 backward has no counterpart for:
 # it reads a compact natural-log Stats (so it needs one), compact fp32
 # natural-log sinks and int32 cu_seqlens, takes no tile scheduler, and its
@@ -244,6 +245,10 @@ class Case:
                                "two launches must then be bitwise identical", since=3)  # fmt: skip
     inputs_from: str = fact("reference", "backward: where O and LSE come from: the float64 reference (O rounded to the I/O dtype, "
                             "LSE fp32) or the forward kernel under test", choices=INPUT_SOURCES, since=3)  # fmt: skip
+    dbias_dtype: str = fact("float32", "backward with a bias: the dBias buffer's dtype, float32 or io (the I/O dtype): the host casts its fp32 "
+                            "accumulator to it once (bprop prepared_host.py:171-184, 524); the public wrapper allocates fp32. No coverage "
+                            "axis, not drawn: the 1.32.0 compile key omits it (docs/backward.md)", choices=DBIAS_DTYPES, coverage=(),
+                            adapters=("prepared",), since=4)  # fmt: skip
     has_lse: bool = fact(True, "a Stats (LSE) output is handed (TemplateParams.has_lse); false compiles the LSE block out: O alone is judged "
                          "and the LSE buffer, never handed, must stay untouched", adapters=("prepared",), since=3)  # fmt: skip
     lse_layout: str = fact("compact", "Stats layout: dense (B,H,S) compact, S-pitch padded (+LSE_ROW_PAD) or token-major (B,S,H); THD head-major, "
@@ -426,6 +431,7 @@ class Case:
             ("rope", not self.rope or (not self.is_thd and self.seq_q_lens is None and self.seq_kv_lens is None),
              "dense without padding operands (compile_thd_host has no RoPE operand; api_dsl refuses RoPE with padding)"),
             ("prefix_dtype", self.is_thd or self.prefix_dtype == "int32", "THD only (cu_seqlens)"),
+            ("dbias_dtype", self.bias is not None or self.dbias_dtype == "float32", "only with a bias (it describes the dBias buffer)"),
         )  # fmt: skip
 
     # ------------------------------------------------------------- adapters

@@ -561,11 +561,17 @@ def make_grad_output(case: Case, device="cpu", *, poison: bool = True, pad_fill:
 GRAD_ROLES = ("dq", "dk", "dv", "dbias", "dsink")
 
 
-def make_grad_outputs(case: Case, device="cpu", *, fill: float = POISON, dbias_dtype: str = "float32") -> Dict[str, torch.Tensor]:
+def dbias_dtype_of(case: Case) -> str:
+    """The dBias buffer's dtype name: fp32, or the I/O dtype (``case.dbias_dtype`` "io")."""
+    return case.dtype if case.dbias_dtype == "io" else "float32"
+
+
+def make_grad_outputs(case: Case, device="cpu", *, fill: float = POISON, dbias_dtype: Optional[str] = None) -> Dict[str, torch.Tensor]:
     """Caller-owned gradient buffers, pre-filled with ``fill``, guarded: dq
     like Q, dk/dv like K/V (dense per ``case.memory`` as logical (B, H, S, D)
     views; THD packed (T, H, D)); dbias (bias_batch, H, SQ, SKV) in
-    ``dbias_dtype`` when the Case has a bias; dsink (H,) fp32 with sinks."""
+    ``dbias_dtype`` (default: the Case's) when the Case has a bias; dsink (H,) fp32 with sinks."""
+    dbias_dtype = dbias_dtype_of(case) if dbias_dtype is None else dbias_dtype
     dt = TORCH_DTYPES[case.dtype]
     out: Dict[str, torch.Tensor] = {}
     if case.is_thd:

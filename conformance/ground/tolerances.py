@@ -482,7 +482,12 @@ def max_abs_error(a: torch.Tensor, b: torch.Tensor, live: torch.Tensor) -> float
 #   dV += round_io(P)^T dO                  P rounded for the mma (b16:913-916)
 #   dP = V.dO^T            tensor-core mma, fp32
 #   D  = rowsum(dO * O)    fp32 products of the I/O values (_do_dot_kernel)
-#   dS' = (dP - D) * P     fp32 (b16:940-943); dBias += dS' by fp32 atomics
+#   dS' = (dP - D) * P     fp32 (b16:947-955); dBias += dS' by atom.global.add.f32
+#                          into a zeroed fp32 workspace accumulator (b16:956-977,
+#                          1337-1345; zeroed at prepared_host.py:316-318, cast to
+#                          the dBias dtype, fp32 or the I/O one, by _copy_aux,
+#                          prepared_host.py:171-184, 417, 524), which flushes
+#                          subnormal inputs and results to zero (PTX ISA, atom)
 #   dS = round_io(scale * dS')              for the dK and dQ mmas (b16:979-1000)
 #   dK += dS^T Q, dQ += dS K                fp32 accumulators; dQ across KV tiles by
 #                                           fp32 atomics (order free unless deterministic)
@@ -498,6 +503,18 @@ def max_abs_error(a: torch.Tensor, b: torch.Tensor, live: torch.Tensor) -> float
 # TC_GRID per k16 step on the running sum of |terms|); atomics and fp32 sums
 # one U32 per add on the sum of |terms|.
 BWD_FP32_OPS = 4.0  # fp32 roundings in the exponent argument: S*c, bias*log2e, the two adds/subtractions
+# dBias flush to zero, per cell and atomic add, absolute: atom.global.add.f32
+# (b16:1342) flushes a subnormal addend (the fp32 dS' of a cell, |dS'| < 2^-126)
+# and a subnormal sum to zero (PTX ISA, atom: "atom.add.f32 ... flushes subnormal
+# inputs and results to sign-preserving zero"), and dP - D (b16:952-955) may be
+# flushed before its product with P <= 1 + its error: (2 + P + P_err) FTZ_ABS.
+# Seen on the H200: dBias 0 where the exact dS' is ~1e-39 (scale 8, tiny P).
+DBIAS_FTZ_TERMS = 2.0
+
+
+def dbias_flush(p: torch.Tensor, p_err: torch.Tensor, vis: torch.Tensor) -> torch.Tensor:
+    """What one atomic add of a cell's dS' into dBias may lose to flush to zero."""
+    return (DBIAS_FTZ_TERMS + p + p_err) * FTZ_ABS * vis
 
 
 def _k16(n: int) -> float:
@@ -550,10 +567,10 @@ def backward_bounds(it, grads: Dict[str, torch.Tensor], dtype: str, *, o_given: 
     d_err = (do.abs() * o_err).sum(-1) + (d_v + 1) * U32 * (do.abs() * o.abs()).sum(-1)
     # dP: tensor-core V.dO^T.
     dp_err = (do.abs() @ v.abs().transpose(-1, -2)) * _k16(d_v) * vis
-    # dS' = (dP - D) * P in fp32: its error is also dBias's per cell. The fast-math
-    # subtraction and product flush results below 2^-126 (FTZ_ABS each; seen on the
-    # H200: fp32 dBias cells of ~1e-38 came back 0, |error| < 2^-126).
-    dsp_err = p_err * (dp - d[..., None]).abs() + (p + p_err) * (dp_err + d_err[..., None]) + 2 * U32 * ds.abs() + 2 * FTZ_ABS * vis
+    # dS' = (dP - D) * P in fp32: its error is also dBias's per cell (its flush to
+    # zero is charged once, in dbias_flush; dS feeding dK/dQ is rounded to the I/O
+    # dtype, whose absolute floor `tiny` dwarfs 2^-126).
+    dsp_err = p_err * (dp - d[..., None]).abs() + (p + p_err) * (dp_err + d_err[..., None]) + 2 * U32 * ds.abs()
     # dS = round_io(scale * dS'): a fp32 multiply, then the I/O rounding (absolute below the normal range).
     ds_abs = scale * ds.abs()
     ds_err = scale * dsp_err + (u + U32) * ds_abs + tiny * vis
@@ -578,10 +595,12 @@ def backward_bounds(it, grads: Dict[str, torch.Tensor], dtype: str, *, o_given: 
     dq_err = ds_err @ k.abs() + (_k16(s_kv) + (-(-s_kv // TILE_N) + 1) * U32) * (ds_mag @ k.abs())
     out["dq"] = dq_err + u * (grads["dq"].abs() + dq_err) + tiny
     if "dbias" in grads:
+        # One atomic add per cell and batch entry; each may flush (DBIAS_FTZ_TERMS).
+        cell_err = dsp_err + dbias_flush(p, p_err, vis)
         if grads["dbias"].shape[0] == 1:  # one bias for every batch entry: fp32 atomics over the batch
-            db_err = dsp_err.sum(0, keepdim=True) + p.shape[0] * (U32 * ds.abs().sum(0, keepdim=True) + FTZ_ABS)  # each fp32 atomic add may flush
+            db_err = cell_err.sum(0, keepdim=True) + p.shape[0] * U32 * ds.abs().sum(0, keepdim=True)
         else:
-            db_err = dsp_err
+            db_err = cell_err
         out["dbias"] = db_err + IO_UNIT.get(dbias_dtype, U32) * (grads["dbias"].abs() + db_err) + (IO_TINY.get(dbias_dtype, 0.0))
     if "dsink" in grads:
         sp = grads["sink_p"]
@@ -600,6 +619,6 @@ TOLERANCES.update({
     "dk": Quantity("per element", "as dQ with Q for K, accumulated over the Q tiles; GQA: each q head's partial rounded, summed, rounded again"),
     "dv": Quantity("per element", "P rounded to the I/O dtype for the P^T dO mma; GQA partials rounded, summed, rounded again"),
     "dbias": Quantity("per element", "the fp32 dS' per cell (no scale, no I/O rounding), fp32 atomics over a broadcast bias' batch, "
-                      "one rounding to the dBias dtype"),
+                      "each flushing a subnormal addend or sum to zero (atom.add.f32), one rounding to the dBias dtype"),
     "dsink": Quantity("per head", "exp2((sink - LSE) log2e) D per row in fp32 with the handed LSE's error, summed over rows and batch"),
 })  # fmt: skip

@@ -19,7 +19,7 @@ import time
 import torch
 
 from conformance.ground.case import Case
-from conformance.ground.data import FINITE_PAD, TORCH_DTYPES, make_grad_output, make_grad_outputs, make_inputs, make_outputs
+from conformance.ground.data import FINITE_PAD, TORCH_DTYPES, dbias_dtype_of, make_grad_output, make_grad_outputs, make_inputs, make_outputs
 from conformance.ground.outcome import Observation, PropertyFailure
 from conformance.properties import judge, recorder
 from conformance.properties.common import device, finish, launched_buffers
@@ -58,7 +58,7 @@ def reference_with_model(case: Case, inputs, do, o, lse):
     from reference.backward import backward_for_case, structural_zeros
 
     def extra(it, grads, o_given, lse_given):
-        bounds = backward_bounds(it, grads, case.dtype, o_given=o_given, lse_given=lse_given)
+        bounds = backward_bounds(it, grads, case.dtype, o_given=o_given, lse_given=lse_given, dbias_dtype=dbias_dtype_of(case))
         zeros = structural_zeros(it, grads)
         return {**{f"bound:{n}": x for n, x in bounds.items()}, **{f"zero:{n}": x for n, x in zeros.items()}}
 
