@@ -281,3 +281,24 @@ def test_a_mutant_meets_its_expected_killer_first():
     for name in ("thd_neighbour_key", "bias_not_unscaled"):
         kinds = [k.name for k in M.searched(by_name[name])]
         assert kinds[0] == by_name[name].expected_killer and sorted(kinds) == sorted(set(kinds)), kinds
+
+
+def test_the_expected_killer_gets_half_the_budget(monkeypatch):
+    """The designed catcher searches first with EXPECTED_SHARE of the budget;
+    the others share what is left equally (a 100 s budget over 5 kinds: 50,
+    then 12.5 each)."""
+    m = {m.name: m for m in MUTANTS}["bias_not_unscaled"]
+    chosen = M.searched(m)[:5]
+    slices, clock = [], [0.0]
+    monkeypatch.setattr(M.time, "perf_counter", lambda: clock[0])
+
+    def fake_search(kind, adapter, flavors, *, profile, until, t0, check):
+        slices.append((kind.name, until - clock[0]))
+        clock[0] = until
+        return M._Search()
+
+    monkeypatch.setattr(M, "search", fake_search)
+    rec = {"expected_killer": m.expected_killer, "kinds": [], "complete": True}
+    M._search_kinds(rec, chosen, None, (), profile="ci", deadline=100.0, t0=0.0, check=None)
+    assert slices[0] == (m.expected_killer, 100.0 * M.EXPECTED_SHARE)
+    assert [round(s, 6) for _, s in slices[1:]] == [12.5] * 4 and rec["complete"]
