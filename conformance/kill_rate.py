@@ -202,6 +202,7 @@ def search(kind: Kind, adapter, flavors, *, profile: str, until: float, t0: floa
     """One Hypothesis search of ``kind``; stops drawing at ``until`` unless a
     failure was seen (then Hypothesis shrinks, within MAX_SHRINKING_SECONDS)."""
     from hypothesis import given, strategies as st, target
+    from hypothesis.errors import UnsatisfiedAssumption
 
     from conformance.ground.outcome import Unsupported
     from conformance.properties import NoGPU
@@ -221,6 +222,10 @@ def search(kind: Kind, adapter, flavors, *, profile: str, until: float, t0: floa
             state.shrinks += 1
         try:
             obs = check(kind, case, adapter)
+        except UnsatisfiedAssumption:  # the property rejected the draw (e.g. a relation that does not move it): not an example
+            state.examples -= state.first is None
+            state.shrinks -= state.first is not None
+            raise
         except (NoGPU, Unsupported):  # the adapter cannot run this kind: no verdict, not a kill
             raise
         except Exception as failure:  # noqa: BLE001 - a crash of the mutated kernel is a verdict
@@ -380,7 +385,8 @@ def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print) ->
 
 def _progress_line(rec: dict, done: int, total: int) -> str:
     how = f" by {rec['killed_by']} after {rec['first_failure_s']} s" if rec.get("killed_by") else ""
-    why = f" ({rec['error']})" if rec.get("error") and rec["verdict"] != "killed" else ""
+    # An error's message tells a crash of the kernel from a bug of the harness.
+    why = f" ({rec.get('error') or rec.get('summary')})" if rec["verdict"] in ("error", "harness_error") else ""
     return f"[{done}/{total}] {rec['verdict']:<9} {rec['name']}{how}{why}"
 
 

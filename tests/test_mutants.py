@@ -95,6 +95,22 @@ def test_crash_is_an_error_verdict():
     assert rec["verdict"] == "error" and "RuntimeError: kernel crashed" in rec["summary"] and rec["first_case"]
 
 
+def test_a_rejected_draw_is_no_verdict():
+    """A property that rejects a draw (hypothesis.reject(), as a permutation
+    relation does for a Case it does not move) lets the search go on: seen on
+    the H200 as an 'error' verdict for the control and five mutants."""
+    from hypothesis import reject
+
+    def rejecting(kind, case, adapter):
+        if case.batch == 1:
+            reject()
+        return Observation(kind.property, case, ratios={"o": 0.5})
+
+    rec = M.run_mutant(MUTANTS[0], check=rejecting, kinds=("numerics_dense",), **FAST)
+    assert rec["verdict"] == "survived" and rec["error"] is None and rec["summary"] is None, rec
+    assert rec["kinds"][0]["examples"] > 0
+
+
 def _nan_rows(live_too: bool):
     """A stand-in tails property judged through the real finish(): NaN in the
     O rows past seq_q_len (what dense-padded-q-rows-nan describes), and with
