@@ -10,7 +10,8 @@ conformance.properties.matrix), a Hypothesis search over the strategies the
 pytest tests use (flavors restricted to the templates the mutant rewrites)
 runs until a property fails; Hypothesis shrinks the failing case.
 Verdicts: ``killed`` (a PropertyFailure), ``error`` (the mutated kernel
-raised or crashed: killed by crash, listed apart), ``survived`` (nothing
+raised or crashed: killed by crash, listed apart), ``harness_error`` (an
+exception raised in the suite's own code: never a kill), ``survived`` (nothing
 failed within the budget), ``stale`` (a rewrite does not match exactly once:
 never counted). Known findings (the file's, conformance.ground.findings)
 excuse exactly the failures they describe, as in a pytest run: a property
@@ -298,12 +299,29 @@ def _search_kinds(rec: dict, chosen, adapter, flavors, *, profile, deadline, t0,
             killed = isinstance(failure, PropertyFailure)
             failing = getattr(failure, "case", None)
             rec.update(
-                verdict="killed" if killed else "error", killed_by=kind.name, property=kind.property, params=kind.params,
+                verdict="killed" if killed else crash_or_harness(failure), killed_by=kind.name, property=kind.property, params=kind.params,
                 summary=failure.summary if killed else f"{type(failure).__name__}: {str(failure)[:300]}",
                 first_failure_s=round(s.first[2], 1), case=case.to_dict(), case_size=case_size(case), case_text=case.describe(),
                 first_case=s.first[0].to_dict(), failure_case=failing.to_dict() if killed and failing != case else None,
             )  # fmt: skip
             return
+
+
+# The suite's own packages: an exception raised in one of their frames (not a
+# CUDA error surfacing there) is a bug of the suite, not the mutant's crash.
+OWN_PACKAGES = tuple(str(Path(__file__).resolve().parents[1] / d) + os.sep for d in ("conformance", "kernels", "strategies", "reference"))
+
+
+def crash_or_harness(exc: BaseException) -> str:
+    """``error`` (the mutated kernel crashed: a CUDA error, or an exception
+    raised inside the kernel's own code) or ``harness_error`` (raised by the
+    suite's code: a bug of the harness, which must not count as a kill)."""
+    from conformance.properties.watchdog import looks_like_cuda_error
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    if looks_like_cuda_error(exc) or not frames:
+        return "error"
+    return "harness_error" if str(Path(frames[-1].filename).resolve()).startswith(OWN_PACKAGES) else "error"
 
 
 # ------------------------------------------------------------- processes
@@ -386,7 +404,8 @@ def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print) ->
 def _progress_line(rec: dict, done: int, total: int) -> str:
     how = f" by {rec['killed_by']} after {rec['first_failure_s']} s" if rec.get("killed_by") else ""
     # An error's message tells a crash of the kernel from a bug of the harness.
-    why = f" ({rec.get('error') or rec.get('summary')})" if rec["verdict"] in ("error", "harness_error") else ""
+    text = rec.get("error") or rec.get("summary")
+    why = f" ({text})" if text and rec["verdict"] != "killed" else ""
     return f"[{done}/{total}] {rec['verdict']:<9} {rec['name']}{how}{why}"
 
 

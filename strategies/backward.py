@@ -10,7 +10,9 @@ docs); a bias is fp32 or the I/O dtype (prepared_sm80.build_spec); d_v is
 cut to d_qk where it is wider (SdpaBwdDslSm80.check_support); THD gets one
 slack token on a side with no capacity (the adapters bind real rows); the
 forward-only kernel features (``case.FORWARD_ONLY_FACTS``) take their
-defaults.
+defaults. One draw in ``D64_ODDS`` of a dense gptoss stratum takes a
+geometry of the backward's dedicated d=64 kernel, which the forward pools
+rarely reach (``D64_GEOMETRIES``).
 """
 
 from __future__ import annotations
@@ -19,9 +21,21 @@ from typing import Optional, Sequence
 
 from hypothesis import strategies as st
 
-from conformance.ground.case import FACTS, FORWARD_ONLY_FACTS, INPUT_SOURCES, Case
+from conformance.ground.case import DTYPES, FACTS, FORWARD_ONLY_FACTS, INPUT_SOURCES, Case
 
+from . import features, pools
 from .facts import cases
+from .geometry import POSITIVE_SCALES, DenseGeometry
+
+# The backward's dedicated d=64 kernel (bprop_d64_f16.py) serves only plain dense MHA calls of whole
+# tiles (cudnn/sdpa/bwd/api_dsl.py:776-794: d 64/64, h_q == h_kv, S_q % 64 = S_kv % 128 = 0; no mask,
+# bias, sinks, lengths or RoPE; not deterministic). The forward pools reach it about once in 100-200
+# gptoss backward draws (a few examples per run), so one draw in D64_ODDS takes one of these: backward compile keys of
+# their own, the forward pools untouched. Shrinking leaves them (the branch draw shrinks to 0).
+D64_GEOMETRIES = (DenseGeometry(d_qk=64, d_v=64, batch=1, h_q=2, h_kv=2, s_q=128, s_kv=128),
+                  DenseGeometry(d_qk=64, d_v=64, batch=2, h_q=1, h_kv=1, s_q=192, s_kv=256))  # fmt: skip
+D64_ODDS = 6
+D64_FLAVOR = "gptoss"
 
 
 def to_backward(c: Case, deterministic: bool, inputs_from: str) -> Case:
@@ -51,4 +65,19 @@ def backward_cases(*, layouts: Sequence[str] = ("dense", "thd"), deterministic: 
     fixed or drawn; ``options`` as ``strategies.cases`` (flavors=, dtypes=, ...)."""
     det = st.booleans() if deterministic is None else st.just(deterministic)
     src = st.sampled_from(INPUT_SOURCES) if inputs_from is None else st.just(inputs_from)
-    return st.builds(to_backward, cases(layouts=layouts, **options), det, src)
+    mapped = st.builds(to_backward, cases(layouts=layouts, **options), det, src)
+    restricted = set(options) - {"flavors", "dtypes", "geometry"}  # an option that asks for a feature: no d=64 draws
+    if "dense" not in layouts or deterministic or restricted or D64_FLAVOR not in options.get("flavors", pools.FLAVORS):
+        return mapped
+    dtypes = tuple(options.get("dtypes", DTYPES))
+
+    @st.composite
+    def with_d64(draw) -> Case:
+        if draw(st.integers(0, D64_ODDS - 1)) < D64_ODDS - 1:
+            return draw(mapped)
+        g = draw(st.sampled_from(D64_GEOMETRIES))
+        scale = draw(st.sampled_from(POSITIVE_SCALES)) if draw(st.booleans()) else None
+        dtype = draw(st.sampled_from(dtypes))
+        return to_backward(g.case(dtype, scale=scale, seed=features.seed(draw)), False, draw(src))
+
+    return with_d64()

@@ -267,3 +267,34 @@ def test_determinism_compares_only_the_gradients_the_contract_defines():
         assert bwd_prop.check_determinism(case, _TailGarbageBackward()).outcome == "passed"
         with pytest.raises(PropertyFailure, match="differ bitwise: dk in 1 element"):
             bwd_prop.check_determinism(case, _TailGarbageBackward(live_noise=True))
+
+
+def _d64_served(c: Case) -> bool:
+    """The backward's own kernel selection (api_dsl._sm80_d64_fast_path_eligible) for Case ``c``."""
+    from cudnn.sdpa.bwd.api_dsl import _sm80_d64_fast_path_eligible
+
+    if c.is_thd:
+        return False
+    features = dict(seq_kv_lens=c.seq_kv_lens, seq_len_q=c.seq_q_lens, bias=c.bias, sinks=c.sinks or None, rope_freqs=c.rope or None, deterministic=c.deterministic)
+    return _sm80_d64_fast_path_eligible(d_qk=c.d_qk, d_v=c.d_v, h_q=c.h_q, h_kv=c.h_kv, s_q=c.s_q, s_kv=c.s_kv,
+                                        mask_token="none" if not (c.causal or c.window_left >= 0) else "masked",
+                                        right_bound=max(c.window_right, 0), causal_bottom_right=c.bottom_right, bw_kwargs=features)  # fmt: skip
+
+
+@pytest.mark.parametrize("flavor, reaches", [("gptoss", True), ("llama", False)])
+def test_the_backward_strategy_reaches_the_d64_kernel(flavor, reaches):
+    """The dedicated d=64 backward kernel (bprop_d64_f16.py), asked of the
+    kernel's own selection rule: the gptoss strata's backward draws reach it
+    often (the forward pool rows alone: 3 of these 150 draws), deterministic draws
+    never do (the rule refuses them)."""
+    seen = {"d64": 0, "det_d64": 0}
+
+    @settings(max_examples=150, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(backward_cases(layouts=("dense",), flavors=(flavor,)), backward_cases(layouts=("dense",), flavors=(flavor,), deterministic=True))
+    def draw(c, det):
+        seen["d64"] += _d64_served(c)
+        seen["det_d64"] += _d64_served(det)
+
+    draw()
+    # At least 5 of 150 (the pool alone: about 1 in 200); none off gptoss or deterministic.
+    assert (seen["d64"] >= 5 if reaches else seen["d64"] == 0) and seen["det_d64"] == 0, seen

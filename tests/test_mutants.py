@@ -11,6 +11,8 @@ import subprocess
 import sys
 import time
 
+from pathlib import Path
+
 import pytest
 
 from conformance.ground import findings
@@ -109,6 +111,26 @@ def test_a_rejected_draw_is_no_verdict():
     rec = M.run_mutant(MUTANTS[0], check=rejecting, kinds=("numerics_dense",), **FAST)
     assert rec["verdict"] == "survived" and rec["error"] is None and rec["summary"] is None, rec
     assert rec["kinds"][0]["examples"] > 0
+
+
+def _raised_in(filename: str, exc: BaseException) -> BaseException:
+    """``exc`` as if raised by code in ``filename`` (its innermost frame)."""
+    try:
+        exec(compile("raise exc", filename, "exec"), {"exc": exc})
+    except BaseException as e:  # noqa: BLE001
+        return e
+
+
+def test_an_exception_of_the_suites_own_code_is_a_harness_error():
+    """A KeyError in conformance/ (a suite bug) must not count as a kill; a
+    CUDA error surfacing there, or anything raised in the kernel's code, is
+    the mutant's crash."""
+    own = str(Path(M.__file__).parent / "ground" / "data.py")
+    assert M.crash_or_harness(_raised_in(own, KeyError("none"))) == "harness_error"
+    assert M.crash_or_harness(_raised_in(own, RuntimeError("CUDA error: an illegal memory access was encountered"))) == "error"
+    assert M.crash_or_harness(_raised_in("/site-packages/cudnn/sdpa/fwd/kernels/sm80/prefill_f16.py", ValueError("x"))) == "error"
+    rec = M.run_mutant(MUTANTS[0], check=_fails_on(lambda k, c: True, lambda *_: _raised_in(own, KeyError("rope"))), kinds=("numerics_dense",), **FAST)
+    assert rec["verdict"] == "harness_error" and "KeyError" in rec["summary"]
 
 
 def _nan_rows(live_too: bool):
