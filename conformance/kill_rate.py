@@ -385,8 +385,8 @@ def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print) ->
 
 def _progress_line(rec: dict, done: int, total: int) -> str:
     how = f" by {rec['killed_by']} after {rec['first_failure_s']} s" if rec.get("killed_by") else ""
-    # An error's message tells a crash of the kernel from a bug of the harness.
-    why = f" ({rec.get('error') or rec.get('summary')})" if rec["verdict"] in ("error", "harness_error") else ""
+    # An error's message tells a crash of the kernel from a bug of the harness; a stale one names the rewrite that no longer applies.
+    why = f" ({rec.get('error') or rec.get('summary')})" if rec["verdict"] in ("error", "harness_error", "stale") else ""
     return f"[{done}/{total}] {rec['verdict']:<9} {rec['name']}{how}{why}"
 
 
