@@ -132,7 +132,7 @@ CHECKS: Dict[str, Dict[str, Tuple[str, str]]] = {
         **_GUARDS,
     },
     "backward_tails": {
-        "no nan": (PLAIN, "every gradient element the contract defines is written and free of the NaN poisoned into every input element the backward must not read"),
+        "no nan": (PLAIN, "every gradient element the contract defines is written and free of the NaN poisoned into every dead input"),
         "capacity": (PLAIN, "gradient storage outside the live rows ends as the contract says (conformance.properties.backward_tails.TAIL_RULES)"),
         "pad columns": (STORAGE, "dense dQ/dK/dV pad columns (bshd_padded) never written"),
         "outputs": (PLAIN, "the backward returns every gradient its Case asks for"),
