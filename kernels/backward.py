@@ -39,6 +39,12 @@ from kernels.counters import measure
 
 API_MODULE = "cudnn.sdpa.bwd.api_dsl"
 COMPILE_ONLY_ARCH = "sm_80"
+# The workspace body the prepared adapter hands: 0xFF bytes, NaN in every
+# fp16/bf16/fp32 view. The entry points take scratch uninitialized (the
+# wrapper's torch.empty, cudnn/sdpa/bwd/api_dsl.py:955), so a stage that
+# consumes scratch it never wrote shows as NaN, the same on every launch,
+# not as whatever the allocator last held (backward_tails' GQA fold rule).
+SCRATCH_FILL = 0xFF
 
 
 @contextmanager
@@ -182,7 +188,7 @@ def prepared_backward(adapter, case: Case, inputs, o, lse, do, grads=None, *, in
         box = stack.enter_context(measure())
         stack.enter_context(backward_sources(adapter.rewrites))
         _compile(api, case)
-    workspace = guarded((max(1, api.scratch_workspace_bytes()),), torch.uint8, dev, row=1)
+    workspace = guarded((max(1, api.scratch_workspace_bytes()),), torch.uint8, dev, row=1, fill=SCRATCH_FILL)
     if case.is_thd:
         env_view = lambda t: t.unsqueeze(0).transpose(1, 2)  # noqa: E731
         api.execute(env_view(q), env_view(k), env_view(v), env_view(o_run), env_view(do_run), lse.unsqueeze(0),

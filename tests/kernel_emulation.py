@@ -427,6 +427,10 @@ class BwdPlant:
     dbias_scaled: bool = False  # dBias = scale dS' (the softmax scale applied)
     dq_relay_drop: bool = False  # dQ misses the last KV tile's contribution (a relay that stops early)
     noisy: bool = False  # each launch perturbs dQ by one ulp somewhere (a non-deterministic reduction)
+    # Tails (conformance.properties.backward_tails):
+    reads_padded_kv: bool = False  # dense K/V rows past seq_kv_len enter dP and dQ as handed, masked only by P = 0 (b16:378, 385)
+    padded_q_rows_unwritten: bool = False  # dense dQ rows past seq_q_len never stored (the caller's bytes stay)
+    pad_columns_written: bool = False  # the gradient stores cover the whole row pitch (bshd_padded pad columns zeroed)
 
 
 def emulate_backward(case, inputs, o, lse, do, plant: BwdPlant = BwdPlant(), launch: int = 0):
@@ -452,7 +456,9 @@ def emulate_backward(case, inputs, o, lse, do, plant: BwdPlant = BwdPlant(), lau
     p = _ftz(p)  # ex2.approx.ftz (b16:858-861)
     dof = torch.where(it.q_live[:, None, :, None], do.to(f32), 0.0)
     of = torch.where(it.q_live[:, None, :, None], o.to(f32), 0.0)
-    q, k, v = it.q.to(io).to(f32), it.k.to(io).to(f32).repeat_interleave(g, 1), it.v.to(io).to(f32).repeat_interleave(g, 1)
+    # The reference's operands hold 0 in dead rows: the kernel's zero-filled loads (b16:586, 600, 703, 721).
+    kk, vv = (inputs.k, inputs.v) if plant.reads_padded_kv else (it.k, it.v)
+    q, k, v = it.q.to(io).to(f32), kk.to(io).to(f32).repeat_interleave(g, 1), vv.to(io).to(f32).repeat_interleave(g, 1)
     dp = dof @ v.transpose(-1, -2)
     d = (dof * of).sum(-1)
     dsp = (dp - d[..., None]) * p
@@ -521,17 +527,26 @@ def _ftz(x: torch.Tensor) -> torch.Tensor:
 class EmulatedBackward(EmulatedAdapter):
     """EmulatedAdapter with a backward (dense Cases), for the backward properties on the CPU."""
 
+    supports = frozenset({"caller-outputs"})  # dense only: no THD host, so no "no-init"
+
     def __init__(self, arith: Arith = Arith(), plant: Plant = Plant(), bwd: BwdPlant = BwdPlant()):
         super().__init__(arith, plant)
         self.bwd, self.launches = bwd, 0
 
     def backward(self, case, inputs, o, lse, do, grads=None, *, initialize_outputs=True):
+        from conformance.ground.data import body_storage
         from kernels.base import KernelResult
 
         got = emulate_backward(case, inputs.to("cpu"), o.cpu(), lse.cpu(), do.cpu(), self.bwd, self.launches)
         self.launches += 1
         if grads is not None:  # write into the caller's buffers, as the prepared entry does
             for name, t in got.items():
+                if self.bwd.pad_columns_written and name in ("dq", "dk", "dv"):
+                    body_storage(grads[name]).zero_()
+                if self.bwd.padded_q_rows_unwritten and name == "dq":
+                    live = inputs.q_live.to(t.device)[:, None, :, None].expand(t.shape)
+                    grads[name][live] = t[live].to(grads[name].dtype)
+                    continue
                 grads[name].copy_(t)
             got = {name: grads[name] for name in got}
         return KernelResult(o, lse, notes={"adapter": "emulated", "direction": "bwd"}, grads=got)

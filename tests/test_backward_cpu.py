@@ -298,3 +298,156 @@ def test_the_backward_strategy_reaches_the_d64_kernel(flavor, reaches):
     draw()
     # At least 5 of 150 (the pool alone: about 1 in 200); none off gptoss or deterministic.
     assert (seen["d64"] >= 5 if reaches else seen["d64"] == 0) and seen["det_d64"] == 0, seen
+
+# ------------------------------------------------------------------ tails
+# Dense Cases that reach every tail rule: padded rows on both sides (a zero-length
+# entry on each), GQA, a broadcast and a per-batch bias, pad columns, sinks.
+TAIL_CASES = [
+    _bwd(batch=2, s_q=40, s_kv=70, seq_q_lens=(40, 0), seq_kv_lens=(33, 70), h_q=4, h_kv=2, bias="float32", bias_batch=1, memory="bshd_padded",
+         sinks=True, causal=True),
+    _bwd(dtype="bfloat16", batch=3, s_q=65, s_kv=30, seq_q_lens=(7, 65, 20), seq_kv_lens=(30, 1, 0), bias="bfloat16", bias_batch=3, d_qk=128, d_v=64),
+]  # fmt: skip
+
+
+def tails(case, adapter, **kw):
+    from conformance.properties import backward_tails
+
+    with mock.patch.object(backward_tails, "device", lambda: torch.device("cpu")):
+        return backward_tails.check_backward_tails(case, adapter, **kw)
+
+
+@pytest.mark.parametrize("case", TAIL_CASES, ids=lambda c: c.describe())
+def test_emulated_backward_keeps_the_dense_tails(case):
+    """NaN in every padded row of Q, K, V, dO, O, LSE and in dead bias cells:
+    no gradient element reads it, padded rows and dead cells are 0, pad
+    columns keep the caller's bytes (each region judged, none empty)."""
+    obs = tails(case, EmulatedBackward())
+    checked = obs.notes["checked_elements"]
+    assert obs.outcome == "passed" and all(checked[f"{g} padded rows"] for g in ("dq", "dk", "dv")) and checked["dbias dead cells"]
+
+
+# (plant, the tail case that reaches it, the check that must fail, the gradient it names)
+TAIL_POWER = [
+    (BwdPlant(reads_padded_kv=True), TAIL_CASES[0], "no nan", "dq"),  # a padded K/V row read: NaN x 0 reaches live dQ
+    (BwdPlant(reads_padded_kv=True), TAIL_CASES[1], "no nan", "dq"),
+    (BwdPlant(padded_q_rows_unwritten=True), TAIL_CASES[1], "capacity", "dq"),  # a padded dQ row left as the caller's
+    (BwdPlant(pad_columns_written=True), TAIL_CASES[0], "pad columns", "dq"),  # a tail it must leave, clobbered
+]
+
+
+@pytest.mark.parametrize("plant,case,check,quantity", TAIL_POWER, ids=lambda x: repr(x)[:60] if isinstance(x, BwdPlant) else None)
+def test_every_planted_tail_bug_fails(plant, case, check, quantity):
+    with pytest.raises(PropertyFailure) as e:
+        tails(case, EmulatedBackward(bwd=plant))
+    failed = [(e.value.check, e.value.detail.get("quantity"))] + [(f.check, f.detail.get("quantity")) for f in getattr(e.value, "failures", [])]
+    assert (check, quantity) in failed, e.value.summary
+
+
+class _PackedChainStub:
+    """A THD backward that writes what the packed chain writes, restated from
+    the source (not from TAIL_RULES): initialize_outputs zeroes dQ and, for
+    GQA, dK/dV whole (prepared_host.py:287-293); the dQ cast and the GQA fold
+    write every row below cu[n_seq] from their accumulators (bprop_f16.py:1609,
+    1701): dQ's zeroed, the GQA partial's rows of no sequence ``scratch``;
+    MHA dK/dV and every live row are stored at their sequence only. Live
+    rows get finite values computed from the live inputs alone.
+    ``own``: returns fresh buffers (torch.empty_like, as the public wrapper
+    does) instead of writing the caller's. Plants: ``mha_tails_zeroed`` (a
+    tail it must leave, zeroed), ``dq_tail_kept`` (initialize_outputs skips dQ),
+    ``reads_tail`` (live dQ rows add the token after the last sequence)."""
+
+    name = "packed-stub"
+
+    def __init__(self, scratch=0.0, own=False, mha_tails_zeroed=False, dq_tail_kept=False, reads_tail=False):
+        self.scratch, self.own, self.plants = scratch, own, (mha_tails_zeroed, dq_tail_kept, reads_tail)
+        self.supports = frozenset() if own else frozenset({"caller-outputs", "no-init"})
+
+    def backward(self, case, inputs, o, lse, do, grads=None, *, initialize_outputs=True):
+        from kernels.base import KernelResult
+
+        mha_tails_zeroed, dq_tail_kept, reads_tail = self.plants
+        gqa = case.h_q != case.h_kv
+        out = {n: (torch.empty_like(t).normal_() if self.own else t) for n, t in grads.items()}  # own: garbage where unwritten
+        if initialize_outputs:
+            for name in ("dq",) * (not dq_tail_kept) + ("dk", "dv") * gqa:
+                out[name].zero_()
+        for name, live, cu, x in (("dq", inputs.q_live, case.cu_seqlens("q"), inputs.q), ("dk", inputs.kv_live, case.cu_seqlens("kv"), inputs.k),
+                                  ("dv", inputs.kv_live, case.cu_seqlens("kv"), inputs.v)):  # fmt: skip
+            if mha_tails_zeroed and not gqa and name != "dq":
+                out[name].zero_()
+            if name == "dq" or gqa:
+                out[name][: cu[-1]] = 0.0 if name == "dq" else self.scratch
+            value = x[live].float().sum(-1, keepdim=True).mean(1, keepdim=True).expand(-1, *out[name].shape[1:])
+            if reads_tail and name == "dq":
+                value = value + x[cu[-1] : cu[-1] + 1].float().sum()
+            out[name][live] = value.to(out[name].dtype)
+        if "dsink" in out:
+            out["dsink"].fill_(0.25)
+        return KernelResult(o, lse, notes={"adapter": self.name, "direction": "bwd"}, grads=out)
+
+
+def _thd(**kw):
+    return _bwd(layout="thd", batch=2, q_lens=(65, 1), kv_lens=(3, 0), q_base=5, kv_base=8, q_slack=8, kv_slack=6, **kw)
+
+
+THD_TAIL = {"gqa": _thd(h_q=4, h_kv=2, sinks=True), "mha": _thd(h_q=2, h_kv=2)}
+
+
+@pytest.mark.parametrize("init", [True, False], ids=["init", "no-init"])
+@pytest.mark.parametrize("heads", THD_TAIL)
+def test_the_packed_chains_tails_pass(heads, init):
+    obs = tails(THD_TAIL[heads], _PackedChainStub(), initialize_outputs=init)
+    assert obs.outcome == "passed" and all(obs.notes["checked_elements"][f"{g} {r}"] for g in ("dq", "dk", "dv") for r in ("head", "tail"))
+
+
+# (stub, heads, initialize_outputs, the gradient whose tail rule must fail)
+THD_POWER = [
+    (_PackedChainStub(mha_tails_zeroed=True), "mha", False, "dk"),  # MHA tails are the caller's, even with init
+    (_PackedChainStub(mha_tails_zeroed=True), "mha", True, "dk"),
+    (_PackedChainStub(dq_tail_kept=True), "gqa", True, "dq"),  # the initialized dQ tail left as the caller's
+    (_PackedChainStub(scratch=float("nan")), "gqa", True, "dk"),  # the GQA fold copies unwritten scratch before cu_k[0]
+    (_PackedChainStub(scratch=float("nan")), "gqa", False, "dv"),
+]
+
+
+@pytest.mark.parametrize("stub,heads,init,quantity", THD_POWER, ids=lambda x: None if isinstance(x, _PackedChainStub) else str(x))
+def test_every_planted_thd_tail_bug_fails(stub, heads, init, quantity):
+    with pytest.raises(PropertyFailure) as e:
+        tails(THD_TAIL[heads], stub, initialize_outputs=init)
+    failed = [(e.value.check, e.value.detail.get("quantity"))] + [(f.check, f.detail.get("quantity")) for f in getattr(e.value, "failures", [])]
+    assert ("capacity", quantity) in failed, e.value.summary
+
+
+def test_a_live_thd_row_that_reads_the_capacity_tail_fails():
+    with pytest.raises(PropertyFailure) as e:
+        tails(THD_TAIL["mha"], _PackedChainStub(reads_tail=True))
+    assert (e.value.check, e.value.detail["quantity"]) == ("no nan", "dq"), e.value.summary
+
+
+def test_an_adapter_with_its_own_gradients_is_judged_on_them_without_caller_bytes():
+    """The public wrapper allocates its gradients (torch.empty_like): the
+    caller-byte rules (MHA dK/dV tails) have nothing to judge and are skipped,
+    its zeroed tails are still judged; it has no "no-init" (the test skips)."""
+    from kernels.base import Unsupported
+
+    obs = tails(THD_TAIL["mha"], _PackedChainStub(own=True))
+    assert obs.outcome == "passed" and obs.notes["checked_elements"]["dk tail"] == 0 and obs.notes["checked_elements"]["dq tail"] > 0
+    with pytest.raises(PropertyFailure, match="DQ"):
+        tails(THD_TAIL["mha"], _PackedChainStub(own=True, dq_tail_kept=True))
+    with pytest.raises(Unsupported):
+        tails(THD_TAIL["mha"], _PackedChainStub(own=True), initialize_outputs=False)
+
+
+def test_the_tail_rules_cover_every_region_once():
+    """Per (layout, gradient, mode, heads) no region has two rules; every
+    rule cites source lines."""
+    from conformance.properties.backward_tails import REGIONS, TAIL_RULES
+
+    for layout, regions in (("dense", ("padded rows", "dead cells", "pad columns")), ("thd", ("head", "tail"))):
+        for init in (True, False):
+            for heads in ("gqa", "mha"):
+                case = _bwd(h_q=4, h_kv=2 if heads == "gqa" else 4) if layout == "dense" else _thd(h_q=4, h_kv=2 if heads == "gqa" else 4)
+                for grad in ("dq", "dk", "dv", "dbias"):
+                    hits = [r.region for r in TAIL_RULES if r.holds(case, grad, init)]
+                    assert len(hits) == len(set(hits)) and set(hits) <= set(regions), (layout, grad, init, heads, hits)
+    assert all(r.region in REGIONS or r.region == "pad columns" for r in TAIL_RULES) and all(":" in r.why for r in TAIL_RULES)

@@ -131,6 +131,13 @@ CHECKS: Dict[str, Dict[str, Tuple[str, str]]] = {
         "bitwise": (PLAIN, "deterministic=True: two launches give bitwise identical gradients"),
         **_GUARDS,
     },
+    "backward_tails": {
+        "no nan": (PLAIN, "every gradient element the contract defines is written and free of the NaN poisoned into every dead input"),
+        "capacity": (PLAIN, "gradient storage outside the live rows ends as the contract says (conformance.properties.backward_tails.TAIL_RULES)"),
+        "pad columns": (STORAGE, "dense dQ/dK/dV pad columns (bshd_padded) never written"),
+        "outputs": (PLAIN, "the backward returns every gradient its Case asks for"),
+        **_GUARDS,
+    },
     "backward_rejection": {
         "rejects": (OUTCOME, "sdpa_bwd_wrapper_sm80 raises the stated exception naming the argument"),
         "compile budget": (PLAIN, "a refused backward call compiles nothing"),

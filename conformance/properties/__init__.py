@@ -11,6 +11,7 @@ from typing import Callable, Dict
 
 from conformance.ground.outcome import Observation
 from conformance.properties.backward import check_backward, check_backward_rejection, check_determinism
+from conformance.properties.backward_tails import check_backward_tails
 from conformance.properties.common import NoGPU, device, entry_adapter, served
 from conformance.properties.compile_cache import DISK_CASES, check_compile_reuse, check_compiles, check_disk_reuse, runtime_variants
 from conformance.properties.launch import check_graph_replay, check_launch_hygiene
@@ -35,6 +36,7 @@ PROPERTIES: Dict[str, Callable[..., Observation]] = {
         ("metamorphic", check_metamorphic),
         ("backward", check_backward),
         ("determinism", check_determinism),
+        ("backward_tails", check_backward_tails),
         ("backward_rejection", check_backward_rejection),
     )
 }
@@ -43,6 +45,7 @@ check_disk_reuse, check_rejection, check_compiles = PROPERTIES["disk_reuse"], PR
 check_graph_replay, check_launch_hygiene = PROPERTIES["graph_replay"], PROPERTIES["launch_hygiene"]
 check_metamorphic = PROPERTIES["metamorphic"]
 check_backward, check_determinism = PROPERTIES["backward"], PROPERTIES["determinism"]
+check_backward_tails = PROPERTIES["backward_tails"]
 check_backward_rejection = PROPERTIES["backward_rejection"]
 
 __all__ = [
@@ -50,5 +53,5 @@ __all__ = [
     "check_numerics", "check_tails", "check_compile_reuse", "check_disk_reuse", "check_rejection", "check_compiles",
     "check_graph_replay", "check_launch_hygiene",
     "check_metamorphic", "RELATIONS", "DENSE_RELATIONS", "THD_RELATIONS",
-    "check_backward", "check_determinism", "check_backward_rejection",
+    "check_backward", "check_determinism", "check_backward_tails", "check_backward_rejection",
 ]

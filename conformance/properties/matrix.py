@@ -256,6 +256,8 @@ MATRIX: Tuple[Family, ...] = (
 )
 # The backward (direction "bwd"): gradients, determinism, its compile tier and compile reuse.
 BACKWARD_LAYOUTS = Axis(("layouts",), ((("dense",),), (("thd",),)), ("dense", "thd"), SOURCE)
+# The backward's THD tails in both host modes (the prepared entry has both; the wrapper always initializes).
+BWD_INIT = Axis(("initialize_outputs",), ((True,), (False,)), ("init", "no-init"), PARAM, labels=("init", "noinit"))
 MATRIX += (
     Family("test_backward_dense", BACKWARD, "backward", "backward", GPU, (STRATA_AXIS,), partial(backward_cases, layouts=("dense",)), target=True,
            kind="backward_dense", doc="dQ, dK, dV, dBias, dSink of dense backward Cases against the float64 closed form under the backward error model."),
@@ -264,6 +266,13 @@ MATRIX += (
     Family("test_backward_deterministic", BACKWARD, "determinism", "determinism", GPU, (STRATA_AXIS,),
            partial(backward_cases, deterministic=True, inputs_from="reference"), kind="determinism",
            doc="deterministic=True: two launches give bitwise identical gradients."),
+    # tails: NaN behind every input element the backward must not read, gradient capacity per TAIL_RULES (one launch each).
+    Family("test_backward_tails_dense", BACKWARD, "backward_tails", "backward", GPU, (STRATA_AXIS,),
+           partial(backward_cases, layouts=("dense",), inputs_from="reference", padding=True), kind="backward_tails_dense",
+           doc="Dense backward with NaN in padded Q/K/V/dO/O/LSE rows: no NaN in any gradient, padded rows and dead dBias cells 0, pad columns untouched."),
+    Family("test_backward_tails_thd", BACKWARD, "backward_tails", "backward", GPU, (STRATA_AXIS, BWD_INIT),
+           partial(backward_cases, layouts=("thd",), inputs_from="reference"), kind="backward_tails_thd",
+           doc="THD backward with NaN outside every sequence: no NaN in live rows; dQ/dK/dV capacity zeroed or untouched per initialize_outputs and GQA."),
     Family("test_backward_cases_compile_for_sm80", BACKWARD, "compiles", "backward_compile", COMPILE_TIER, (), backward_cases, adapter="prepared_adapter",
            doc="Every valid backward Case plans and compiles its chain for sm_80 without a GPU."),
     Family("test_backward_runtime_facts_mint_no_compile_cpu", BACKWARD, "compile_reuse", "backward_compile", COMPILE_TIER, (), backward_cases,

@@ -15,7 +15,7 @@ from conformance.properties.common import device, finish, launched_buffers, lse_
 from kernels.base import require
 
 
-def _storage_outside_view(view: torch.Tensor) -> torch.Tensor:
+def storage_outside_view(view: torch.Tensor) -> torch.Tensor:
     """A bool mask over ``view``'s storage body (guard bands excluded: those
     are judge.guards_intact's): True where no element of the view lives (the
     pad columns of a padded layout)."""
@@ -93,7 +93,7 @@ def judge_tails(case: Case, inputs, outputs, result, initialize_outputs: bool, s
             # it went natively; a compact staging copy or the wrapper's own O
             # have none (then nothing is checked here, and the notes say so).
             handed = result.handed.get("o", result.o)
-            pad = _storage_outside_view(handed)
+            pad = storage_outside_view(handed)
             flat = body_storage(handed)
             checked["o pad columns"] = int(pad.sum())
             judge.exactly("tails", case, "o", flat, torch.full_like(flat, float("nan")), pad, "O pad columns (never written)", check="pad columns")
