@@ -101,26 +101,6 @@ def test_the_dbias_flush_term_is_load_bearing(monkeypatch):
         backward(case)
 
 
-@pytest.mark.compile
-def test_the_kernels_compile_key_omits_the_dbias_dtype(tmp_path, monkeypatch):
-    """A kernel bug, pinned (docs/backward.md "dBias"): compile_host bakes the
-    dBias dtype into the artifact (prepared_host.py:524, its pointer type :576
-    and _copy_aux's cast :183) but the key build_spec gives it names only the
-    operand geometry (prepared_sm80.py:139-151; dBias as ((numel,), (1,))). A
-    plan with an I/O-dtype dBias therefore loads the artifact of an fp32 one of
-    the same shapes (and vice versa): seen on the H200 as NaN / garbage dBias.
-    When this fails, the kernel keys it: draw ``dbias_dtype`` (case.py)."""
-    from kernels.counters import forget_memos
-    from kernels.prepared import PreparedAdapter
-
-    monkeypatch.setenv("CUDNN_FRONTEND_COMPILED_CACHE", str(tmp_path / "compiled"))
-    forget_memos()
-    adapter = PreparedAdapter(rewrites=())
-    assert adapter.compile_only(CASES[4]).misses >= 1
-    other = adapter.compile_only(CASES[4].replace(dbias_dtype="io"))
-    assert other.misses == 0 and other.memo_hits >= 1, other
-
-
 def test_determinism_holds_for_a_repeatable_launch_and_fails_otherwise():
     case = CASES[1].replace(deterministic=True)
     with on_cpu():

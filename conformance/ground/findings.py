@@ -94,6 +94,10 @@ CHECKS: Dict[str, Dict[str, Tuple[str, str]]] = {
         "compile budget": (PLAIN, "a second process on the same on-disk cache compiles nothing"),
         "disk hit": (PLAIN, "the second process reads the on-disk cache"),
     },
+    "compile_distinct": {
+        "cold first compile": (PLAIN, "a fresh compiled cache compiles the Case"),
+        "distinct kernel": (PLAIN, "the Case's variant in a compiled-in fact compiles a kernel of its own (not the Case's artifact)"),
+    },
     "compiles": {},
     "graph_replay": {
         "capture": (OUTCOME, "one launch can be captured in a CUDA graph"),
@@ -267,6 +271,7 @@ DERIVED: Dict[str, Tuple[Callable[[Case], Any], Callable[[Any], bool], str]] = {
 # example of a property without that parameter never matches.
 PARAMETERS: Dict[str, Tuple[Callable[[Any], bool], str]] = {
     "initialize_outputs": (lambda v: isinstance(v, bool), "true/false (the THD host zeroes O and Stats before attention)"),
+    "fact": (lambda v: isinstance(v, str) and bool(v), "the compiled-in Case fact compile_distinct varies (conformance.properties.compile_cache.COMPILED_FACTS)"),
 }
 
 

@@ -13,7 +13,7 @@ from conformance.ground.outcome import Observation
 from conformance.properties.backward import check_backward, check_backward_rejection, check_determinism
 from conformance.properties.backward_tails import check_backward_tails
 from conformance.properties.common import NoGPU, device, entry_adapter, served
-from conformance.properties.compile_cache import DISK_CASES, check_compile_reuse, check_compiles, check_disk_reuse, runtime_variants
+from conformance.properties.compile_cache import COMPILED_FACTS, DISK_CASES, check_compile_distinct, check_compile_reuse, check_compiles, check_disk_reuse, runtime_variants
 from conformance.properties.launch import check_graph_replay, check_launch_hygiene
 from conformance.properties.metamorphic import DENSE_RELATIONS, RELATIONS, THD_RELATIONS, check_metamorphic
 from conformance.properties.numerics import check_numerics
@@ -29,6 +29,7 @@ PROPERTIES: Dict[str, Callable[..., Observation]] = {
         ("tails", check_tails),
         ("compile_reuse", check_compile_reuse),
         ("disk_reuse", check_disk_reuse),
+        ("compile_distinct", check_compile_distinct),
         ("rejection", check_rejection),
         ("compiles", check_compiles),
         ("graph_replay", check_graph_replay),
@@ -49,9 +50,9 @@ check_backward_tails = PROPERTIES["backward_tails"]
 check_backward_rejection = PROPERTIES["backward_rejection"]
 
 __all__ = [
-    "PROPERTIES", "NoGPU", "device", "entry_adapter", "DISK_CASES", "runtime_variants", "tail_expectation",
+    "PROPERTIES", "NoGPU", "device", "entry_adapter", "DISK_CASES", "COMPILED_FACTS", "runtime_variants", "tail_expectation",
     "check_numerics", "check_tails", "check_compile_reuse", "check_disk_reuse", "check_rejection", "check_compiles",
-    "check_graph_replay", "check_launch_hygiene",
+    "check_graph_replay", "check_launch_hygiene", "check_compile_distinct",
     "check_metamorphic", "RELATIONS", "DENSE_RELATIONS", "THD_RELATIONS",
     "check_backward", "check_determinism", "check_backward_tails", "check_backward_rejection",
 ]

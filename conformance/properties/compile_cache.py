@@ -5,6 +5,9 @@ compiles for sm_80 without a GPU (compiles)."""
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Mapping
 
 from conformance.ground.case import Case
 from conformance.ground.data import make_grad_output, make_grad_outputs, make_inputs, make_outputs
@@ -166,3 +169,81 @@ def check_compiles(case: Case, adapter) -> Observation:
     delta = adapter.compile_only(case)
     return finish("compiles", case, start, lambda: {}, compile=delta.to_dict())
 
+
+
+# ---------------------------------------------------------- compile distinct
+# Facts the kernels compile in, each with the other value of a Case and the
+# source that bakes it in. A Case and its variant must not share a kernel:
+# on a cache that holds only the Case's artifact, the variant must compile
+# (the reverse of compile_reuse; upstream issue #604's lesson: a key that
+# omits a compiled-in fact hands one specialization the other's artifact).
+@dataclass(frozen=True)
+class CompiledFact:
+    layout: str  # the Cases it is drawn on: "dense" (forward or backward by ``direction``)
+    direction: str
+    other: Callable[[Case], Case]
+    source: str
+    options: Mapping[str, Any] = field(default_factory=dict)  # strategy options the fact needs (a bias for dBias)
+
+
+COMPILED_FACTS: Dict[str, CompiledFact] = {
+    # A Case without Stats gains them: base-2 Stats need a Stats output (also compiled in).
+    "lse_log2": CompiledFact("dense", "fwd", lambda c: c.replace(lse_log2=not c.lse_log2, has_lse=True),
+                             "TemplateParams.stats_log2 (cudnn/sdpa/fwd/config_sm80.py)"),
+    "deterministic": CompiledFact("dense", "bwd", lambda c: c.replace(deterministic=not c.deterministic),
+                                  "TemplateParams.deterministic: the dQ semaphore relay (cudnn/sdpa/bwd/config_sm80.py)"),
+    "dbias_dtype": CompiledFact("dense", "bwd", lambda c: c.replace(dbias_dtype="io" if c.dbias_dtype == "float32" else "float32"),
+                                "compile_host bakes the dBias dtype in (cudnn/sdpa/bwd/kernels/sm80/prepared_host.py:524, its pointer type :576, _copy_aux's cast :183)",
+                                {"bias": True}),
+}  # fmt: skip
+
+
+@contextmanager
+def _private_compile_cache():
+    """A fresh, empty compiled cache for this process, the in-process memos
+    dropped on the way in and out (the run's own cache is back afterwards)."""
+    import os
+    import tempfile
+
+    from kernels.cache import CACHE_ENV
+    from kernels.counters import forget_memos
+
+    before = os.environ.get(CACHE_ENV)
+    with tempfile.TemporaryDirectory(prefix="sdpa-distinct-") as where:
+        os.environ[CACHE_ENV] = where
+        forget_memos()
+        try:
+            yield where
+        finally:
+            if before is None:
+                os.environ.pop(CACHE_ENV, None)
+            else:
+                os.environ[CACHE_ENV] = before
+            forget_memos()
+
+
+def check_compile_distinct(case: Case, adapter, *, fact: str) -> Observation:
+    """``case`` and its variant in the compiled-in ``fact``
+    (``COMPILED_FACTS``) get a kernel each: on a fresh cache holding only
+    ``case``'s artifact, compiling the variant compiles (a zero-miss compile
+    means it was handed ``case``'s kernel). Compile only: the CPU tier."""
+    row = COMPILED_FACTS[fact]
+    other = row.other(case)
+    recorder.begin("compile_distinct", case, fact=fact)
+    start = time.perf_counter()
+    with _private_compile_cache():
+        first = adapter.compile_only(case)
+        second = adapter.compile_only(other)
+
+    def judged():
+        if first.misses < 1:
+            raise PropertyFailure("compile_distinct", case, f"a fresh compiled cache served {case.describe()} without compiling: {first.to_dict()}",
+                                  {"first": first.to_dict()}, check="cold first compile")  # fmt: skip
+        if second.misses < 1:
+            judge.failed("compile_distinct", case,
+                         f"{fact}={getattr(other, fact)!r} compiled nothing after {fact}={getattr(case, fact)!r}: it was handed the other "
+                         f"value's kernel ({second.to_dict()}); compiled in by {row.source}", {"fact": fact, "delta": second.to_dict()},
+                         check="distinct kernel")  # fmt: skip
+        return {}
+
+    return finish("compile_distinct", case, start, judged, compile=second.to_dict(), params={"fact": fact})

@@ -27,7 +27,7 @@ from conformance.ground.case import Case
 from conformance.ground.contracts import BWD_RULE_NAMES, BWD_RULES, CONFIG, PREPARED, RULES, WRAPPER
 from conformance.ground.outcome import Observation
 from conformance.ground.tables import STRATA, STRATA_IDS, flavor_of
-from conformance.properties import DENSE_RELATIONS, DISK_CASES, PROPERTIES, THD_RELATIONS
+from conformance.properties import COMPILED_FACTS, DENSE_RELATIONS, DISK_CASES, PROPERTIES, THD_RELATIONS
 from strategies import backward_cases, cases, dense_cases, thd_cases, violating_cases
 from strategies.large import GQA_SHAPES, LARGE_SHAPES, LSE_PAD_SHAPES, OFFSET_SHAPES, REPLAY_ROWS, SLICE_SHAPES, large_cases, replay_cases
 
@@ -219,6 +219,10 @@ MATRIX: Tuple[Family, ...] = (
     Family("test_disk_cache_serves_a_second_process", COMPILE, "disk_reuse", None, GPU, (DISK_LAYOUTS,), case=_disk_case,
            doc="CUDNN_FRONTEND_COMPILED_CACHE: a second process reloads what the first compiled, without compiling "
                "(counters read around its one launch)."),  # fmt: skip
+    # A compiled-in fact gets a kernel per value (one family per COMPILED_FACTS row, each on the Cases it applies to).
+    *(Family(f"test_{fact}_compiles_its_own_kernel", COMPILE, "compile_distinct", "compile" if row.direction == "fwd" else "backward_compile",
+             COMPILE_TIER, (), partial(backward_cases if row.direction == "bwd" else cases, layouts=(row.layout,), **row.options),
+             params={"fact": fact}, adapter="prepared_adapter", doc=f"{fact}: {row.source}") for fact, row in COMPILED_FACTS.items()),
     # the large tier (strategies.large): production-scale shapes against the row-chunked reference.
     Family("test_large", LARGE, "numerics", "large", LARGE_TIER, (_axis("shape", LARGE_SHAPES, SOURCE),), large_cases,
            doc="dense S 32k, S_q = 1 against 32k KV, H_q 64 GQA 8:1, 1,024-CTA grids, >= 64 packed sequences of >= 64k tokens"),
