@@ -69,6 +69,10 @@ def forget_memos() -> None:
     from cudnn.sdpa.fwd.kernels.sm80 import staged_copy
 
     compiled_cache.clear_memo()
+    # The adapter's own memo of dense artifacts by the kernel's key (kernels/prepared.py).
+    from kernels import prepared
+
+    prepared._DENSE.clear()
     packed_copy_sm80._plan.cache_clear()
     staged_copy.compile_gather.cache_clear()
     prepared_staged_sm80._compile_core.cache_clear()
