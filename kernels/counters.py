@@ -89,3 +89,21 @@ def forget_memos() -> None:
 
 # Counters a call that asks for no compile leaves at zero (after forget_memos).
 NO_COMPILE_REQUEST = {"misses": 0, "hits": 0, "memo_hits": 0}
+
+
+@contextmanager
+def memos_forgotten():
+    """forget_memos() for the block; afterwards the adapter's dense artifacts
+    it held are back (on the CPU there is no on-disk cache to reload them from,
+    so a check that needs cold memos would otherwise cost every later test of
+    its process a recompile)."""
+    from kernels import prepared
+
+    kept = dict(prepared._DENSE)
+    forget_memos()
+    try:
+        yield
+    finally:
+        for key, artifact in kept.items():
+            prepared._DENSE.setdefault(key, artifact)
+

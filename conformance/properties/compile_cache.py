@@ -200,18 +200,18 @@ COMPILED_FACTS: Dict[str, CompiledFact] = {
 
 @contextmanager
 def _private_compile_cache():
-    """A fresh, empty compiled cache for this process, the in-process memos
-    dropped on the way in and out (the run's own cache is back afterwards)."""
+    """A fresh, empty compiled cache for this process and cold in-process
+    memos; afterwards what the private cache produced is dropped and the run's
+    own cache and memos are back."""
     import os
     import tempfile
 
     from kernels.cache import CACHE_ENV
-    from kernels.counters import forget_memos
+    from kernels.counters import forget_memos, memos_forgotten
 
     before = os.environ.get(CACHE_ENV)
-    with tempfile.TemporaryDirectory(prefix="sdpa-distinct-") as where:
+    with tempfile.TemporaryDirectory(prefix="sdpa-distinct-") as where, memos_forgotten():
         os.environ[CACHE_ENV] = where
-        forget_memos()
         try:
             yield where
         finally:
@@ -219,7 +219,7 @@ def _private_compile_cache():
                 os.environ.pop(CACHE_ENV, None)
             else:
                 os.environ[CACHE_ENV] = before
-            forget_memos()
+            forget_memos()  # the private cache's artifacts go before the run's memos come back
 
 
 def check_compile_distinct(case: Case, adapter, *, fact: str) -> Observation:

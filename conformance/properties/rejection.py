@@ -35,7 +35,7 @@ def check_rejection(case: Case, adapter=None, *, entry: str, launch: bool = True
     names, with the outcome it observed."""
     from conformance.ground import contracts
     from kernels.config import run_config
-    from kernels.counters import NO_COMPILE_REQUEST, forget_memos, measure
+    from kernels.counters import NO_COMPILE_REQUEST, measure, memos_forgotten
 
     rule = contracts.rule(case.violation)
     expect = rule.expect[entry]
@@ -55,8 +55,7 @@ def check_rejection(case: Case, adapter=None, *, entry: str, launch: bool = True
         inputs = make_inputs(case, dev, poison=True)
         outputs = make_outputs(case, dev)
         call = lambda: accepted.append(adapter.run(case, inputs, outputs, tamper=rule.tamper))  # noqa: E731
-    forget_memos()
-    with measure() as box:
+    with memos_forgotten(), measure() as box:
         error = _attempt(call)
 
     def judged():
