@@ -74,6 +74,12 @@ INT_SENTINEL = 0x5EADBEEF
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
+def bits_of(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s raw bits as integers (contiguous): bit-exact compares where a
+    NaN's payload and the sign of zero count."""
+    return t.contiguous().view(_BITS[t.element_size()])
+
+
 # Byte buffers (the backward's uint8 workspace): the low byte of INT_SENTINEL.
 BYTE_SENTINEL = INT_SENTINEL & 0xFF
 
@@ -149,9 +155,8 @@ def guard_bits(t: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, int]:
     if bands is None:
         raise ValueError(f"a {tuple(t.shape)} {t.dtype} tensor with no guard bands (not made by conformance.ground.data.guarded)")
     g, n, _ = bands
-    bits = _BITS[t.element_size()]
-    whole = flat_storage(t).view(bits)
-    expected = torch.tensor([sentinel(t.dtype)], dtype=t.dtype).view(bits).item()
+    whole = bits_of(flat_storage(t))
+    expected = bits_of(torch.tensor([sentinel(t.dtype)], dtype=t.dtype)).item()
     return whole[:g], whole[g + n :], int(expected)
 
 

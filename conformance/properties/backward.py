@@ -19,7 +19,7 @@ import time
 import torch
 
 from conformance.ground.case import Case
-from conformance.ground.data import FINITE_PAD, TORCH_DTYPES, dbias_dtype_of, make_grad_output, make_grad_outputs, make_inputs, make_outputs
+from conformance.ground.data import FINITE_PAD, TORCH_DTYPES, bits_of, dbias_dtype_of, make_grad_output, make_grad_outputs, make_inputs, make_outputs
 from conformance.ground.outcome import Observation, PropertyFailure
 from conformance.properties import judge, recorder
 from conformance.properties.common import device, finish, launched_buffers
@@ -149,9 +149,8 @@ def check_determinism(case: Case, adapter) -> Observation:
             judge.guards_intact("determinism", case, buffers)
         for name, a in kept.items():  # one failure per gradient: a finding names the one it excuses
             b = second.grads[name]
-            bits = {2: torch.int16, 4: torch.int32}[a.element_size()]
             live = _live(case, inputs, name, a.shape)
-            n = int(((a.contiguous().view(bits) != b.contiguous().view(bits)) & live).sum())
+            n = int(((bits_of(a) != bits_of(b)) & live).sum())
             if n:
                 judge.failed("determinism", case, f"deterministic=True, two launches differ bitwise: {name} in {n} element(s)",
                              {"quantity": name, "count": n}, check="bitwise")  # fmt: skip

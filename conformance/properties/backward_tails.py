@@ -48,7 +48,7 @@ from typing import Callable, Dict, Optional, Tuple
 import torch
 
 from conformance.ground.case import Case
-from conformance.ground.data import body_storage, make_grad_output, make_grad_outputs, make_inputs
+from conformance.ground.data import bits_of, body_storage, make_grad_output, make_grad_outputs, make_inputs
 from conformance.properties import judge, recorder
 from conformance.properties.backward import GRADS, _live, handed_inputs
 from conformance.properties.common import device, finish, launched_buffers
@@ -145,11 +145,6 @@ def _thd_rows(which: str) -> Callable:
 REGIONS: Dict[str, Callable] = {"padded rows": _padded_rows, "dead cells": _dead_cells, "head": _thd_rows("head"), "tail": _thd_rows("tail")}
 
 
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    """``t``'s raw bits as integers (a NaN's payload counts)."""
-    return t.contiguous().view({2: torch.int16, 4: torch.int32}[t.element_size()])
-
-
 def poison_dead_rows(case: Case, inputs, o: torch.Tensor, lse: torch.Tensor) -> None:
     """NaN into the O and LSE rows no live Q token owns (dense rows past
     seq_q_len, THD tokens outside every sequence), in place."""
@@ -210,13 +205,13 @@ def check_backward_tails(case: Case, adapter, *, initialize_outputs: bool = True
                     pad = storage_outside_view(got)
                     flat = body_storage(got)
                     checked[label] = int(pad.sum())
-                    judge.exactly(PROPERTY, case, name, _bits(flat), _bits(prefill[name][1]), pad, f"{label} ({rule.want}: {rule.why})", check="pad columns")
+                    judge.exactly(PROPERTY, case, name, bits_of(flat), bits_of(prefill[name][1]), pad, f"{label} ({rule.want}: {rule.why})", check="pad columns")
                     continue
                 where = REGIONS[rule.region](case, inputs, name, got.shape)
                 ruled |= where
                 checked[label] = int(where.sum())
                 want = torch.zeros_like(got) if rule.want == ZERO else prefill[name][0]
-                g, w = (got, want) if rule.want == ZERO else (_bits(got), _bits(want))
+                g, w = (got, want) if rule.want == ZERO else (bits_of(got), bits_of(want))
                 judge.exactly(PROPERTY, case, name, g, w, where, f"{label} ({rule.want}: {rule.why})", check="capacity")
             live = _live(case, inputs, name, got.shape) & ~ruled
             checked[f"{name} defined"] = int(live.sum())
