@@ -210,45 +210,6 @@ def test_backward_sources_patch_only_while_active_and_restore():
     assert after == before
 
 
-class _TailGarbageBackward:
-    """A THD backward that returns fresh gradients (as the public wrapper
-    does, torch.empty_like) whose live rows repeat and whose capacity rows
-    hold whatever the launch leaves: different each launch. ``live_noise``
-    flips one bit of a live dK element in the second launch."""
-
-    def __init__(self, live_noise: bool = False):
-        self.live_noise, self.launches = live_noise, 0
-
-    def backward(self, case, inputs, o, lse, do, grads=None, **_):
-        from kernels.base import KernelResult
-
-        gen = torch.Generator().manual_seed(self.launches)
-        got = {}
-        for name, like, live in (("dq", inputs.q, inputs.q_live), ("dk", inputs.k, inputs.kv_live), ("dv", inputs.v, inputs.kv_live)):
-            t = torch.randn(like.shape, generator=gen).to(like.dtype)  # the tails: launch-dependent
-            t[live] = 0.5  # the live rows: repeatable
-            got[name] = t
-        if self.live_noise and self.launches == 1:
-            row = int(inputs.kv_live.nonzero()[0])
-            got["dk"][row, 0, 0] = 0.25
-        self.launches += 1
-        return KernelResult(o, lse, notes={"adapter": "stub", "direction": "bwd"}, grads=got)
-
-
-def test_determinism_compares_only_the_gradients_the_contract_defines():
-    """THD: rows outside every sequence are not the kernel's output (the
-    wrapper returns empty_like gradients and leaves MHA dK/dV tails,
-    api_dsl.py:929-931); launch-dependent tails pass, a live element that
-    differs fails, naming its gradient."""
-    case = _bwd(layout="thd", h_q=2, h_kv=2, q_lens=(65,), kv_lens=(3, 0), q_base=64, kv_base=8, q_slack=8, kv_slack=8,
-                batch=2, deterministic=True)  # fmt: skip
-    case = case.replace(q_lens=(65, 1))
-    with on_cpu():
-        assert bwd_prop.check_determinism(case, _TailGarbageBackward()).outcome == "passed"
-        with pytest.raises(PropertyFailure, match="differ bitwise: dk in 1 element"):
-            bwd_prop.check_determinism(case, _TailGarbageBackward(live_noise=True))
-
-
 def _d64_served(c: Case) -> bool:
     """The backward's own kernel selection (api_dsl._sm80_d64_fast_path_eligible) for Case ``c``."""
     from cudnn.sdpa.bwd.api_dsl import _sm80_d64_fast_path_eligible
@@ -379,6 +340,35 @@ def test_the_packed_chains_tails_pass(heads, init):
     obs = tails(THD_TAIL[heads], _PackedChainStub(), initialize_outputs=init)
     assert obs.outcome == "passed" and all(obs.notes["checked_elements"][f"{g} {r}"] for g in ("dq", "dk", "dv") for r in ("head", "tail"))
 
+
+
+class _LiveNoiseStub(_PackedChainStub):
+    """The packed-chain stub returning its own gradients (launch-dependent
+    tails, as the public wrapper's empty_like ones), whose second launch
+    also changes one live dK element."""
+
+    def __init__(self):
+        super().__init__(own=True)
+        self.launches = 0
+
+    def backward(self, case, inputs, o, lse, do, grads=None, **kw):
+        result = super().backward(case, inputs, o, lse, do, grads, **kw)
+        if self.launches == 1:
+            result.grads["dk"][int(inputs.kv_live.nonzero()[0]), 0, 0] += 1.0
+        self.launches += 1
+        return result
+
+
+def test_determinism_compares_only_the_gradients_the_contract_defines():
+    """THD: rows outside every sequence are not the kernel's output (the
+    wrapper returns empty_like gradients and leaves MHA dK/dV tails,
+    api_dsl.py:929-931); launch-dependent tails pass, a live element that
+    differs fails, naming its gradient."""
+    case = THD_TAIL["mha"].replace(deterministic=True)
+    with on_cpu():
+        assert bwd_prop.check_determinism(case, _PackedChainStub(own=True)).outcome == "passed"
+        with pytest.raises(PropertyFailure, match="differ bitwise: dk in 1 element"):
+            bwd_prop.check_determinism(case, _LiveNoiseStub())
 
 # (stub, heads, initialize_outputs, the gradient whose tail rule must fail)
 THD_POWER = [
