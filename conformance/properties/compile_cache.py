@@ -179,8 +179,9 @@ def check_compiles(case: Case, adapter) -> Observation:
 # omits a compiled-in fact hands one specialization the other's artifact).
 @dataclass(frozen=True)
 class CompiledFact:
-    layout: str  # the Cases it is drawn on: "dense" (forward or backward by ``direction``)
-    direction: str
+    """One compiled-in fact, drawn on dense Cases (backward ones for a
+    backward fact, case.BACKWARD_FACTS)."""
+
     other: Callable[[Case], Case]
     source: str
     options: Mapping[str, Any] = field(default_factory=dict)  # strategy options the fact needs (a bias for dBias)
@@ -188,11 +189,10 @@ class CompiledFact:
 
 COMPILED_FACTS: Dict[str, CompiledFact] = {
     # A Case without Stats gains them: base-2 Stats need a Stats output (also compiled in).
-    "lse_log2": CompiledFact("dense", "fwd", lambda c: c.replace(lse_log2=not c.lse_log2, has_lse=True),
-                             "TemplateParams.stats_log2 (cudnn/sdpa/fwd/config_sm80.py)"),
-    "deterministic": CompiledFact("dense", "bwd", lambda c: c.replace(deterministic=not c.deterministic),
+    "lse_log2": CompiledFact(lambda c: c.replace(lse_log2=not c.lse_log2, has_lse=True), "TemplateParams.stats_log2 (cudnn/sdpa/fwd/config_sm80.py)"),
+    "deterministic": CompiledFact(lambda c: c.replace(deterministic=not c.deterministic),
                                   "TemplateParams.deterministic: the dQ semaphore relay (cudnn/sdpa/bwd/config_sm80.py)"),
-    "dbias_dtype": CompiledFact("dense", "bwd", lambda c: c.replace(dbias_dtype="io" if c.dbias_dtype == "float32" else "float32"),
+    "dbias_dtype": CompiledFact(lambda c: c.replace(dbias_dtype="io" if c.dbias_dtype == "float32" else "float32"),
                                 "compile_host bakes the dBias dtype in (cudnn/sdpa/bwd/kernels/sm80/prepared_host.py:524, its pointer type :576, _copy_aux's cast :183)",
                                 {"bias": True}),
 }  # fmt: skip

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
-from conformance.ground.case import Case
+from conformance.ground.case import BACKWARD_FACTS, Case
 from conformance.ground.contracts import BWD_RULE_NAMES, BWD_RULES, CONFIG, PREPARED, RULES, WRAPPER
 from conformance.ground.outcome import Observation
 from conformance.ground.tables import STRATA, STRATA_IDS, flavor_of
@@ -220,8 +220,8 @@ MATRIX: Tuple[Family, ...] = (
            doc="CUDNN_FRONTEND_COMPILED_CACHE: a second process reloads what the first compiled, without compiling "
                "(counters read around its one launch)."),  # fmt: skip
     # A compiled-in fact gets a kernel per value (one family per COMPILED_FACTS row, each on the Cases it applies to).
-    *(Family(f"test_{fact}_compiles_its_own_kernel", COMPILE, "compile_distinct", "compile" if row.direction == "fwd" else "backward_compile",
-             COMPILE_TIER, (), partial(backward_cases if row.direction == "bwd" else cases, layouts=(row.layout,), **row.options),
+    *(Family(f"test_{fact}_compiles_its_own_kernel", COMPILE, "compile_distinct", "backward_compile" if fact in BACKWARD_FACTS else "compile",
+             COMPILE_TIER, (), partial(backward_cases if fact in BACKWARD_FACTS else cases, layouts=("dense",), **row.options),
              params={"fact": fact}, adapter="prepared_adapter", doc=f"{fact}: {row.source}") for fact, row in COMPILED_FACTS.items()),
     # the large tier (strategies.large): production-scale shapes against the row-chunked reference.
     Family("test_large", LARGE, "numerics", "large", LARGE_TIER, (_axis("shape", LARGE_SHAPES, SOURCE),), large_cases,
