@@ -25,7 +25,7 @@ from conformance.ground.case import DTYPES, FACTS, FORWARD_ONLY_FACTS, INPUT_SOU
 
 from . import features, pools
 from .facts import cases
-from .geometry import POSITIVE_SCALES, DenseGeometry
+from .geometry import DenseGeometry, scale as drawn_scale
 
 # The backward's dedicated d=64 kernel (bprop_d64_f16.py) serves only plain dense MHA calls of whole
 # tiles (cudnn/sdpa/bwd/api_dsl.py:776-794: d 64/64, h_q == h_kv, S_q % 64 = S_kv % 128 = 0; no mask,
@@ -70,14 +70,14 @@ def backward_cases(*, layouts: Sequence[str] = ("dense", "thd"), deterministic: 
     if "dense" not in layouts or deterministic or restricted or D64_FLAVOR not in options.get("flavors", pools.FLAVORS):
         return mapped
     dtypes = tuple(options.get("dtypes", DTYPES))
+    opts = features.Common(flavors=(D64_FLAVOR,), dtypes=dtypes)  # the runtime facts as the pools draw them
 
     @st.composite
     def with_d64(draw) -> Case:
         if draw(st.integers(0, D64_ODDS - 1)) < D64_ODDS - 1:
             return draw(mapped)
         g = draw(st.sampled_from(D64_GEOMETRIES))
-        scale = draw(st.sampled_from(POSITIVE_SCALES)) if draw(st.booleans()) else None
         dtype = draw(st.sampled_from(dtypes))
-        return to_backward(g.case(dtype, scale=scale, seed=features.seed(draw)), False, draw(src))
+        return to_backward(g.case(dtype, scale=drawn_scale(draw, g.sign, opts), seed=features.seed(draw)), False, draw(src))
 
     return with_d64()
