@@ -33,7 +33,7 @@ from typing import Dict, Optional
 import torch
 
 from conformance.ground.case import Case
-from conformance.ground.data import TORCH_DTYPES, dense_view, guarded, make_grad_outputs, make_outputs
+from conformance.ground.data import TORCH_DTYPES, dense_view, guarded, guarded_copy, make_grad_outputs, make_outputs
 from kernels.base import CompileDelta, KernelResult
 from kernels.counters import measure
 
@@ -45,6 +45,24 @@ COMPILE_ONLY_ARCH = "sm_80"
 # consumes scratch it never wrote shows as NaN, the same on every launch,
 # not as whatever the allocator last held (backward_tails' GQA fold rule).
 SCRATCH_FILL = 0xFF
+
+# How THD buffers are handed for cu_seqlens with a first offset > 0. The
+# backward normalizes its cu_seqlens (cu - cu[0]) and addresses the packed
+# buffers from token 0 ("a cu tensor sliced from a larger prefix means the
+# same lengths", cudnn/frost/tile_dsl/thd.py:115-127, write_thd_meta; the
+# warp form :160-190), while the forward addresses tokens at cu[b] itself.
+# "backward" (the default): its own contract, every packed operand and
+# gradient handed from token cu[0]; "forward": the buffers as the forward
+# takes them (what a training step hands both), which the backward_addressing
+# property judges against the first (a finding while they differ).
+ADDRESSINGS = ("backward", "forward")
+
+
+def thd_origin(case: Case, addressing: str = "backward") -> tuple:
+    """(Q, KV) token where the THD buffers handed to the backward begin."""
+    if addressing not in ADDRESSINGS:
+        raise ValueError(f"addressing {addressing!r}: one of {', '.join(ADDRESSINGS)}")
+    return (case.q_base, case.kv_base) if case.is_thd and addressing == "backward" else (0, 0)
 
 
 @contextmanager
@@ -130,7 +148,7 @@ def plan(case: Case, q, k, v, o, do, lse, grads: Dict[str, torch.Tensor], inputs
     sink = None if inputs_sinks is None else TensorDesc(torch.float32, (h,), (1,), (0,), lse.device)
     common.update(sample_sink=sink, sample_dsink=sink)
     api = SdpaBwdDslSm80(env(q), env(k), env(v), env(o), env(do), stats, env(grads["dq"]), env(grads["dk"]), env(grads["dv"]),
-                         thd=True, max_total_seq_len_q=case.t_q, max_total_seq_len_kv=case.t_kv, **common)  # fmt: skip
+                         thd=True, max_total_seq_len_q=q.shape[0], max_total_seq_len_kv=k.shape[0], **common)  # fmt: skip
     # The launch bounds (the wrapper's max_s_q / max_s_kv hints) are set after check_support (_compile).
     api._initialize_packed_outputs = bool(initialize_outputs)
     return api
@@ -162,26 +180,35 @@ def compile_key(case: Case) -> str:
     return hashlib.sha1(repr(sorted(facts.items())).encode()).hexdigest()[:12]
 
 
-def prepared_backward(adapter, case: Case, inputs, o, lse, do, grads=None, *, initialize_outputs: bool = True) -> KernelResult:
-    """Run the backward of ``case`` through ``SdpaBwdDslSm80`` on caller buffers."""
+def prepared_backward(adapter, case: Case, inputs, o, lse, do, grads=None, *, initialize_outputs: bool = True,
+                      addressing: str = "backward") -> KernelResult:  # fmt: skip
+    """Run the backward of ``case`` through ``SdpaBwdDslSm80`` on caller buffers
+    (THD buffers handed from ``thd_origin(case, addressing)``)."""
     from kernels.source import backward_sources
 
     env = adapter._live()
     dev = inputs.q.device
     grads = make_grad_outputs(case, dev) if grads is None else grads
     staged = []
+    lse_run = lse
     if case.is_thd:
         _, (fdqk, fdv) = _flavor_dims(case)
-        q, k, v = _packed(inputs.q, fdqk), _packed(inputs.k, fdqk), _packed(inputs.v, fdv)
-        o_run, do_run = _packed(o, fdv), _packed(do, fdv)
-        run = {"dq": _packed(grads["dq"], fdqk), "dk": _packed(grads["dk"], fdqk), "dv": _packed(grads["dv"], fdv)}
+        bq, bk = thd_origin(case, addressing)
+        # What the backward is handed: the packed buffers from their origin (views), then at the flavor width.
+        view = dict(q=inputs.q[bq:], k=inputs.k[bk:], v=inputs.v[bk:], o=o[bq:], do=do[bq:], dq=grads["dq"][bq:], dk=grads["dk"][bk:], dv=grads["dv"][bk:])
+        width = dict(q=fdqk, k=fdqk, v=fdv, o=fdv, do=fdv, dq=fdqk, dk=fdqk, dv=fdv)
+        ran = {n: _packed(t, width[n]) for n, t in view.items()}
+        q, k, v, o_run, do_run = (ran[n] for n in ("q", "k", "v", "o", "do"))
+        run = {n: ran[n] for n in ("dq", "dk", "dv")}
         if "dsink" in grads:
             run["dsink"] = grads["dsink"]
-        staged = [n for n, a, b in (("q", q, inputs.q), ("k", k, inputs.k), ("v", v, inputs.v), ("o", o_run, o), ("do", do_run, do))
-                  if a is not b] + [n for n in ("dq", "dk", "dv") if run[n] is not grads[n]]  # fmt: skip
+        staged = [n for n in view if ran[n] is not view[n]]
+        if bq:  # head-major Stats from token cu[0]: a compact copy (a sliced (H, T) view is not compact)
+            lse_run = guarded_copy(lse[:, bq:], row=1)
+            staged.append("lse")
     else:
-        q, k, v, o_run, do_run, run = inputs.q, inputs.k, inputs.v, o, do, dict(grads)
-    api = plan(case, q, k, v, o_run, do_run, lse, run, inputs.bias, inputs.sinks, initialize_outputs=initialize_outputs)
+        q, k, v, o_run, do_run, run, view = inputs.q, inputs.k, inputs.v, o, do, dict(grads), dict(grads)
+    api = plan(case, q, k, v, o_run, do_run, lse_run, run, inputs.bias, inputs.sinks, initialize_outputs=initialize_outputs)
     with ExitStack() as stack:
         if not env.native:
             stack.enter_context(sm80_answer())
@@ -191,7 +218,7 @@ def prepared_backward(adapter, case: Case, inputs, o, lse, do, grads=None, *, in
     workspace = guarded((max(1, api.scratch_workspace_bytes()),), torch.uint8, dev, row=1, fill=SCRATCH_FILL)
     if case.is_thd:
         env_view = lambda t: t.unsqueeze(0).transpose(1, 2)  # noqa: E731
-        api.execute(env_view(q), env_view(k), env_view(v), env_view(o_run), env_view(do_run), lse.unsqueeze(0),
+        api.execute(env_view(q), env_view(k), env_view(v), env_view(o_run), env_view(do_run), lse_run.unsqueeze(0),
                     env_view(run["dq"]), env_view(run["dk"]), env_view(run["dv"]), scale_softmax=case.softmax_scale, workspace=workspace,
                     seq_q_lens=inputs.cu_q, seq_kv_lens=inputs.cu_kv, sink_tensor=inputs.sinks, dsink_tensor=run.get("dsink"))  # fmt: skip
     else:
@@ -200,9 +227,11 @@ def prepared_backward(adapter, case: Case, inputs, o, lse, do, grads=None, *, in
                     bias_tensor=inputs.bias, dbias_tensor=grads.get("dbias"))  # fmt: skip
     written = {}
     for name, t in run.items():
-        written[name] = t[..., : grads[name].shape[-1]] if name in ("dq", "dk", "dv") else t
-        if t is not grads[name]:
-            grads[name].copy_(written[name])
+        target = view.get(name, grads[name])
+        if t is not target:  # a staged (flavor-width) gradient: copied back into the caller's view
+            target.copy_(t[..., : target.shape[-1]] if name in ("dq", "dk", "dv") else t)
+        # The caller's whole buffer where a view was handed (rows before the origin are its own bytes), else the memory written.
+        written[name] = grads[name] if target is not grads[name] else (t[..., : grads[name].shape[-1]] if name in ("dq", "dk", "dv") else t)
     path = "packed THD chain" if case.is_thd else ("native pointer chain" if api._native_pointer else "staged copies + pointer chain")
     notes = {
         "adapter": adapter.name, "direction": "bwd", "mode": env.mode, "flavor": api.flavor, "path": path, "d64_kernel": bool(api._use_d64),
@@ -211,10 +240,14 @@ def prepared_backward(adapter, case: Case, inputs, o, lse, do, grads=None, *, in
     }  # fmt: skip
     if case.is_thd:
         notes["initialize_outputs"] = bool(initialize_outputs)
-    handed = {role: t for role, t in (("q", q), ("k", k), ("v", v), ("o", o_run), ("do", do_run), ("lse", lse), ("bias", inputs.bias), ("sinks", inputs.sinks),
-                                      ("seq_q_lens", inputs.seq_q_lens), ("seq_kv_lens", inputs.seq_kv_lens), ("cu_q", inputs.cu_q), ("cu_kv", inputs.cu_kv),
-                                      ("workspace", workspace)) if t is not None}  # fmt: skip
-    handed.update(run)
+        notes["thd_origin"] = {"addressing": addressing, "tokens": list(thd_origin(case, addressing))}
+    # Guard bands are checked on whole allocations: a view handed from a THD origin is named by its buffer.
+    whole = lambda n, t, full: full if view.get(n) is t else t  # noqa: E731
+    handed = {role: t for role, t in (("q", whole("q", q, inputs.q)), ("k", whole("k", k, inputs.k)), ("v", whole("v", v, inputs.v)),
+                                      ("o", whole("o", o_run, o)), ("do", whole("do", do_run, do)), ("lse", lse_run), ("bias", inputs.bias),
+                                      ("sinks", inputs.sinks), ("seq_q_lens", inputs.seq_q_lens), ("seq_kv_lens", inputs.seq_kv_lens),
+                                      ("cu_q", inputs.cu_q), ("cu_kv", inputs.cu_kv), ("workspace", workspace)) if t is not None}  # fmt: skip
+    handed.update({n: whole(n, t, grads[n]) for n, t in run.items()})
     return KernelResult(o, lse, box.delta, notes, handed, grads=written)
 
 
@@ -233,10 +266,12 @@ def compile_only_backward(adapter, case: Case) -> CompileDelta:
         if case.is_thd:
             _, (fdqk, fdv) = _flavor_dims(case)
             packed = lambda t, h, d: guarded((t, h, d), dt, row=h * d)  # noqa: E731
-            q, k, v = packed(case.t_q, case.h_q, fdqk), packed(case.t_kv, case.h_kv, fdqk), packed(case.t_kv, case.h_kv, fdv)
-            o, do = packed(case.t_q, case.h_q, fdv), packed(case.t_q, case.h_q, fdv)
-            lse = guarded((case.h_q, case.t_q), torch.float32, row=1)
-            grads = {"dq": packed(case.t_q, case.h_q, fdqk), "dk": packed(case.t_kv, case.h_kv, fdqk), "dv": packed(case.t_kv, case.h_kv, fdv)}
+            bq, bk = thd_origin(case)
+            t_q, t_kv = case.t_q - bq, case.t_kv - bk  # the tokens prepared_backward hands
+            q, k, v = packed(t_q, case.h_q, fdqk), packed(t_kv, case.h_kv, fdqk), packed(t_kv, case.h_kv, fdv)
+            o, do = packed(t_q, case.h_q, fdv), packed(t_q, case.h_q, fdv)
+            lse = guarded((case.h_q, t_q), torch.float32, row=1)
+            grads = {"dq": packed(t_q, case.h_q, fdqk), "dk": packed(t_kv, case.h_kv, fdqk), "dv": packed(t_kv, case.h_kv, fdv)}
             if case.sinks:
                 grads["dsink"] = guarded((case.h_q,), torch.float32, row=1)
             bias = None
@@ -282,8 +317,10 @@ def wrapper_backward(adapter, case: Case, inputs, o, lse, do, grads=None, *, ini
     env, mode = adapter._mode()
     kw = dict(is_causal=case.causal, window_size=(case.window_left, case.window_right), scale_softmax=case.scale, causal_bottom_right=case.bottom_right,
               sinks=inputs.sinks, deterministic=case.deterministic)  # fmt: skip
-    if case.is_thd:
-        args = (inputs.q.unsqueeze(0), inputs.k.unsqueeze(0), inputs.v.unsqueeze(0), o.unsqueeze(0), do.unsqueeze(0), lse.unsqueeze(0))
+    bq, bk = thd_origin(case)
+    if case.is_thd:  # handed from the THD origin (thd_origin): the wrapper normalizes cu_seqlens as the prepared entry does
+        lse_run = lse if not bq else lse[:, bq:].contiguous()
+        args = (inputs.q[bq:].unsqueeze(0), inputs.k[bk:].unsqueeze(0), inputs.v[bk:].unsqueeze(0), o[bq:].unsqueeze(0), do[bq:].unsqueeze(0), lse_run.unsqueeze(0))
         max_q, max_kv = _launch_bounds(case)
         kw.update(cum_seqlen_q_tensor=inputs.cu_q, cum_seqlen_k_tensor=inputs.cu_kv, max_s_q=max_q, max_s_kv=max_kv)
     else:
@@ -297,15 +334,25 @@ def wrapper_backward(adapter, case: Case, inputs, o, lse, do, grads=None, *, ini
     out = {"dq": got["dq_tensor"], "dk": got["dk_tensor"], "dv": got["dv_tensor"]}
     if case.is_thd:  # packed [1, T, H, D]: views, not copies
         out = {n: t[0] for n, t in out.items()}
+        if bq or bk:  # at the Case's token positions; rows before the origin were never handed (NaN)
+            out = {n: _at_origin(t, bq if n == "dq" else bk) for n, t in out.items()}
     for name in ("dbias", "dsink"):
         if f"{name}_tensor" in got:
             out[name] = got[f"{name}_tensor"]
     notes = {"adapter": adapter.name, "direction": "bwd", "mode": mode, "sm80_compat": adapter.sm80_compat, "compile_key": compile_key(case),
              "outputs": "wrapper-owned (as returned by sdpa_bwd_wrapper_sm80; no guard bands)", "deterministic": case.deterministic}  # fmt: skip
+    if case.is_thd and (bq or bk):
+        notes["thd_origin"] = {"addressing": "backward", "tokens": [bq, bk], "gradients": "the returned rows placed from the origin; rows before it NaN (never handed)"}
     handed = {role: t for role, t in (("q", inputs.q), ("k", inputs.k), ("v", inputs.v), ("o", o), ("do", do), ("lse", lse), ("bias", inputs.bias),
                                       ("sinks", inputs.sinks), ("seq_q_lens", inputs.seq_q_lens), ("seq_kv_lens", inputs.seq_kv_lens), ("cu_q", inputs.cu_q),
                                       ("cu_kv", inputs.cu_kv)) if t is not None}  # fmt: skip
     return KernelResult(o, lse, box.delta, notes, handed, grads=out)
+
+
+def _at_origin(t: torch.Tensor, origin: int) -> torch.Tensor:
+    full = torch.full((origin + t.shape[0], *t.shape[1:]), float("nan"), dtype=t.dtype, device=t.device)
+    full[origin:] = t
+    return full
 
 
 def rejected_call(case: Case, inputs, o, lse, do, change) -> None:

@@ -253,7 +253,7 @@ _DENSE = {}
 class PreparedAdapter:
     name = "prepared"
     # The pointer hosts take the caller's buffers and both THD init modes.
-    supports = frozenset({"caller-outputs", "no-init", "compile-only"})
+    supports = frozenset({"caller-outputs", "no-init", "compile-only", "thd-addressing"})
     lacks: dict = {}
 
     def __init__(self, rewrites=None):
@@ -431,11 +431,12 @@ class PreparedAdapter:
         return Prepared(launch, result, staged)
 
     # ---------------------------------------------------------- backward
-    def backward(self, case: Case, inputs: CaseTensors, o, lse, do, grads=None, *, initialize_outputs: bool = True) -> KernelResult:
-        """The backward through SdpaBwdDslSm80 on caller buffers (kernels/backward.py)."""
+    def backward(self, case: Case, inputs: CaseTensors, o, lse, do, grads=None, *, initialize_outputs: bool = True,
+                 addressing: str = "backward") -> KernelResult:  # fmt: skip
+        """The backward through SdpaBwdDslSm80 on caller buffers (kernels/backward.py; ``addressing``: backward.ADDRESSINGS)."""
         from kernels.backward import prepared_backward
 
-        return prepared_backward(self, case, inputs, o, lse, do, grads, initialize_outputs=initialize_outputs)
+        return prepared_backward(self, case, inputs, o, lse, do, grads, initialize_outputs=initialize_outputs, addressing=addressing)
 
     # ------------------------------------------------------ compile only
     def compile_only(self, case: Case, *, initialize_outputs: bool = True, tamper=None) -> CompileDelta:

@@ -81,3 +81,10 @@ def backward_cases(*, layouts: Sequence[str] = ("dense", "thd"), deterministic: 
         return to_backward(g.case(dtype, scale=drawn_scale(draw, g.sign, opts), seed=features.seed(draw)), False, draw(src))
 
     return with_d64()
+
+
+def based_thd_backward_cases(**options) -> st.SearchStrategy[Case]:
+    """Deterministic THD backward Cases whose cu_seqlens_q starts past token 0
+    (q_base >= 1 by construction: a drawn base kept, 0 moved to 1), for the
+    backward_addressing property; ``options`` as ``backward_cases``."""
+    return backward_cases(layouts=("thd",), deterministic=True, inputs_from="reference", **options).map(lambda c: c if c.q_base else c.replace(q_base=1))

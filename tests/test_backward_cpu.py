@@ -278,7 +278,9 @@ TAIL_POWER = [
 
 @pytest.mark.parametrize("plant,case,check,quantity", TAIL_POWER, ids=lambda x: repr(x)[:60] if isinstance(x, BwdPlant) else None)
 def test_every_planted_tail_bug_fails(plant, case, check, quantity):
-    with pytest.raises(PropertyFailure) as e:
+    from conformance.ground import findings
+
+    with findings.applied([]), pytest.raises(PropertyFailure) as e:  # the property's power, no finding in force (the H200's kernel has two)
         tails(case, EmulatedBackward(bwd=plant))
     failed = [(e.value.check, e.value.detail.get("quantity"))] + [(f.check, f.detail.get("quantity")) for f in getattr(e.value, "failures", [])]
     assert (check, quantity) in failed, e.value.summary
@@ -286,38 +288,45 @@ def test_every_planted_tail_bug_fails(plant, case, check, quantity):
 
 class _PackedChainStub:
     """A THD backward that writes what the packed chain writes, restated from
-    the source (not from TAIL_RULES): initialize_outputs zeroes dQ and, for
-    GQA, dK/dV whole (prepared_host.py:287-293); the dQ cast and the GQA fold
-    write every row below cu[n_seq] from their accumulators (bprop_f16.py:1609,
-    1701): dQ's zeroed, the GQA partial's rows of no sequence ``scratch``;
-    MHA dK/dV and every live row are stored at their sequence only. Live
-    rows get finite values computed from the live inputs alone.
-    ``own``: returns fresh buffers (torch.empty_like, as the public wrapper
-    does) instead of writing the caller's. Plants: ``mha_tails_zeroed`` (a
-    tail it must leave, zeroed), ``dq_tail_kept`` (initialize_outputs skips dQ),
-    ``reads_tail`` (live dQ rows add the token after the last sequence)."""
+    the source (not from TAIL_RULES), on buffers handed from cu_seqlens[0]
+    (kernels.backward.thd_origin: the chain addresses what it is handed from
+    token 0, cudnn/frost/tile_dsl/thd.py:115-127): initialize_outputs zeroes
+    the handed dQ and, for GQA, dK/dV whole (prepared_host.py:287-293); the dQ
+    cast and the GQA fold write every handed row below cu[n_seq] from their
+    accumulators (bprop_f16.py:1609, 1701): dQ's zeroed, the GQA partial's
+    rows of no sequence ``scratch``; MHA dK/dV and every live row are stored
+    at their sequence only. Live rows get finite values computed from the
+    live inputs alone. ``own``: returns fresh buffers (torch.empty_like, as
+    the public wrapper does) instead of writing the caller's. Plants:
+    ``mha_tails_zeroed`` (a tail it must leave, zeroed), ``dq_tail_kept``
+    (initialize_outputs skips dQ), ``reads_tail`` (live dQ rows add the token
+    after the last sequence), ``head_written`` (rows before cu[0], never
+    handed, written: a chain that ignores where it was handed its buffers)."""
 
     name = "packed-stub"
 
-    def __init__(self, scratch=0.0, own=False, mha_tails_zeroed=False, dq_tail_kept=False, reads_tail=False):
-        self.scratch, self.own, self.plants = scratch, own, (mha_tails_zeroed, dq_tail_kept, reads_tail)
+    def __init__(self, scratch=0.0, own=False, mha_tails_zeroed=False, dq_tail_kept=False, reads_tail=False, head_written=False):
+        self.scratch, self.own, self.plants = scratch, own, (mha_tails_zeroed, dq_tail_kept, reads_tail, head_written)
         self.supports = frozenset() if own else frozenset({"caller-outputs", "no-init"})
 
     def backward(self, case, inputs, o, lse, do, grads=None, *, initialize_outputs=True):
         from kernels.base import KernelResult
 
-        mha_tails_zeroed, dq_tail_kept, reads_tail = self.plants
+        mha_tails_zeroed, dq_tail_kept, reads_tail, head_written = self.plants
         gqa = case.h_q != case.h_kv
         out = {n: (torch.empty_like(t).normal_() if self.own else t) for n, t in grads.items()}  # own: garbage where unwritten
+        origin = {"dq": case.q_base, "dk": case.kv_base, "dv": case.kv_base}  # where the buffers were handed from
         if initialize_outputs:
             for name in ("dq",) * (not dq_tail_kept) + ("dk", "dv") * gqa:
-                out[name].zero_()
+                out[name][origin[name] :].zero_()
         for name, live, cu, x in (("dq", inputs.q_live, case.cu_seqlens("q"), inputs.q), ("dk", inputs.kv_live, case.cu_seqlens("kv"), inputs.k),
                                   ("dv", inputs.kv_live, case.cu_seqlens("kv"), inputs.v)):  # fmt: skip
             if mha_tails_zeroed and not gqa and name != "dq":
-                out[name].zero_()
+                out[name][origin[name] :].zero_()
             if name == "dq" or gqa:
-                out[name][: cu[-1]] = 0.0 if name == "dq" else self.scratch
+                out[name][origin[name] : cu[-1]] = 0.0 if name == "dq" else self.scratch
+            if head_written:
+                out[name][: origin[name]] = 0.0
             value = x[live].float().sum(-1, keepdim=True).mean(1, keepdim=True).expand(-1, *out[name].shape[1:])
             if reads_tail and name == "dq":
                 value = value + x[cu[-1] : cu[-1] + 1].float().sum()
@@ -375,8 +384,8 @@ THD_POWER = [
     (_PackedChainStub(mha_tails_zeroed=True), "mha", False, "dk"),  # MHA tails are the caller's, even with init
     (_PackedChainStub(mha_tails_zeroed=True), "mha", True, "dk"),
     (_PackedChainStub(dq_tail_kept=True), "gqa", True, "dq"),  # the initialized dQ tail left as the caller's
-    (_PackedChainStub(scratch=float("nan")), "gqa", True, "dk"),  # the GQA fold copies unwritten scratch before cu_k[0]
-    (_PackedChainStub(scratch=float("nan")), "gqa", False, "dv"),
+    (_PackedChainStub(head_written=True), "gqa", True, "dk"),  # rows before cu_k[0], never handed, written
+    (_PackedChainStub(head_written=True), "mha", False, "dq"),
 ]
 
 
@@ -421,3 +430,43 @@ def test_the_tail_rules_cover_every_region_once():
                     hits = [r.region for r in TAIL_RULES if r.holds(case, grad, init)]
                     assert len(hits) == len(set(hits)) and set(hits) <= set(regions), (layout, grad, init, heads, hits)
     assert all(r.region in REGIONS or r.region == "pad columns" for r in TAIL_RULES) and all(":" in r.why for r in TAIL_RULES)
+
+
+class _AddressingChain(_PackedChainStub):
+    """The packed-chain stub that can be handed its buffers as the forward
+    takes them (addressing="forward"). ``normalizes``: it then does what the
+    1.32.0 chain does, reads and writes from token 0 whatever cu_seqlens[0]
+    (cudnn/frost/tile_dsl/thd.py:115-127): the Case's rows shifted down by the
+    origin. Without it, both handings give the same gradients."""
+
+    def __init__(self, normalizes: bool):
+        super().__init__()
+        self.normalizes = normalizes
+        self.supports = self.supports | {"thd-addressing"}
+
+    def backward(self, case, inputs, o, lse, do, grads=None, *, initialize_outputs=True, addressing="backward"):
+        import dataclasses
+
+        if addressing == "forward" and self.normalizes:
+            bq, bk = case.q_base, case.kv_base
+            shifted = case.replace(q_base=0, kv_base=0, q_slack=case.q_slack + bq, kv_slack=case.kv_slack + bk)
+            moved = dataclasses.replace(inputs, q_live=inputs.q_live.roll(-bq), kv_live=inputs.kv_live.roll(-bk))
+            return super().backward(shifted, moved, o, lse, do, grads, initialize_outputs=initialize_outputs)
+        return super().backward(case, inputs, o, lse, do, grads, initialize_outputs=initialize_outputs)
+
+
+def test_the_forward_addressing_property_fails_on_a_chain_that_normalizes_cu_seqlens():
+    """backward_addressing: a chain that addresses its buffers from token 0
+    (the 1.32.0 backward) gives other gradients when handed the buffers as the
+    forward takes them: fails naming the check; one that honours cu_seqlens[0]
+    passes (the same deterministic bits both ways)."""
+    from conformance.ground import findings
+
+    case = THD_TAIL["mha"].replace(deterministic=True)
+    with on_cpu():
+        assert bwd_prop.check_backward_addressing(case, _AddressingChain(normalizes=False)).outcome == "passed"
+        with findings.applied([]), pytest.raises(PropertyFailure) as e:
+            bwd_prop.check_backward_addressing(case, _AddressingChain(normalizes=True))
+    assert e.value.check == "forward addressing", e.value.summary
+    with pytest.raises(ValueError, match="cu_seqlens"):
+        bwd_prop.check_backward_addressing(case.replace(q_base=0, kv_base=0), _AddressingChain(normalizes=False))

@@ -142,6 +142,10 @@ CHECKS: Dict[str, Dict[str, Tuple[str, str]]] = {
         "outputs": (PLAIN, "the backward returns every gradient its Case asks for"),
         **_GUARDS,
     },
+    "backward_addressing": {
+        "forward addressing": (PLAIN, "THD cu_seqlens[0] > 0: the gradients of buffers handed as the forward takes them equal those handed from cu_seqlens[0], bit for bit"),
+        **_GUARDS,
+    },
     "backward_rejection": {
         "rejects": (OUTCOME, "sdpa_bwd_wrapper_sm80 raises the stated exception naming the argument"),
         "compile budget": (PLAIN, "a refused backward call compiles nothing"),
@@ -263,6 +267,10 @@ DERIVED: Dict[str, Tuple[Callable[[Case], Any], Callable[[Any], bool], str]] = {
     "off_envelope": (lambda c: off_envelope(c.d_qk, c.d_v), lambda v: isinstance(v, bool), "true/false"),
     "flavor": (lambda c: flavor_of(c.d_qk, c.d_v), lambda v: v in FLAVORS + ("none",), f"one of {', '.join(FLAVORS + ('none',))}"),
     "bias_broadcast_over_batch": (lambda c: c.bias is not None and c.bias_batch == 1 and c.batch > 1, lambda v: isinstance(v, bool), "true/false"),
+    # THD with a first cu_seqlens offset > 0 on either side.
+    "thd_cu_offset": (lambda c: c.is_thd and bool(c.q_base or c.kv_base), lambda v: isinstance(v, bool), "true/false"),
+    # Dense seq_kv_lens with a length short of the physical S_KV: padded K/V rows exist.
+    "kv_padded": (lambda c: not c.is_thd and c.seq_kv_lens is not None and any(n < c.s_kv for n in c.seq_kv_lens), lambda v: isinstance(v, bool), "true/false"),
 }
 
 

@@ -72,6 +72,7 @@ CAPABILITIES: Dict[str, str] = {
     "caller-outputs": "the kernel writes O/LSE into the caller's (guarded, poisoned) buffers in the Case's memory order",
     "no-init": "THD without zero-initializing the outputs (compile_thd_host initialize_outputs=False)",
     "compile-only": "specialize and compile for sm_80 without a GPU",
+    "thd-addressing": "hand the THD backward its buffers as the forward takes them (kernels.backward.ADDRESSINGS)",
 }
 ADAPTER_ENV = "SDPA_ADAPTER"
 COMPAT_ENV = "SDPA_SM80_COMPAT"

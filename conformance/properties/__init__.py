@@ -10,7 +10,7 @@ Observation instead, and the report lists it.
 from typing import Callable, Dict
 
 from conformance.ground.outcome import Observation
-from conformance.properties.backward import check_backward, check_backward_rejection, check_determinism
+from conformance.properties.backward import check_backward, check_backward_addressing, check_backward_rejection, check_determinism
 from conformance.properties.backward_tails import check_backward_tails
 from conformance.properties.common import NoGPU, device, entry_adapter, served
 from conformance.properties.compile_cache import COMPILED_FACTS, DISK_CASES, check_compile_distinct, check_compile_reuse, check_compiles, check_disk_reuse, runtime_variants
@@ -39,6 +39,7 @@ PROPERTIES: Dict[str, Callable[..., Observation]] = {
         ("determinism", check_determinism),
         ("backward_tails", check_backward_tails),
         ("backward_rejection", check_backward_rejection),
+        ("backward_addressing", check_backward_addressing),
     )
 }
 check_numerics, check_tails, check_compile_reuse = PROPERTIES["numerics"], PROPERTIES["tails"], PROPERTIES["compile_reuse"]
@@ -48,11 +49,12 @@ check_metamorphic = PROPERTIES["metamorphic"]
 check_backward, check_determinism = PROPERTIES["backward"], PROPERTIES["determinism"]
 check_backward_tails = PROPERTIES["backward_tails"]
 check_backward_rejection = PROPERTIES["backward_rejection"]
+check_backward_addressing = PROPERTIES["backward_addressing"]
 
 __all__ = [
     "PROPERTIES", "NoGPU", "device", "entry_adapter", "DISK_CASES", "COMPILED_FACTS", "runtime_variants", "tail_expectation",
     "check_numerics", "check_tails", "check_compile_reuse", "check_disk_reuse", "check_rejection", "check_compiles",
     "check_graph_replay", "check_launch_hygiene", "check_compile_distinct",
     "check_metamorphic", "RELATIONS", "DENSE_RELATIONS", "THD_RELATIONS",
-    "check_backward", "check_determinism", "check_backward_tails", "check_backward_rejection",
+    "check_backward", "check_determinism", "check_backward_tails", "check_backward_rejection", "check_backward_addressing",
 ]

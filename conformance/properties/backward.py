@@ -122,6 +122,41 @@ def check_backward(case: Case, adapter) -> Observation:
     return finish("backward", case, start, judged, compile=result.compile.to_dict(), notes=notes)
 
 
+ADDRESSING = "backward_addressing"
+
+
+def check_backward_addressing(case: Case, adapter) -> Observation:
+    """THD with a first cu_seqlens offset > 0: the backward handed its buffers
+    as the forward takes them (from token 0, the same cu_seqlens: what a
+    training step hands both) gives, bit for bit, the gradients it gives when
+    handed them from token cu[0] (its own contract, kernels.backward.thd_origin).
+    Two deterministic launches (so equal bits are the right answer)."""
+    if not (case.is_bwd and case.is_thd and case.deterministic and (case.q_base or case.kv_base)):
+        raise ValueError(f"check_backward_addressing judges deterministic THD backward Cases with cu_seqlens[0] > 0; got {case.describe()}")
+    from kernels.base import require
+
+    require(adapter, "thd-addressing", "the THD backward handed its buffers as the forward takes them")
+    recorder.begin(ADDRESSING, case)
+    start = time.perf_counter()
+    dev, inputs, do, (o, lse, fwd) = _launch_inputs(case, adapter)
+    own = adapter.backward(case, inputs, o, lse, do, make_grad_outputs(case, dev))
+    as_fwd = adapter.backward(case, inputs, o, lse, do, make_grad_outputs(case, dev), addressing="forward")
+
+    def judged():
+        for label, result in (("own", own), ("forward", as_fwd)):
+            buffers = launched_buffers(inputs, (o, lse), result)
+            judge.guards_intact(ADDRESSING, case, {f"{n} ({label})": t for n, t in buffers.items()} | {"do": do})
+        for name in GRADS:
+            if name in own.grads:
+                live = _live(case, inputs, name, own.grads[name].shape)
+                judge.exactly(ADDRESSING, case, name, bits_of(as_fwd.grads[name]), bits_of(own.grads[name]), live,
+                              f"{name} handed as the forward takes it vs from cu_seqlens[0] = ({case.q_base}, {case.kv_base})", check="forward addressing")  # fmt: skip
+        return {}
+
+    notes = {"own": own.notes.get("thd_origin"), "forward": as_fwd.notes.get("thd_origin"), "compile_key": own.notes.get("compile_key")}
+    return finish(ADDRESSING, case, start, judged, compile=own.compile.to_dict(), notes=notes)
+
+
 def check_determinism(case: Case, adapter) -> Observation:
     """deterministic=True: two launches of the backward on the same inputs
     (fresh gradient buffers) give bitwise identical dQ, dK, dV, dBias, dSink.

@@ -28,10 +28,13 @@ What is poisoned, and why the kernel must not read it:
   (``kv_bound = SKV``, b16:378): they are loaded and masked through P = 0
   only (b16:166), and a NaN V row makes dP NaN, dS' = NaN x 0. The contract
   is the stated intent and the forward's poison rule (known finding
-  dense-padded-kv-rows-nan on O): the check stays; on the GPU this is
-  expected to fail and become a finding.
+  dense-padded-kv-rows-nan on O): the check stays, and the H200 shows the
+  leak (known findings bwd-dense-padded-kv-nan-dq / -dk-rows).
 - THD storage outside every sequence (Q, K, V, dO, O, LSE): every read is at
-  a sequence origin and gated by its length (b16:353-366, 486).
+  a sequence origin and gated by its length (b16:353-366, 486). The buffers
+  are handed from cu_seqlens[0] (the backward normalizes cu_seqlens,
+  kernels.backward.thd_origin), so the head before it is never handed: its
+  poison must not be read, its gradient rows keep the caller's bytes.
 
 What the gradients' capacity holds: ``TAIL_RULES``. ``CALLER`` rows are
 judged only in memory the caller handed (an adapter with "caller-outputs");
@@ -92,22 +95,17 @@ TAIL_RULES: Tuple[TailRule, ...] = (
     TailRule("dense", ("dq", "dk", "dv"), "pad columns", CALLER,
              "staged:52 stages a padded layout; the copy back writes the logical view only (cudnn/sdpa/fwd/kernels/staged_copy.py:19-33)"),
     # ---- THD: rows before the first sequence (head) and past the last (tail)
-    TailRule("thd", ("dq",), "head", ZERO,
-             "the cast writes every row below cu_q[n_seq] (b16:1609) from the accumulator the host zeroed (host:290-295)"),
+    # Rows before cu[0] are never handed: the backward addresses its packed buffers from token 0
+    # (it normalizes cu_seqlens), so the adapters hand them from cu[0] (kernels.backward.thd_origin).
+    TailRule("thd", ("dq", "dk", "dv"), "head", CALLER,
+             "not handed: the backward reads and writes its packed buffers from token 0 of what it is handed, cu_seqlens "
+             "normalized to cu - cu[0] (cudnn/frost/tile_dsl/thd.py:115-127, :186-190); the buffers are handed from cu[0]"),
     TailRule("thd", ("dq",), "tail", ZERO, "initialize_outputs zeroes the caller's dQ (host:287-293; api:928 'zeroed dQ ... tails')", init=True),
     TailRule("thd", ("dq",), "tail", CALLER,
              "rows past cu_q[n_seq] 'are the caller's capacity tail and must stay as the caller left them' (b16:1582-1583, 1609)", init=False),
-    # GQA dK/dV: the fold writes every row below cu_k[n_seq] (b16:1676, 1701) from the per-q-head partial,
-    # which no sequence writes before cu_k[0] and the host never zeroes (host:116-139, 295: dq_acc, sem,
-    # dsink only): 0 is the only value the chain can mean there (dQ's, same walk); scratch is a finding.
-    TailRule("thd", ("dk", "dv"), "head", ZERO,
-             "the GQA fold writes every row below cu_k[n_seq] (b16:1701); rows of no sequence can only mean 0, as dQ's (host:295)", heads="gqa"),
     TailRule("thd", ("dk", "dv"), "tail", ZERO, "initialize_outputs zeroes GQA dK/dV (host:291-293; api:928 'GQA output tails')",
              init=True, heads="gqa"),
     TailRule("thd", ("dk", "dv"), "tail", CALLER, "the GQA fold writes rows below cu_k[n_seq] only (b16:1676, 1701)", init=False, heads="gqa"),
-    TailRule("thd", ("dk", "dv"), "head", CALLER,
-             "MHA dK/dV are direct kernel outputs (api:928-929): stores at the sequence origin, gated by its length (b16:1249); "
-             "initialize_outputs adds dK/dV for GQA only (host:291-292)", heads="mha"),
     TailRule("thd", ("dk", "dv"), "tail", CALLER, "MHA dK/dV are direct kernel outputs (api:928-929; b16:1249; host:291-292)", heads="mha"),
 )
 

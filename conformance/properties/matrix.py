@@ -28,7 +28,7 @@ from conformance.ground.contracts import BWD_RULE_NAMES, BWD_RULES, CONFIG, PREP
 from conformance.ground.outcome import Observation
 from conformance.ground.tables import STRATA, STRATA_IDS, flavor_of
 from conformance.properties import COMPILED_FACTS, DENSE_RELATIONS, DISK_CASES, PROPERTIES, THD_RELATIONS
-from strategies import backward_cases, cases, dense_cases, thd_cases, violating_cases
+from strategies import backward_cases, based_thd_backward_cases, cases, dense_cases, thd_cases, violating_cases
 from strategies.large import GQA_SHAPES, LARGE_SHAPES, LSE_PAD_SHAPES, OFFSET_SHAPES, REPLAY_ROWS, SLICE_SHAPES, large_cases, replay_cases
 
 # How an axis' values reach the check (and what the kill-rate harness does):
@@ -277,6 +277,10 @@ MATRIX += (
     Family("test_backward_tails_thd", BACKWARD, "backward_tails", "backward", GPU, (STRATA_AXIS, BWD_INIT),
            partial(backward_cases, layouts=("thd",), inputs_from="reference"), kind="backward_tails_thd",
            doc="THD backward with NaN outside every sequence: no NaN in live rows; dQ/dK/dV capacity zeroed or untouched per initialize_outputs and GQA."),
+    # THD cu_seqlens[0] > 0: the backward's addressing against the forward's (two deterministic launches, bitwise).
+    Family("test_backward_thd_forward_addressing", BACKWARD, "backward_addressing", "determinism", GPU, (), based_thd_backward_cases,
+           adapter="prepared_adapter", doc="THD backward with cu_seqlens_q[0] > 0, buffers handed as the forward takes them vs from cu_seqlens[0]: "
+                                           "the same gradients bit for bit (kernels.backward.thd_origin)."),
     Family("test_backward_cases_compile_for_sm80", BACKWARD, "compiles", "backward_compile", COMPILE_TIER, (), backward_cases, adapter="prepared_adapter",
            doc="Every valid backward Case plans and compiles its chain for sm_80 without a GPU."),
     Family("test_backward_runtime_facts_mint_no_compile_cpu", BACKWARD, "compile_reuse", "backward_compile", COMPILE_TIER, (), backward_cases,
