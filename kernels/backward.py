@@ -197,14 +197,17 @@ def prepared_backward(adapter, case: Case, inputs, o, lse, do, grads=None, *, in
         # What the backward is handed: the packed buffers from their origin (views), then at the flavor width.
         view = dict(q=inputs.q[bq:], k=inputs.k[bk:], v=inputs.v[bk:], o=o[bq:], do=do[bq:], dq=grads["dq"][bq:], dk=grads["dk"][bk:], dv=grads["dv"][bk:])
         width = dict(q=fdqk, k=fdqk, v=fdv, o=fdv, do=fdv, dq=fdqk, dk=fdqk, dv=fdv)
-        ran = {n: _packed(t, width[n]) for n, t in view.items()}
+        # An origin at the end of a buffer (every sequence empty, no slack) leaves nothing to hand: one
+        # never-live row instead, as the wrapper does for a zero capacity (api_dsl.py:907-910).
+        ran = {n: _packed(t, width[n]) if t.shape[0] else guarded((1, *t.shape[1:-1], width[n]), t.dtype, t.device, row=t.shape[1] * width[n], fill=0)
+               for n, t in view.items()}  # fmt: skip
         q, k, v, o_run, do_run = (ran[n] for n in ("q", "k", "v", "o", "do"))
         run = {n: ran[n] for n in ("dq", "dk", "dv")}
         if "dsink" in grads:
             run["dsink"] = grads["dsink"]
         staged = [n for n in view if ran[n] is not view[n]]
         if bq:  # head-major Stats from token cu[0]: a compact copy (a sliced (H, T) view is not compact)
-            lse_run = guarded_copy(lse[:, bq:], row=1)
+            lse_run = guarded_copy(lse[:, bq:], row=1) if lse.shape[1] > bq else guarded((lse.shape[0], 1), lse.dtype, lse.device, row=1, fill=0)
             staged.append("lse")
     else:
         q, k, v, o_run, do_run, run, view = inputs.q, inputs.k, inputs.v, o, do, dict(grads), dict(grads)
@@ -228,8 +231,8 @@ def prepared_backward(adapter, case: Case, inputs, o, lse, do, grads=None, *, in
     written = {}
     for name, t in run.items():
         target = view.get(name, grads[name])
-        if t is not target:  # a staged (flavor-width) gradient: copied back into the caller's view
-            target.copy_(t[..., : target.shape[-1]] if name in ("dq", "dk", "dv") else t)
+        if t is not target:  # a staged (flavor-width or never-live-row) gradient: copied back into the caller's view
+            target.copy_(t[: target.shape[0], ..., : target.shape[-1]] if name in ("dq", "dk", "dv") else t)
         # The caller's whole buffer where a view was handed (rows before the origin are its own bytes), else the memory written.
         written[name] = grads[name] if target is not grads[name] else (t[..., : grads[name].shape[-1]] if name in ("dq", "dk", "dv") else t)
     path = "packed THD chain" if case.is_thd else ("native pointer chain" if api._native_pointer else "staged copies + pointer chain")
@@ -267,7 +270,7 @@ def compile_only_backward(adapter, case: Case) -> CompileDelta:
             _, (fdqk, fdv) = _flavor_dims(case)
             packed = lambda t, h, d: guarded((t, h, d), dt, row=h * d)  # noqa: E731
             bq, bk = thd_origin(case)
-            t_q, t_kv = case.t_q - bq, case.t_kv - bk  # the tokens prepared_backward hands
+            t_q, t_kv = max(1, case.t_q - bq), max(1, case.t_kv - bk)  # the tokens prepared_backward hands
             q, k, v = packed(t_q, case.h_q, fdqk), packed(t_kv, case.h_kv, fdqk), packed(t_kv, case.h_kv, fdv)
             o, do = packed(t_q, case.h_q, fdv), packed(t_q, case.h_q, fdv)
             lse = guarded((case.h_q, t_q), torch.float32, row=1)
@@ -335,7 +338,7 @@ def wrapper_backward(adapter, case: Case, inputs, o, lse, do, grads=None, *, ini
     if case.is_thd:  # packed [1, T, H, D]: views, not copies
         out = {n: t[0] for n, t in out.items()}
         if bq or bk:  # at the Case's token positions; rows before the origin were never handed (NaN)
-            out = {n: _at_origin(t, bq if n == "dq" else bk) for n, t in out.items()}
+            out = {n: _at_origin(t, *((bq, case.t_q) if n == "dq" else (bk, case.t_kv))) for n, t in out.items()}
     for name in ("dbias", "dsink"):
         if f"{name}_tensor" in got:
             out[name] = got[f"{name}_tensor"]
@@ -349,9 +352,11 @@ def wrapper_backward(adapter, case: Case, inputs, o, lse, do, grads=None, *, ini
     return KernelResult(o, lse, box.delta, notes, handed, grads=out)
 
 
-def _at_origin(t: torch.Tensor, origin: int) -> torch.Tensor:
-    full = torch.full((origin + t.shape[0], *t.shape[1:]), float("nan"), dtype=t.dtype, device=t.device)
-    full[origin:] = t
+def _at_origin(t: torch.Tensor, origin: int, tokens: int) -> torch.Tensor:
+    """The wrapper's (T - origin, H, D) gradient at rows [origin, T) of a NaN (T, H, D) one
+    (a zero capacity came back as its one never-live row: nothing to place)."""
+    full = torch.full((tokens, *t.shape[1:]), float("nan"), dtype=t.dtype, device=t.device)
+    full[origin:] = t[: tokens - origin]
     return full
 
 

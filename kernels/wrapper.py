@@ -58,6 +58,8 @@ class WrapperAdapter:
         "caller-outputs": "sdpa_fwd_wrapper_sm80 takes no output buffers: it allocates and returns its own O/LSE",
         "no-init": "sdpa_fwd_wrapper_sm80's THD path always runs the host that zero-initializes O/LSE (api_dsl._sm80_thd_forward)",
         "compile-only": "sdpa_fwd_wrapper_sm80 compiles inside the call, on CUDA tensors",
+        "thd-addressing": "the adapter hands sdpa_bwd_wrapper_sm80 its THD buffers from cu_seqlens[0] only (its own contract); "
+                          "the forward's addressing is judged through the prepared entry, which shares the chain (api_dsl._sm80_thd_backward)",
     }
 
     def __init__(self, sm80_compat=None):

@@ -4,18 +4,20 @@
 # left (the kill table first: it is the verdict-power measurement; the gate is
 # cut at its deadline and reports what finished).
 #
-#   bash tools/gpu_gate_and_kill.sh [kill timeout s] [mutant budget s] [backward s] [gate s]
+#   bash tools/gpu_gate_and_kill.sh [kill timeout s] [mutant budget s] [backward s] [gate s] [gate runs]
 #
 # A step given 0 seconds is skipped (e.g. `560 240 0 0`: the kill table alone).
 # 1. python -m conformance.kill_rate over every mutant and the control;
 # 2. conformance/test_backward.py on sdpa_bwd_wrapper_sm80 (SM80-compat mode);
-# 3. tools/gpu_gate.sh 1 (cold, cut at the gate deadline), its failures summarised.
+# 3. tools/gpu_gate.sh N (N runs, default 1: the first cold, the rest warm; all within the
+#    gate seconds, the one running cut at that deadline), each run's failures summarised.
 # Logs and reports under $OUT; the last lines summarise each step.
 set -uo pipefail
 KILL_TIMEOUT=${1:-230}
 BUDGET=${2:-90}
 BWD=${3:-75}
 GATE=${4:-285}
+RUNS=${5:-1}
 source "$(dirname "$0")/gpu_setup.sh" || exit 2
 failures() { grep -E "^E +conformance.ground.outcome.PropertyFailure|^E +[A-Za-z]+Error|^FAILED" "$1" | cut -c1-240 | sort -u | head -n "${2:-12}"; }
 [ "$KILL_TIMEOUT" -gt 0 ] && {
@@ -32,7 +34,7 @@ grep -E "examples.*failing case" "$OUT/bwd-wrapper.log" | tail -n 1
 failures "$OUT/bwd-wrapper.log" 8
 }
 [ "$GATE" -gt 0 ] && {
-GATE_DEADLINE=$GATE bash "$(dirname "$0")/gpu_gate.sh" 1 2>&1 | grep -v "^gpu-env" | tail -n 12
-failures "$OUT/ci-1.log" 14
+GATE_DEADLINE=$GATE bash "$(dirname "$0")/gpu_gate.sh" "$RUNS" 2>&1 | grep -v "^gpu-env" | tail -n $((12 * RUNS))
+for i in $(seq 1 "$RUNS"); do [ -f "$OUT/ci-$i.log" ] && { echo "run $i failures:"; failures "$OUT/ci-$i.log" 14; }; done
 }
 exit 0  # the summaries above are the verdicts (a skipped last step would otherwise leave status 1)
