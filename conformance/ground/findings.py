@@ -269,6 +269,9 @@ DERIVED: Dict[str, Tuple[Callable[[Case], Any], Callable[[Any], bool], str]] = {
     "bias_broadcast_over_batch": (lambda c: c.bias is not None and c.bias_batch == 1 and c.batch > 1, lambda v: isinstance(v, bool), "true/false"),
     # THD with a first cu_seqlens offset > 0 on either side.
     "thd_cu_offset": (lambda c: c.is_thd and bool(c.q_base or c.kv_base), lambda v: isinstance(v, bool), "true/false"),
+    # Dense seq_q_lens with an entry of no query row that still has keys (its dK rows are defined).
+    "empty_q_entry_with_keys": (lambda c: not c.is_thd and c.seq_q_lens is not None and any(q == 0 and kv > 0 for q, kv in zip(c.seq_q_lens, c.kv_lengths())),
+                                lambda v: isinstance(v, bool), "true/false"),
     # Dense seq_kv_lens with a length short of the physical S_KV: padded K/V rows exist.
     "kv_padded": (lambda c: not c.is_thd and c.seq_kv_lens is not None and any(n < c.s_kv for n in c.seq_kv_lens), lambda v: isinstance(v, bool), "true/false"),
 }
