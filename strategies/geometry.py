@@ -348,11 +348,18 @@ def dense_pool(flavor: str, dtype: str) -> Tuple[DenseGeometry, ...]:
     """The stratum's dense geometries, simplest first (see the module doc)."""
     s = _stratum(flavor, dtype)
     out = []
+    long_rope = None  # the first row that can carry RoPE past one KV tile: it always does (see below)
     for r, (batch, (h_q, h_kv), length, mask, bias, sinks, sign, memory, pad, dims) in enumerate(DENSE_ROWS):
         klass = LENGTHS[length]
         s_q, s_kv = klass[(s + r) % len(klass)]
         d_qk, d_v = _dims(flavor, dims, s + r)
-        extra = features_of("dense", s, r, rope_ok=pad is None and dims == "on")
+        rope_ok = pad is None and dims == "on"
+        extra = features_of("dense", s, r, rope_ok=rope_ok)
+        # RoPE's K positions matter past the first KV tile only (a tile-local position is right below
+        # TILE_N keys): one long row per stratum carries RoPE whatever the rotation gave it.
+        if long_rope is None and rope_ok and r > 0 and s_kv > pools.TILE_N:
+            long_rope = r
+            extra = tuple(sorted(dict(extra, rope=True).items()))
         out.append(DenseGeometry(
             d_qk=d_qk, d_v=d_v, batch=batch, h_q=h_q, h_kv=h_kv, s_q=s_q, s_kv=s_kv, bias=bias, sinks=sinks, sign=sign,
             memory=memory, pad_q=pad in ("q", "both"), pad_kv=pad in ("kv", "both"), lse_log2=_lse_log2(s, r), extra=extra, **_mask(mask, s + r),
