@@ -65,6 +65,16 @@ def thd_origin(case: Case, addressing: str = "backward") -> tuple:
     return (case.q_base, case.kv_base) if case.is_thd and addressing == "backward" else (0, 0)
 
 
+_KV_SIDE = ("k", "v", "dk", "dv")  # packed operands on the KV tokens; the rest are on the Q tokens
+
+
+def from_origin(case: Case, addressing: str = "backward", **packed: torch.Tensor) -> Dict[str, torch.Tensor]:
+    """Each packed (T, H, D) THD operand as the backward is handed it: the
+    view from its side's ``thd_origin`` token."""
+    bq, bk = thd_origin(case, addressing)
+    return {n: t[bk if n in _KV_SIDE else bq :] for n, t in packed.items()}
+
+
 @contextmanager
 def sm80_answer(module: str = API_MODULE, *, available: bool = False):
     """``torch.cuda.get_device_capability`` answers (8, 0) to ``module``'s
@@ -193,9 +203,9 @@ def prepared_backward(adapter, case: Case, inputs, o, lse, do, grads=None, *, in
     lse_run = lse
     if case.is_thd:
         _, (fdqk, fdv) = _flavor_dims(case)
-        bq, bk = thd_origin(case, addressing)
+        bq, _ = thd_origin(case, addressing)
         # What the backward is handed: the packed buffers from their origin (views), then at the flavor width.
-        view = dict(q=inputs.q[bq:], k=inputs.k[bk:], v=inputs.v[bk:], o=o[bq:], do=do[bq:], dq=grads["dq"][bq:], dk=grads["dk"][bk:], dv=grads["dv"][bk:])
+        view = from_origin(case, addressing, q=inputs.q, k=inputs.k, v=inputs.v, o=o, do=do, dq=grads["dq"], dk=grads["dk"], dv=grads["dv"])
         width = dict(q=fdqk, k=fdqk, v=fdv, o=fdv, do=fdv, dq=fdqk, dk=fdqk, dv=fdv)
         # An origin at the end of a buffer (every sequence empty, no slack) leaves nothing to hand: one
         # never-live row instead, as the wrapper does for a zero capacity (api_dsl.py:907-910).
@@ -322,8 +332,9 @@ def wrapper_backward(adapter, case: Case, inputs, o, lse, do, grads=None, *, ini
               sinks=inputs.sinks, deterministic=case.deterministic)  # fmt: skip
     bq, bk = thd_origin(case)
     if case.is_thd:  # handed from the THD origin (thd_origin): the wrapper normalizes cu_seqlens as the prepared entry does
+        h = from_origin(case, q=inputs.q, k=inputs.k, v=inputs.v, o=o, do=do)
         lse_run = lse if not bq else lse[:, bq:].contiguous()
-        args = (inputs.q[bq:].unsqueeze(0), inputs.k[bk:].unsqueeze(0), inputs.v[bk:].unsqueeze(0), o[bq:].unsqueeze(0), do[bq:].unsqueeze(0), lse_run.unsqueeze(0))
+        args = tuple(h[n].unsqueeze(0) for n in ("q", "k", "v", "o", "do")) + (lse_run.unsqueeze(0),)
         max_q, max_kv = _launch_bounds(case)
         kw.update(cum_seqlen_q_tensor=inputs.cu_q, cum_seqlen_k_tensor=inputs.cu_kv, max_s_q=max_q, max_s_kv=max_kv)
     else:

@@ -286,14 +286,17 @@ DENSE_PLAIN_ROWS = tuple(r for r in range(1, len(DENSE_ROWS)) if r not in DENSE_
 THD_PLAIN_ROWS = tuple(r for r in range(1, len(THD_ROWS)) if r not in THD_SINK_ROWS)
 
 
-def features_of(layout: str, s: int, r: int, *, rope_ok: bool = False) -> Tuple[Tuple[str, object], ...]:
+def features_of(layout: str, s: int, r: int, *, rope_ok: bool = False, rope_long: bool = False) -> Tuple[Tuple[str, object], ...]:
     """The schema-3 feature facts of pool row ``r`` of stratum ``s`` (rows
     keep their count: these facts ride on existing rows, no new compile key
     per value). Facts only the prepared entry points take (``Fact.adapters``:
     no Stats output, LSE layouts, sink units/dtype/layout, cu_seqlens dtype,
     the L2 budget) sit together on a few rows per pool, rotating with the
     stratum, so that ``--adapter=wrapper`` runs still serve most rows; the
-    scheduler and RoPE (both adapters) rotate over every row. Each stratum's
+    scheduler and RoPE (both adapters) rotate over every row, and RoPE also
+    sits on ``rope_long``, the stratum's first row past one KV tile (its K
+    positions matter only there: a tile-local position is right below TILE_N
+    keys). Each stratum's
     pool holds every value (tests/test_geometry.py). Row 0 keeps every
     default (shrinking leaves them)."""
     out = {}
@@ -304,7 +307,7 @@ def features_of(layout: str, s: int, r: int, *, rope_ok: bool = False) -> Tuple[
         out["sched"] = "lpt_l2" if r in L2_SPLIT_ROWS else SCHEDULERS[(s + r) % 4]
         if r in L2_SPLIT_ROWS:
             out["sched_l2_mib"] = 1
-        if rope_ok and (s + r) % 3 == 1:
+        if rope_ok and ((s + r) % 3 == 1 or rope_long):
             out["rope"] = True
     else:
         sinks, plain = THD_SINK_ROWS, THD_PLAIN_ROWS
@@ -348,18 +351,14 @@ def dense_pool(flavor: str, dtype: str) -> Tuple[DenseGeometry, ...]:
     """The stratum's dense geometries, simplest first (see the module doc)."""
     s = _stratum(flavor, dtype)
     out = []
-    long_rope = None  # the first row that can carry RoPE past one KV tile: it always does (see below)
+    shapes = [LENGTHS[row[2]][(s + r) % len(LENGTHS[row[2]])] for r, row in enumerate(DENSE_ROWS)]
+    rope_ok = [pad is None and dims == "on" for *_, pad, dims in DENSE_ROWS]
+    # RoPE's K positions matter past the first KV tile only: the first such row always carries it.
+    long_rope = next((r for r in range(1, len(DENSE_ROWS)) if rope_ok[r] and shapes[r][1] > pools.TILE_N), None)
     for r, (batch, (h_q, h_kv), length, mask, bias, sinks, sign, memory, pad, dims) in enumerate(DENSE_ROWS):
-        klass = LENGTHS[length]
-        s_q, s_kv = klass[(s + r) % len(klass)]
+        s_q, s_kv = shapes[r]
         d_qk, d_v = _dims(flavor, dims, s + r)
-        rope_ok = pad is None and dims == "on"
-        extra = features_of("dense", s, r, rope_ok=rope_ok)
-        # RoPE's K positions matter past the first KV tile only (a tile-local position is right below
-        # TILE_N keys): one long row per stratum carries RoPE whatever the rotation gave it.
-        if long_rope is None and rope_ok and r > 0 and s_kv > pools.TILE_N:
-            long_rope = r
-            extra = tuple(sorted(dict(extra, rope=True).items()))
+        extra = features_of("dense", s, r, rope_ok=rope_ok[r], rope_long=r == long_rope)
         out.append(DenseGeometry(
             d_qk=d_qk, d_v=d_v, batch=batch, h_q=h_q, h_kv=h_kv, s_q=s_q, s_kv=s_kv, bias=bias, sinks=sinks, sign=sign,
             memory=memory, pad_q=pad in ("q", "both"), pad_kv=pad in ("kv", "both"), lse_log2=_lse_log2(s, r), extra=extra, **_mask(mask, s + r),
