@@ -477,8 +477,9 @@ MUTANTS: Tuple[Mutant, ...] = (
         ),
         "numerics_dense",
         "LPT-L2 decodes the last, partial block of (batch, kv head) groups as if it were full: when the groups do not "
-        "divide into L2 blocks, tiles of the last block are repeated or dropped (qwen, B*H_kv = 6, S_kv = 256 at 1 MiB).",
-        dict(batch=3, h_q=4, h_kv=2, s_q=129, s_kv=256, sched="lpt_l2", sched_l2_mib=1),
+        "divide into L2 blocks, tiles of the last block are repeated or dropped (B*H_kv = 6 groups, 4 per 1 MiB block at "
+        "S_kv * (D_QK + D_V) * 2 = 256 KiB, two q tiles per group: strategies.geometry.l2_split_lengths).",
+        dict(batch=3, h_q=4, h_kv=2, s_q=129, s_kv=1024, sched="lpt_l2", sched_l2_mib=1),
     ),
     Mutant(
         "lse_row_stride_assumed_one",

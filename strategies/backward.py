@@ -38,9 +38,12 @@ D64_ODDS = 6
 D64_FLAVOR = "gptoss"
 
 
-def to_backward(c: Case, deterministic: bool, inputs_from: str) -> Case:
+def to_backward(c: Case, deterministic: bool, inputs_from: str, per_batch_bias: bool = False) -> Case:
     """The backward Case nearest to forward facts ``c`` that the backward serves
-    (a map, never a filter: every draw is used and shrinks like the forward's)."""
+    (a map, never a filter: every draw is used and shrinks like the forward's).
+    ``per_batch_bias``: a bias over B > 1 gets its own batch extent, [B, H, SQ,
+    SKV] (the forward takes only the broadcast one, contract bias_batch_gt_1;
+    the backward takes both, and reduces dBias over B only for the broadcast)."""
     scale = None if c.scale is None or c.scale == 0 else abs(c.scale)
     forward_only = {name: FACTS[name].default for name in FORWARD_ONLY_FACTS}  # what the backward serves
     changes = dict(forward_only, direction="bwd", deterministic=deterministic, inputs_from=inputs_from, lse_log2=False, scale=scale)
@@ -48,6 +51,8 @@ def to_backward(c: Case, deterministic: bool, inputs_from: str) -> Case:
         changes["d_v"] = c.d_qk
     if c.bias is not None and c.bias not in ("float32", c.dtype):
         changes["bias"] = c.dtype
+    if per_batch_bias and c.bias is not None and c.batch > 1:
+        changes["bias_batch"] = c.batch
     if deterministic and c.bias is not None and c.bias_batch == 1 and c.batch > 1:
         # Known finding bwd-deterministic-dbias-broadcast: the SM80 backward accepts this and its dBias is then
         # summed over B by unordered atomics (its sm120 sibling refuses it); a race, replayed from its case file.
@@ -65,7 +70,7 @@ def backward_cases(*, layouts: Sequence[str] = ("dense", "thd"), deterministic: 
     fixed or drawn; ``options`` as ``strategies.cases`` (flavors=, dtypes=, ...)."""
     det = st.booleans() if deterministic is None else st.just(deterministic)
     src = st.sampled_from(INPUT_SOURCES) if inputs_from is None else st.just(inputs_from)
-    mapped = st.builds(to_backward, cases(layouts=layouts, **options), det, src)
+    mapped = st.builds(to_backward, cases(layouts=layouts, **options), det, src, st.booleans())  # the bias batch: broadcast first
     restricted = set(options) - {"flavors", "dtypes", "geometry"}  # an option that asks for a feature: no d=64 draws
     if "dense" not in layouts or deterministic or restricted or D64_FLAVOR not in options.get("flavors", pools.FLAVORS):
         return mapped

@@ -211,9 +211,9 @@ DENSE_ROWS = (
     (1, (1, 1), "small",   "causal",        None,      False,  1, "bshd_padded", None,   "on"),        # 1 T
     (2, (2, 1), "equal",   "swa",           None,      False,  1, "bhsd",        None,   "on"),        # 2
     (2, (1, 1), "small",   "none",          None,      False,  1, "bshd",        "both", "on"),        # 3 P
-    (1, (2, 2), "q>kv",    "causal",        "input",   False,  1, "bshd",        None,   "on"),        # 4
+    (2, (2, 2), "q>kv",    "causal",        "input",   False,  1, "bshd",        None,   "on"),        # 4
     (1, (4, 2), "q<kv",    "swa+causal",    None,      True,  -1, "bshd_padded", None,   "off_qk"),    # 5 T
-    (1, (2, 1), "q>kv",    "causal_br",     "float32", False,  1, "bhsd",        None,   "on"),        # 6
+    (2, (2, 1), "q>kv",    "causal_br",     "float32", False,  1, "bhsd",        None,   "on"),        # 6
     (2, (2, 2), "q<kv",    "causal_br",     None,      False,  1, "bshd",        "both", "on"),        # 7 P
     (1, (3, 1), "aligned", "swa",           None,      True,   1, "bshd",        "q",    "off_v"),     # 8
     (1, (1, 1), "q<kv",    "swa_br",        "input",   False,  0, "bshd_padded", None,   "on"),        # 9 T
@@ -223,7 +223,7 @@ DENSE_ROWS = (
     (1, (6, 2), "q<kv",    "band_br",       None,      False,  1, "bhsd",        "kv",   "on"),        # 13
     (1, (4, 1), "small",   "swa+causal_br", "float32", False, -1, "bshd_padded", None,   "off_v"),     # 14 T
     (2, (2, 1), "q>kv",    "swa+causal_br", None,      True,   1, "bshd",        "both", "on"),        # 15 P
-    (3, (4, 2), "q<kv",    "band",          "input",   False,  1, "bshd",        "q",    "off_both"),  # 16
+    (3, (4, 2), "q<kv",    "band",          "input",   False,  1, "bshd",        "q",    "off_both"),  # 16 L2 split: l2_split_lengths
     (2, (8, 2), "q>kv",    "band_br",       None,      True,  -1, "bhsd",        "kv",   "off_v"),     # 17
 )
 # THD rows, simplest first: (h_q, h_kv), sequence count, mask, sinks, sign.
@@ -275,11 +275,27 @@ def _lse_log2(s: int, r: int) -> bool:
     return r > 0 and (s + r) % 3 == 2
 
 
-# Dense rows whose (B * H_kv) groups and S_kv reach past a 1 MiB LPT-L2
-# budget on the wide flavors (row 16: B=3, H_kv=2, s_q<s_kv: on qwen-fp16
-# S_kv=256, 6 groups of 256*(256+256)*2 bytes, 4 per 1 MiB block): LPT-L2 at
-# 1 MiB there splits the groups into two L2 blocks, the last one partial.
+# Dense rows that LPT-L2 at 1 MiB splits into L2 blocks with a partial last
+# block, in every stratum (row 16: B=3, H_kv=2, so 6 (batch, kv head) groups).
+# The kernel sizes a block as active_groups = 1 MiB // (S_kv * (D_QK + D_V) * 2)
+# groups of the *envelope* dims, clamped to the group count (prefill_f16.py
+# SCHED_LPT_L2), so a row's own lengths decide: S_kv in (2^20/(5*g), 2^20/(4*g)]
+# bytes-per-key g gives 4 groups per block, blocks of 4 and 2; S_q past one
+# TILE_M gives each group two q tiles, the only way a block's decode (rank over
+# groups x heads) can go wrong (one q tile: every rank is row 0).
 L2_SPLIT_ROWS = (16,)
+L2_SPLIT_MIB = 1
+L2_SPLIT_GROUPS_PER_BLOCK = 4
+L2_SPLIT_SQ = (129, 192)  # > TILE_M = 128 (config_sm80.py: every flavor), < every split S_kv
+
+
+def l2_split_lengths(flavor: str, s: int) -> Tuple[int, int]:
+    """(s_q, s_kv) of an L2 split row in stratum ``s``: the largest S_kv whose
+    block holds L2_SPLIT_GROUPS_PER_BLOCK groups (fp16 strata), one key less on
+    bf16 strata (an unaligned tile edge), and a q length past one q tile."""
+    d_qk, d_v = pools.FLAVOR_ENVELOPES[flavor]
+    s_kv = (L2_SPLIT_MIB << 20) // (L2_SPLIT_GROUPS_PER_BLOCK * (d_qk + d_v) * 2) - s % 2
+    return L2_SPLIT_SQ[s // 2 % 2], s_kv
 DENSE_SINK_ROWS = tuple(r for r, row in enumerate(DENSE_ROWS) if row[5])
 THD_SINK_ROWS = tuple(r for r, row in enumerate(THD_ROWS) if row[3])
 DENSE_PLAIN_ROWS = tuple(r for r in range(1, len(DENSE_ROWS)) if r not in DENSE_SINK_ROWS + L2_SPLIT_ROWS)
@@ -306,7 +322,7 @@ def features_of(layout: str, s: int, r: int, *, rope_ok: bool = False, rope_long
         sinks, plain = DENSE_SINK_ROWS, DENSE_PLAIN_ROWS
         out["sched"] = "lpt_l2" if r in L2_SPLIT_ROWS else SCHEDULERS[(s + r) % 4]
         if r in L2_SPLIT_ROWS:
-            out["sched_l2_mib"] = 1
+            out["sched_l2_mib"] = L2_SPLIT_MIB
         if rope_ok and ((s + r) % 3 == 1 or rope_long):
             out["rope"] = True
     else:
@@ -351,7 +367,8 @@ def dense_pool(flavor: str, dtype: str) -> Tuple[DenseGeometry, ...]:
     """The stratum's dense geometries, simplest first (see the module doc)."""
     s = _stratum(flavor, dtype)
     out = []
-    shapes = [LENGTHS[row[2]][(s + r) % len(LENGTHS[row[2]])] for r, row in enumerate(DENSE_ROWS)]
+    shapes = [l2_split_lengths(flavor, s) if r in L2_SPLIT_ROWS else LENGTHS[row[2]][(s + r) % len(LENGTHS[row[2]])]
+              for r, row in enumerate(DENSE_ROWS)]  # fmt: skip
     rope_ok = [pad is None and dims == "on" for *_, pad, dims in DENSE_ROWS]
     # RoPE's K positions matter past the first KV tile only: the first such row always carries it.
     long_rope = next((r for r in range(1, len(DENSE_ROWS)) if rope_ok[r] and shapes[r][1] > pools.TILE_N), None)

@@ -67,6 +67,51 @@ def test_each_stratum_pool_covers_every_feature(flavor, dtype):
     assert {(c.seq_q_lens is not None, c.seq_kv_lens is not None) for c in dense} == {(False, False), (True, False), (False, True), (True, True)}
 
 
+def _lpt_l2_blocks(c: Case, mib: int):
+    """(groups per L2 block, block count, q tiles) as prefill_f16.py's
+    SCHED_LPT_L2 decode sizes them (envelope dims, 2 bytes, TILE_M 128), written
+    here from the kernel's comment, not imported."""
+    from conformance.ground.tables import flavor_of
+
+    d_qk, d_v = pools.FLAVOR_ENVELOPES[flavor_of(c.d_qk, c.d_v)]
+    groups = c.batch * c.h_kv
+    active = min(max((mib << 20) // (c.s_kv * (d_qk + d_v) * 2), 1), groups)
+    return active, -(-groups // active), -(-c.s_q // pools.TILE_M)
+
+
+@pytest.mark.parametrize("flavor,dtype", STRATA)
+def test_every_stratum_has_an_lpt_l2_row_with_a_partial_last_block(flavor, dtype):
+    """The L2 scheduler's last-block decode differs from a full block's only
+    when the groups do not fill the last block and a group has two q tiles or
+    more: every stratum's pool holds such a row (sched_lpt_l2_full_last_block
+    is killed by draws of it)."""
+    rows = [g.case(dtype) for g in geometry.dense_pool(flavor, dtype) if g.case(dtype).sched == "lpt_l2"]
+    split = []
+    for c in rows:
+        active, blocks, q_tiles = _lpt_l2_blocks(c, c.sched_l2_mib or 1 << 30)
+        if blocks > 1 and (c.batch * c.h_kv) % active and q_tiles > 1:
+            split.append(c)
+    assert split, rows
+
+
+@pytest.mark.parametrize("flavor,dtype", STRATA)
+def test_every_stratum_has_a_rope_row_whose_queries_see_past_the_first_kv_tile(flavor, dtype):
+    """RoPE's K positions differ from tile-local ones only at keys >= TILE_N
+    (64): some RoPE row of each stratum has a query that sees such a key and at
+    least one other (one visible key has softmax weight 1 whatever its score)."""
+    import torch
+
+    from reference.masks import visibility
+
+    def reaches(c):
+        lens = torch.tensor([c.s_q]), torch.tensor([c.s_kv])
+        vis = visibility(c.s_q, c.s_kv, *lens, causal=c.causal, bottom_right=c.bottom_right, window_left=c.window_left,
+                         window_right=c.window_right)[0, 0]  # fmt: skip
+        return bool((vis[:, pools.TILE_N :].any(1) & (vis.sum(1) > 1)).any())
+
+    assert any(reaches(c) for c in (g.case(dtype) for g in geometry.dense_pool(flavor, dtype)) if c.rope)
+
+
 def test_pools_differ_across_strata():
     """The rotation spreads tile edges and window sizes over the strata."""
     lengths = {(c.s_q, c.s_kv) for f, d in STRATA for c in _stratum_cases(f, d)[0]}
