@@ -38,7 +38,11 @@ sibling prefill_d256_f16.py repeats every line cited; the mask itself is in
   float32 of the float32 angle (kernels/sm80/rope_table.py), the rotation in
   float32 and the result rounded to the I/O dtype (it is stored back into the
   I/O tile). ``rotate`` applies exactly that, so the error model sees the
-  operands the tensor cores multiply.
+  operands the tensor cores multiply, up to the last bit of the fp32 rotation
+  (an FFMA contraction, another trig's table): where that bit decides the I/O
+  rounding, ``rotate(..., unsure=True)`` says by how much the kernel's operand
+  may differ (conformance.ground.tolerances.rotation_unsure), and the error
+  model charges it.
 - LSE is natural log: LN2 * (row_max + log2(row_sum)) (f16:1386); a Case
   with ``lse_log2`` (TemplateParams.stats_log2) asks for base 2: natural LSE *
   log2(e), -inf staying -inf (f16:1405-1408); ``reference_for_case`` converts.
@@ -112,6 +116,8 @@ class Internals:
     - o (B,H,SQ,Dv), lse (B,H,SQ): the softmax result BEFORE the padded-row
       override (the contract values of padded rows are the caller's business).
     - q_live (B,SQ): rows inside the q lengths.
+    - q_unsure, k_unsure: per element, how far the kernel's own q / k operand
+      may differ from q / k (RoPE's rounding; dead rows 0), or None: exact.
     """
 
     q: torch.Tensor
@@ -129,6 +135,8 @@ class Internals:
     o: torch.Tensor
     lse: torch.Tensor
     q_live: torch.Tensor
+    q_unsure: Optional[torch.Tensor] = None  # (B,H,SQ,Dqk): how far the kernel's q operand may sit from q (RoPE), or None
+    k_unsure: Optional[torch.Tensor] = None  # (B,Hkv,SKV,Dqk): the same for k
 
 
 def attention(
@@ -149,13 +157,18 @@ def attention(
     internals: bool = False,
     row0: int = 0,
     q_phys: Optional[int] = None,
+    q_unsure: Optional[torch.Tensor] = None,
+    k_unsure: Optional[torch.Tensor] = None,
 ):
     """Attention on dense logical tensors q (B,Hq,SQ,Dqk), k (B,Hkv,SKV,Dqk),
     v (B,Hkv,SKV,Dv). Returns O (B,Hq,SQ,Dv) and natural-log LSE (B,Hq,SQ), in
     float64 when ``compute_dtype`` is float64, else float32; with
     ``internals`` (float64 only) also the ``Internals`` of the call.
 
-    A chunk of rows: ``q`` (and ``bias``) hold query rows row0 .. row0+SQ-1 of
+    ``q_unsure``/``k_unsure`` (shaped like q / k): carried into the Internals
+    for the error model (``rotate(..., unsure=True)``); the result ignores them.
+
+    A chunk of rows: ``q`` (and ``bias``, ``q_unsure``) hold query rows row0 .. row0+SQ-1 of
     a query of ``q_phys`` physical rows (``q_lens`` and the mask are the whole
     query's); every result is per row, so chunks concatenate to the whole.
 
@@ -231,8 +244,11 @@ def attention(
         o = torch.matmul(p.view(b, h_kv, g * s_q, s_kv), vz).view(b, h_q, s_q, d_v).to(acc)
         if internals:
             sink_p = sink_w * inv_l if sink_w is not None else torch.zeros_like(l)
+            unsure = [None if x is None else torch.where(live[:, None, :, None], x.to(compute_dtype), 0.0)
+                      for x, live in ((q_unsure, q_live), (k_unsure, kv_live))]  # fmt: skip
             inner = Internals(q=qz, k=kz, v=vz, group=g, scale=float(scale), logits=kept, bias=bias_acc, sink=sink, p=p,
-                              sink_p=sink_p, m=m_true, l=l, o=o.clone(), lse=lse.clone(), q_live=q_live)
+                              sink_p=sink_p, m=m_true, l=l, o=o.clone(), lse=lse.clone(), q_live=q_live, q_unsure=unsure[0],
+                              k_unsure=unsure[1])
 
     if q_lens is not None:  # dense padded Q rows: O = 0, LSE = -inf (sinks or not)
         row = q_live[:, None, :]
@@ -264,21 +280,27 @@ def sink_logits(case, tensors) -> Optional[torch.Tensor]:
     return sinks / LOG2E if case.sink_log2 else sinks
 
 
-def rotate(x: torch.Tensor, angles: torch.Tensor, width: Optional[int] = None) -> torch.Tensor:
+def rotate(x: torch.Tensor, angles: torch.Tensor, width: Optional[int] = None, *, unsure: bool = False):
     """RoPE as the kernel applies it: x (B, H, S, D) in the I/O dtype, angles
     (>= S, >= W/2) float32; x zero-padded to ``width`` W (the flavor's d_qk:
     the kernel rotates the envelope's halves of the zero-filled shared-memory
     tile; default D), pairs (i, i + W/2) rotated by angles[pos, i] in float32
     (cos/sin of the float32 angle), rounded back to x's dtype. W wide: past D
-    the rotated columns are no longer zero, and q.k runs over all W."""
+    the rotated columns are no longer zero, and q.k runs over all W.
+    ``unsure``: (rotated, float64 per-element distance the kernel's own
+    rounding may take it, ``tolerances.rotation_unsure``)."""
     if width is not None and width > x.shape[-1]:
         x = torch.nn.functional.pad(x, (0, width - x.shape[-1]))
     d2 = x.shape[-1] // 2
     a = angles[: x.shape[-2], :d2].to(device=x.device, dtype=torch.float32)
     c, s = torch.cos(a), torch.sin(a)
     lo, hi = x[..., :d2].to(torch.float32), x[..., d2:].to(torch.float32)
-    out = torch.cat((lo * c - hi * s, hi * c + lo * s), dim=-1)
-    return out.to(x.dtype)
+    out = torch.cat((lo * c - hi * s, hi * c + lo * s), dim=-1).to(x.dtype)
+    if not unsure:
+        return out
+    from conformance.ground.tolerances import rotation_unsure
+
+    return out, rotation_unsure(lo, hi, c, s, x.dtype)
 
 
 # Reference memory. One float64 attention call with the error model holds about
@@ -298,15 +320,16 @@ def chunked_attention(q, k, v, *, bias=None, q_lens: Lens = None, kv_lens: Lens 
     ``extra``)."""
     b, h, s_q, _ = q.shape
     rows = max(1, (chunk_elems or REF_CHUNK_ELEMS) // max(1, b * h * k.shape[2]))
+    q_unsure = common.pop("q_unsure", None)
     common = dict(common, q_lens=q_lens, kv_lens=kv_lens, internals=extra is not None)
     if rows >= s_q:
-        got = attention(q, k, v, bias=bias, **common)
+        got = attention(q, k, v, bias=bias, q_unsure=q_unsure, **common)
         return got[0], got[1], None if extra is None else extra(got[2])
     os_, lses, extras = [], [], []
     for r0 in range(0, s_q, rows):
         r1 = min(s_q, r0 + rows)
         part = None if bias is None else bias[:, :, r0:r1]
-        got = attention(q[:, :, r0:r1], k, v, bias=part, row0=r0, q_phys=s_q, **common)
+        got = attention(q[:, :, r0:r1], k, v, bias=part, row0=r0, q_phys=s_q, q_unsure=None if q_unsure is None else q_unsure[:, :, r0:r1], **common)
         os_.append(got[0])
         lses.append(got[1])
         if extra is not None:
@@ -342,12 +365,13 @@ def reference_for_case(case, tensors, compute_dtype: torch.dtype = torch.float32
         chunk_elems=chunk_elems,
     )
     if not case.is_thd:
-        q, k = tensors.q, tensors.k
+        q, k, unsure = tensors.q, tensors.k, {}
         if case.rope:
             width = rope_width(case)
-            q, k = rotate(q, tensors.rope, width), rotate(k, tensors.rope, width)
+            (q, q_unsure), (k, k_unsure) = (rotate(x, tensors.rope, width, unsure=True) for x in (q, k))
+            unsure = dict(q_unsure=q_unsure, k_unsure=k_unsure)
         got = chunked_attention(q, k, tensors.v, bias=tensors.bias,
-                                q_lens=tensors.seq_q_lens, kv_lens=tensors.seq_kv_lens, **common)
+                                q_lens=tensors.seq_q_lens, kv_lens=tensors.seq_kv_lens, **common, **unsure)
         return _lse_units(case, *got)
     acc = torch.float64 if compute_dtype == torch.float64 else torch.float32
     dev = tensors.q.device

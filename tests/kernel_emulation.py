@@ -48,7 +48,7 @@ class Arith:
     ex2_ulps: int = 0  # ex2 results moved this many ulps (sign: direction)
     lg2_ulps: int = 0
     rcp_ulps: int = 0
-    fma: bool = True  # S*c - m fused (one rounding) or not (two)
+    fma: bool = True  # S*c - m fused (one rounding) or not (two); RoPE's x_lo c - x_hi s likewise (the reference: two)
 
 
 @dataclass(frozen=True)
@@ -271,7 +271,7 @@ def emulate_case(case, tensors, arith: Arith = Arith(), plant: Plant = Plant()) 
             from reference.attention import rope_width
 
             w = rope_width(case)
-            q, k = _rope(q, tensors.rope, plant, w), (torch.nn.functional.pad(k, (0, w - k.shape[-1])) if plant.rope_q_only else _rope(k, tensors.rope, plant, w))
+            q, k = _rope(q, tensors.rope, plant, w, arith), (torch.nn.functional.pad(k, (0, w - k.shape[-1])) if plant.rope_q_only else _rope(k, tensors.rope, plant, w, arith))
         if plant.neighbour_head_v_min_keys and case.s_kv >= plant.neighbour_head_v_min_keys:  # KV head j >= 1: first V from head j - 1
             v = v.clone()
             v[:, 1:, 0] = tensors.v[:, :-1, -1]
@@ -316,12 +316,24 @@ def _noisy(out, plant: Plant):
     return o, lse
 
 
-def _rope(x, angles, plant: Plant, width: int):
+def fused_rotate(x, angles):
+    """RoPE as an FFMA-contracting compiler may emit it: x_lo c - fl32(x_hi s)
+    and x_hi c + fl32(x_lo s), one rounding each (x * c is exact in float64:
+    11 or 8 bits times 24), then the I/O rounding; the table as rotate's."""
+    d2 = x.shape[-1] // 2
+    a = angles[: x.shape[-2], :d2].to(F32)
+    c, s = torch.cos(a).to(F64), torch.sin(a).to(F64)
+    lo, hi = x[..., :d2].to(F64), x[..., d2:].to(F64)
+    out = torch.cat((f32(lo * c - f32(hi * s)), f32(hi * c + f32(lo * s))), dim=-1)
+    return out.to(F32).to(x.dtype)
+
+
+def _rope(x, angles, plant: Plant, width: int, arith: Arith = Arith()):
     from reference.attention import rotate
 
     x = torch.nn.functional.pad(x, (0, width - x.shape[-1]))
     if not plant.rope_interleaved:
-        return rotate(x, angles)
+        return fused_rotate(x, angles) if arith.fma else rotate(x, angles)
     # The planted convention: pairs (2i, 2i+1), de-interleaved around the true rotation.
     d = x.shape[-1]
     order = torch.cat([torch.arange(0, d, 2), torch.arange(1, d, 2)])

@@ -142,6 +142,10 @@ EDGES = {
     # Found by the adversarial draw: sink-dominated bf16 rows with O ~ 1e-39, where
     # ex2.ftz flushes os to 0 (the model's FTZ_ABS floor).
     "bf16 flush to zero": Case(dtype="bfloat16", h_q=2, h_kv=1, s_q=16, s_kv=16, causal=True, sinks=True, scale=-8.0, seed=24),
+    # Seen on the H200 (qwen-fp16 pool row, seed 16): RoPE operands the contracted rotation rounds
+    # the other way (tolerances.ROPE_FP32_REL), LSE 4.9x over a model without them.
+    "RoPE past a KV tile, fp16": Case(batch=2, h_q=2, h_kv=1, d_qk=256, d_v=256, s_q=65, s_kv=65, window_left=1, rope=True, lse_log2=True,
+                                      memory="bhsd", seed=16),
 }
 
 
@@ -258,3 +262,17 @@ def test_calibration_tool_counts_kills_per_model(tmp_path):
     assert (tmp_path / "calibration.json").exists()
     bad = subprocess.run([sys.executable, str(tool), "--mutant", "no_such_mutant"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "no_such_mutant" in bad.stderr
+
+
+def test_rope_operand_term_is_needed_and_enough(monkeypatch):
+    """The emulated kernel rotates with the FFMA contraction the H200 showed
+    (kernel_emulation.fused_rotate): it reproduces the H200's failure of the
+    model without RoPE's operand term (LSE 2.97e-05 over 6.14e-06 at row 64,
+    ratio 4.83, 11 rows) and passes with it."""
+    import conformance.ground.tolerances as T
+
+    case = EDGES["RoPE past a KV tile, fp16"]
+    _sound(case, "ideal")
+    monkeypatch.setattr(T, "ROPE_FP32_REL", 0.0)
+    verdict, got, _ = numerics(case, ARITHS["ideal"])
+    assert verdict == "failed" and got.detail["quantity"] == "lse" and got.detail["ratio"] > 4, got

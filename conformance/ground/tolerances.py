@@ -143,6 +143,22 @@ LOG2E_F32_REL = abs(float(torch.tensor(LOG2E, dtype=torch.float32)) - LOG2E) / L
 SECOND_ORDER = 1.0 + 2.0**-16
 # The float64 reference itself: n <= 2^13 terms of 2^-53 each.
 REF64_REL = 2.0**-40
+# RoPE (has_rope): the kernel rotates Q and K rows in shared memory, o = x_lo c -
+# x_hi s and x_hi c + x_lo s in fp32 from an fp32 (cos, sin) table, and rounds o
+# to the I/O dtype for the tensor cores (frost/tile_dsl/rope.py). The reference
+# (reference.attention.rotate) does the same arithmetic unfused; the kernel's
+# fp32 value may still differ: an FFMA contraction rounds one product less (u
+# of the product sum each for the two products and the add), and the wrapper's
+# table comes from another trig (kernels/sm80/rope_table.py, cute.math.cos/sin),
+# allowed 2 ulps (4u) on each of c and s. So the kernel's fp32 value lies
+# within ROPE_FP32_REL * (|x_lo c| + |x_hi s|) of the exact rotation of the
+# reference's table, and where that interval straddles a rounding boundary of
+# the I/O dtype the kernel's operand may be the neighbouring I/O value:
+# ``rotation_unsure`` gives that distance per element (0 almost everywhere),
+# ``kernel_bounds`` charges it on every score (q.k with both operands off).
+# Seen on the H200 (fp16, RoPE rows past one KV tile): LSE 2-5x over a model
+# without it, 1-11 rows per case.
+ROPE_FP32_REL = 8 * U32
 # Threshold decisions of the replayed walk (and the fp16 subnormal cut) closer
 # than this, relative, plus the logits' own error bound, count as undecided: the
 # kernel decides on fp32 values (relative error far below 2^-16 here).
@@ -225,6 +241,32 @@ def _amax(a: torch.Tensor) -> torch.Tensor:
 ROW_BLOCK = 1 << 23  # products per block of rows: bounds dot_error's memory (x 8 bytes, a few tensors)
 
 
+def rotation_unsure(lo: torch.Tensor, hi: torch.Tensor, c: torch.Tensor, s: torch.Tensor, io_dtype: torch.dtype) -> torch.Tensor:
+    """Per element of a RoPE rotation (halves ``lo``/``hi`` of the I/O-dtype
+    row, fp32 table ``c``/``s``, laid out as ``reference.attention.rotate``
+    returns it), float64: how far the kernel's I/O-dtype operand may sit from
+    the reference's, |round(v + d) - round(v - d)| with v the exact rotation
+    and d = ROPE_FP32_REL * (its product magnitudes) (rounding is monotone, so
+    every fp32 value within d rounds in between; rounding via fp32 keeps that)."""
+    lo, hi, c, s = (t.to(torch.float64) for t in (lo, hi, c, s))
+    v = torch.cat((lo * c - hi * s, hi * c + lo * s), dim=-1)
+    d = ROPE_FP32_REL * torch.cat(((lo * c).abs() + (hi * s).abs(), (hi * c).abs() + (lo * s).abs()), dim=-1)
+    io = lambda x: x.to(torch.float32).to(io_dtype).to(torch.float64)  # noqa: E731
+    return io(v + d) - io(v - d)
+
+
+def operand_error(q: torch.Tensor, k: torch.Tensor, q_unsure: Optional[torch.Tensor], k_unsure: Optional[torch.Tensor], group: int) -> torch.Tensor:
+    """Bound on |q_k.k_k - q.k| (raw score units, every (row, key)) when the
+    kernel's operands q_k, k_k may sit ``q_unsure``/``k_unsure`` from q, k:
+    aq.|k| + |q|.ak + aq.ak."""
+    b, h_kv, s_kv, d = k.shape
+    aq = torch.zeros_like(q) if q_unsure is None else q_unsure
+    ak = torch.zeros_like(k) if k_unsure is None else k_unsure
+    qg, ag = q.reshape(b, h_kv, -1, d).abs(), aq.reshape(b, h_kv, -1, d)
+    t = ag @ (k.abs() + ak).transpose(-1, -2) + qg @ ak.transpose(-1, -2)
+    return t.view(q.shape[0], q.shape[1], q.shape[2], s_kv)
+
+
 def dot_error(q: torch.Tensor, k: torch.Tensor, group: int) -> torch.Tensor:
     """Bound on |fl_TC(q.k) - q.k| (raw score units) for every (row, key),
     step by k16 step, E accumulating the bound so far (which also coarsens
@@ -301,6 +343,8 @@ def kernel_bounds(it, dtype: str, *, parts: bool = False) -> Dict[str, torch.Ten
     # ---- logit error bound per key, natural-log units, but for the max subtraction (below)
     ks = abs(it.scale)
     dot = torch.where(vis, ks * dot_error(it.q, it.k, g), zero) if ks else torch.zeros_like(z0)
+    if ks and (it.q_unsure is not None or it.k_unsure is not None):  # RoPE's operands (ROPE_FP32_REL)
+        dot = dot + torch.where(vis, ks * operand_error(it.q, it.k, it.q_unsure, it.k_unsure, g), zero)
     dz = dot + U32 * ((2 + has_bias) * z0.abs())
     if has_bias:
         dz = dz + 2 * U32 * torch.where(vis, it.bias.expand_as(z0).abs(), zero)
@@ -371,7 +415,7 @@ def kernel_bounds(it, dtype: str, *, parts: bool = False) -> Dict[str, torch.Ten
     lse = it.lse
     abs_lse = torch.where(torch.isfinite(lse), lse.abs(), zero)
     lse_terms = {
-        "dot": _rowsum(p * dot),  # tensor-core q.k, times |scale|
+        "dot": _rowsum(p * dot),  # tensor-core q.k (and RoPE operands that may round the other way), times |scale|
         "logit": _rowsum(p * (rho - dot)),  # fp32 roundings of c, S*c, bias, max subtraction; ex2
         "rescale": _rowsum(p * per_key(alpha_after)),
         "sum": _rowsum(p * U32 * depth),
@@ -510,6 +554,12 @@ BWD_FP32_OPS = 4.0  # fp32 roundings in the exponent argument: S*c, bias*log2e, 
 # flushed before its product with P <= 1 + its error: (2 + P + P_err) FTZ_ABS.
 # Seen on the H200: dBias 0 where the exact dS' is ~1e-39 (scale 8, tiny P).
 DBIAS_FTZ_TERMS = 2.0
+# dQ flush to zero, per element and KV tile, absolute: dQ accumulates across the
+# KV tiles by atomicAdd into an fp32 workspace (b16:24, 30, 216; the deterministic
+# relay adds the same way, b16:48-53), and atom/red.add.f32 flush a subnormal
+# addend and a subnormal sum to zero (PTX ISA): 2 FTZ_ABS per tile. Seen on the
+# H200: dQ 0 where the exact dQ is 9.6e-39 (bf16, scale 8, sinks).
+DQ_FTZ_TERMS = 2.0
 
 
 def dbias_flush(p: torch.Tensor, p_err: torch.Tensor, vis: torch.Tensor) -> torch.Tensor:
@@ -586,13 +636,14 @@ def backward_bounds(it, grads: Dict[str, torch.Tensor], dtype: str, *, o_given: 
     def folded(err_h, mag_h, exact):
         b, h, n, dd = err_h.shape
         err = err_h.view(b, h // g, g, n, dd).sum(2)
-        if g > 1:  # each partial rounded to the I/O dtype, then g fp32 adds
-            err = err + (u + g * U32) * (mag_h + err_h).view(b, h // g, g, n, dd).sum(2)
+        if g > 1:  # each partial rounded to the I/O dtype (absolute `tiny` below its normal range), then g fp32 adds
+            err = err + (u + g * U32) * (mag_h + err_h).view(b, h // g, g, n, dd).sum(2) + g * tiny
         return err + u * (exact.abs() + err) + tiny
 
     out = {"dv": folded(dv_h, per_head_v, grads["dv"]), "dk": folded(dk_h, per_head_k, grads["dk"])}
     # dQ: the dS K mma per KV tile, fp32 atomics across the KV tiles, one rounding.
-    dq_err = ds_err @ k.abs() + (_k16(s_kv) + (-(-s_kv // TILE_N) + 1) * U32) * (ds_mag @ k.abs())
+    kv_tiles = -(-s_kv // TILE_N)
+    dq_err = ds_err @ k.abs() + (_k16(s_kv) + (kv_tiles + 1) * U32) * (ds_mag @ k.abs()) + DQ_FTZ_TERMS * kv_tiles * FTZ_ABS
     out["dq"] = dq_err + u * (grads["dq"].abs() + dq_err) + tiny
     if "dbias" in grads:
         # One atomic add per cell and batch entry; each may flush (DBIAS_FTZ_TERMS).
@@ -615,8 +666,9 @@ def backward_bounds(it, grads: Dict[str, torch.Tensor], dtype: str, *, o_given: 
 
 TOLERANCES.update({
     "dq": Quantity("per element", "dS' from the recomputed P (logit, handed-LSE and ex2 errors), dP and D in fp32; dS = scale dS' rounded to "
-                   "the I/O dtype; the dS K mma per KV tile, fp32 atomics across tiles; one final rounding"),
-    "dk": Quantity("per element", "as dQ with Q for K, accumulated over the Q tiles; GQA: each q head's partial rounded, summed, rounded again"),
+                   "the I/O dtype; the dS K mma per KV tile, fp32 atomics across tiles (each may flush a subnormal addend or sum); one final rounding"),
+    "dk": Quantity("per element", "as dQ with Q for K, accumulated over the Q tiles; GQA: each q head's partial rounded (absolutely below "
+                   "the normal range), summed, rounded again"),
     "dv": Quantity("per element", "P rounded to the I/O dtype for the P^T dO mma; GQA partials rounded, summed, rounded again"),
     "dbias": Quantity("per element", "the fp32 dS' per cell (no scale, no I/O rounding), fp32 atomics over a broadcast bias' batch, "
                       "each flushing a subnormal addend or sum to zero (atom.add.f32), one rounding to the dBias dtype"),
