@@ -8,7 +8,10 @@ runs in its own process on ``PreparedAdapter(rewrites=...)``. For each
 property kind of ``KINDS`` in order (derived from the test matrix,
 conformance.properties.matrix), a Hypothesis search over the strategies the
 pytest tests use (flavors restricted to the templates the mutant rewrites)
-runs until a property fails; Hypothesis shrinks the failing case.
+runs until a property fails; Hypothesis shrinks the failing case. A search
+draws the examples of every pytest test it stands for (``gate_tests``: one
+per stratum of the mutant's flavors and per transform value, as a ci run
+checks them), within its share of the time budget.
 Verdicts: ``killed`` (a PropertyFailure), ``error`` (the mutated kernel
 raised or crashed: killed by crash, listed apart), ``harness_error`` (an
 exception raised in the suite's own code: never a kill), ``survived`` (nothing
@@ -41,7 +44,7 @@ from typing import List, Optional, Sequence, Tuple
 from conformance.ground.case import Case
 from conformance.ground.tables import NO_GPU
 from conformance.properties.matrix import BACKWARD as BACKWARD_MODULE  # the backward's families: searched by backward mutants only
-from conformance.properties.matrix import MATRIX, PARAM, SOURCE, TRANSFORM, Family, stratum_of
+from conformance.properties.matrix import MATRIX, PARAM, SOURCE, STRATUM, TRANSFORM, Family, stratum_of
 from kernels.mutants import MUTANTS, Mutant
 
 DEFAULT_REPORT_DIR = "sdpa-report"
@@ -178,13 +181,29 @@ def check_property(kind: Kind, case: Case, adapter):
     return kind.family.check(case, adapter, kind.fixed)
 
 
-def _settings(profile: str, kind: Kind):
+def gate_tests(kind: Kind, flavors) -> int:
+    """How many pytest tests of a run this search stands for: one per stratum
+    of the mutant's flavors (the family's stratum axis) and per value of its
+    transform axes (which the search draws per example). A search of one
+    test's examples over eight strata would see an eighth of what the gate
+    checks (the H200 table of 2026-12-03: 40 numerics_dense draws held one
+    RoPE row past a KV tile and no LPT-L2 split, where the gate draws 320)."""
+    n = 1
+    for axis in kind.family.axes:
+        if axis.role == STRATUM:
+            n *= sum(1 for v in axis.values if dict(zip(axis.args, v)).get("flavor") in flavors)
+        elif axis.role == TRANSFORM:
+            n *= len(axis.values)
+    return max(1, n)
+
+
+def _settings(profile: str, kind: Kind, tests: int = 1):
     from hypothesis import HealthCheck, Verbosity, settings
 
     from strategies.profiles import KIND_SCALE
 
     base = settings.get_profile(profile)
-    n = max(1, round(base.max_examples * KIND_SCALE[kind.examples]))  # strategies.profiles.examples(), unloaded
+    n = max(1, round(base.max_examples * KIND_SCALE[kind.examples])) * tests  # strategies.profiles.examples(), unloaded, per test
     return settings(base, max_examples=n, database=None, deadline=None, report_multiple_bugs=False,
                     suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet)  # fmt: skip
 
@@ -210,7 +229,7 @@ def search(kind: Kind, adapter, flavors, *, profile: str, until: float, t0: floa
 
     state, strategy = _Search(), kind.strategy(flavors)
 
-    @_settings(profile, kind)
+    @_settings(profile, kind, gate_tests(kind, flavors))
     @given(data=st.data())
     def probe(data):
         drawn, case = data.draw(strategy, label="case")  # always: a draw-less example confuses Hypothesis

@@ -341,3 +341,19 @@ def test_the_expected_killer_gets_half_the_budget(monkeypatch):
     M._search_kinds(rec, chosen, None, (), profile="ci", deadline=100.0, t0=0.0, check=None)
     assert slices[0] == (m.expected_killer, 100.0 * M.EXPECTED_SHARE)
     assert [round(s, 6) for _, s in slices[1:]] == [12.5] * 4 and rec["complete"]
+
+
+def test_a_search_draws_what_the_gate_runs_for_its_flavors():
+    """A search stands for one pytest test per stratum of the mutant's flavors
+    (and per transform value): numerics_dense over every flavor draws 8 tests'
+    examples, over qwen alone 2; the settings scale max_examples by it."""
+    kinds = {k.name: k for k in M.KINDS}
+    every, qwen = ("gptoss", "llama", "dsv3", "qwen"), ("qwen",)
+    assert M.gate_tests(kinds["numerics_dense"], every) == 8 and M.gate_tests(kinds["numerics_dense"], qwen) == 2
+    for kind in M.KINDS:
+        transforms = 1
+        for axis in kind.family.axes:
+            transforms *= len(axis.values) if axis.role == M.TRANSFORM else 1
+        assert M.gate_tests(kind, qwen) in (transforms, 2 * transforms), kind.name
+    one = M._settings("ci", kinds["numerics_dense"]).max_examples
+    assert M._settings("ci", kinds["numerics_dense"], M.gate_tests(kinds["numerics_dense"], every)).max_examples == 8 * one

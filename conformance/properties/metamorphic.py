@@ -162,6 +162,15 @@ def _moved_rows(case1: Case, case2: Case, order: List[int], which: str, capacity
     return idx
 
 
+def _rows(x: torch.Tensor, dim: int, idx: torch.Tensor) -> torch.Tensor:
+    """``x``'s rows ``idx`` along ``dim``; a first launch with no Q rows at
+    all (every q length 0, no base or slack: capacity 0) gives zeros, which
+    no live row reads (the second launch may still have capacity: a shifted base)."""
+    if x.shape[dim] == 0:
+        return x.new_zeros(x.shape[:dim] + (idx.numel(),) + x.shape[dim + 1 :])
+    return x.index_select(dim, idx)
+
+
 def _repack(case: Case, case2: Case, x1: CaseTensors, order: List[int]):
     """The second launch's inputs (poisoned outside its live rows) holding
     the first's sequences in ``order``, and the Q row map."""
@@ -179,7 +188,7 @@ def _repack(case: Case, case2: Case, x1: CaseTensors, order: List[int]):
         live = iq >= 0
         src = torch.where(live, iq, torch.zeros_like(iq))
         o_where, lse_where = _defined(case2, x2, (case2.t_q,) + tuple(o1.shape[1:]), (lse1.shape[0], case2.t_q))
-        return o1[src], lse1[:, src], o_where & live[:, None, None], lse_where & live[None, :]
+        return _rows(o1, 0, src), _rows(lse1, 1, src), o_where & live[:, None, None], lse_where & live[None, :]
 
     return x2, expect
 
