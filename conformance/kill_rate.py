@@ -8,10 +8,11 @@ runs in its own process on ``PreparedAdapter(rewrites=...)``. For each
 property kind of ``KINDS`` in order (derived from the test matrix,
 conformance.properties.matrix), a Hypothesis search over the strategies the
 pytest tests use (flavors restricted to the templates the mutant rewrites)
-runs until a property fails; Hypothesis shrinks the failing case. A search
-draws the examples of every pytest test it stands for (``gate_tests``: one
-per stratum of the mutant's flavors and per transform value, as a ci run
-checks them), within its share of the time budget.
+runs until a property fails; Hypothesis shrinks the failing case. A kind is
+searched as a ci run tests it: one search per stratum of the mutant's
+flavors (``search_strata``), each drawing one pytest test's examples (times
+its transform values, ``gate_tests``), within the kind's share of the time
+budget split over its strata.
 Verdicts: ``killed`` (a PropertyFailure), ``error`` (the mutated kernel
 raised or crashed: killed by crash, listed apart), ``harness_error`` (an
 exception raised in the suite's own code: never a kill), ``survived`` (nothing
@@ -37,6 +38,7 @@ import queue as queue_mod
 import sys
 import time
 import traceback
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
@@ -87,12 +89,12 @@ class Kind:
     def property(self) -> str:
         return self.family.property
 
-    def strategy(self, flavors):
+    def strategy(self, flavors, dtypes=None):
         """SearchStrategy of (the transform-axis values drawn, the Case checked)."""
         from hypothesis import strategies as st
 
         fam = self.family
-        base = fam.strategy_for(self.fixed, flavors=flavors)
+        base = fam.strategy_for(self.fixed, flavors=flavors, **({"dtypes": dtypes} if dtypes else {}))
         drawn = [a for a in fam.axes if a.role == TRANSFORM]
         if not drawn:
             return base.map(lambda case: ({}, case))
@@ -181,20 +183,28 @@ def check_property(kind: Kind, case: Case, adapter):
     return kind.family.check(case, adapter, kind.fixed)
 
 
-def gate_tests(kind: Kind, flavors) -> int:
-    """How many pytest tests of a run this search stands for: one per stratum
-    of the mutant's flavors (the family's stratum axis) and per value of its
-    transform axes (which the search draws per example). A search of one
-    test's examples over eight strata would see an eighth of what the gate
-    checks (the H200 table of 2026-12-03: 40 numerics_dense draws held one
-    RoPE row past a KV tile and no LPT-L2 split, where the gate draws 320)."""
+def search_strata(kind: Kind, flavors) -> List[Optional[Tuple[str, str]]]:
+    """The searches a kind makes, as a ci run has one pytest test per stratum:
+    the (flavor, dtype) values of the family's stratum axis within the
+    mutant's flavors, one search each; [None] (one search over ``flavors``)
+    for a family without a stratum axis. One search of one test's examples
+    over eight strata would see an eighth of what the gate checks (the H200
+    table of 2026-12-03: 40 numerics_dense draws held one RoPE row past a KV
+    tile and no LPT-L2 split)."""
+    axes = [a for a in kind.family.axes if a.role == STRATUM]
+    if not axes:
+        return [None]
+    values = [dict(zip(axes[0].args, v)) for v in axes[0].values]
+    return [(v["flavor"], v["dtype"]) for v in values if v["flavor"] in flavors]
+
+
+def gate_tests(kind: Kind) -> int:
+    """The pytest tests one stratum's search stands for: one per value of the
+    family's transform axes (which the search draws per example)."""
     n = 1
     for axis in kind.family.axes:
-        if axis.role == STRATUM:
-            n *= sum(1 for v in axis.values if dict(zip(axis.args, v)).get("flavor") in flavors)
-        elif axis.role == TRANSFORM:
-            n *= len(axis.values)
-    return max(1, n)
+        n *= len(axis.values) if axis.role == TRANSFORM else 1
+    return n
 
 
 def _settings(profile: str, kind: Kind, tests: int = 1):
@@ -218,18 +228,27 @@ class _Search:
     last: Optional[tuple] = None  # the shrunk one: Hypothesis replays it last
 
 
-def search(kind: Kind, adapter, flavors, *, profile: str, until: float, t0: float, check=check_property) -> _Search:
-    """One Hypothesis search of ``kind``; stops drawing at ``until`` unless a
-    failure was seen (then Hypothesis shrinks, within MAX_SHRINKING_SECONDS)."""
-    from hypothesis import given, strategies as st, target
+def search(kind: Kind, adapter, flavors, *, profile: str, until: float, t0: float, check=check_property,
+           stratum: Optional[Tuple[str, str]] = None) -> _Search:  # fmt: skip
+    """One Hypothesis search of ``kind`` (in ``stratum``: one (flavor, dtype),
+    as one pytest test; None: over ``flavors``); stops drawing at ``until``
+    unless a failure was seen (then Hypothesis shrinks, within MAX_SHRINKING_SECONDS)."""
+    from hypothesis import given, seed, strategies as st, target
     from hypothesis.errors import UnsatisfiedAssumption
 
     from conformance.ground.outcome import Unsupported
     from conformance.properties import NoGPU
 
-    state, strategy = _Search(), kind.strategy(flavors)
+    state = _Search()
+    strategy = kind.strategy(flavors) if stratum is None else kind.strategy((stratum[0],), (stratum[1],))
 
-    @_settings(profile, kind, gate_tests(kind, flavors))
+    # A derandomized profile seeds a search from its function, the same for every
+    # stratum (pytest's parameters of one test draw different sequences): each
+    # stratum's search gets a seed of its own, fixed by the kind and stratum.
+    salt = seed(zlib.crc32(f"{kind.name}[{stratum[0]}-{stratum[1]}]".encode())) if stratum else (lambda f: f)
+
+    @salt
+    @_settings(profile, kind, gate_tests(kind))
     @given(data=st.data())
     def probe(data):
         drawn, case = data.draw(strategy, label="case")  # always: a draw-less example confuses Hypothesis
@@ -309,7 +328,14 @@ def _search_kinds(rec: dict, chosen, adapter, flavors, *, profile, deadline, t0,
         now = time.perf_counter()
         share = EXPECTED_SHARE if kind.name == rec["expected_killer"] and len(chosen) > 1 else 1 / (len(chosen) - i)
         until = now + max(0.0, deadline - now) * share
-        s = search(kind, adapter, flavors, profile=profile, until=until, t0=t0, check=check)
+        s, strata = _Search(), search_strata(kind, flavors)
+        for j, stratum in enumerate(strata):  # each stratum an equal share of the time left (a fast one leaves more)
+            t = time.perf_counter()
+            one = search(kind, adapter, flavors, profile=profile, until=t + max(0.0, until - t) / (len(strata) - j), t0=t0, check=check, stratum=stratum)
+            s.examples, s.shrinks, s.excused, s.cut = s.examples + one.examples, s.shrinks + one.shrinks, s.excused + one.excused, s.cut or one.cut
+            if one.first is not None:
+                s.first, s.last = one.first, one.last
+                break
         rec["kinds"].append({"name": kind.name, "examples": s.examples, "shrinks": s.shrinks, "excused": s.excused, "cut": s.cut,
                              "seconds": round(time.perf_counter() - now, 1), "failed": s.first is not None})  # fmt: skip
         rec["complete"] &= not s.cut

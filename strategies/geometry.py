@@ -310,7 +310,7 @@ def features_of(layout: str, s: int, r: int, *, rope_ok: bool = False, rope_long
     the L2 budget) sit together on a few rows per pool, rotating with the
     stratum, so that ``--adapter=wrapper`` runs still serve most rows; the
     scheduler and RoPE (both adapters) rotate over every row, and RoPE also
-    sits on ``rope_long``, the stratum's first row past one KV tile (its K
+    sits on ``rope_long``, the stratum's first and last rows with a scale past one KV tile (its K
     positions matter only there: a tile-local position is right below TILE_N
     keys). Each stratum's
     pool holds every value (tests/test_geometry.py). Row 0 keeps every
@@ -370,12 +370,16 @@ def dense_pool(flavor: str, dtype: str) -> Tuple[DenseGeometry, ...]:
     shapes = [l2_split_lengths(flavor, s) if r in L2_SPLIT_ROWS else LENGTHS[row[2]][(s + r) % len(LENGTHS[row[2]])]
               for r, row in enumerate(DENSE_ROWS)]  # fmt: skip
     rope_ok = [pad is None and dims == "on" for *_, pad, dims in DENSE_ROWS]
-    # RoPE's K positions matter past the first KV tile only: the first such row always carries it.
-    long_rope = next((r for r in range(1, len(DENSE_ROWS)) if rope_ok[r] and shapes[r][1] > pools.TILE_N), None)
+    # RoPE's K positions matter past the first KV tile only, and only with a scale (sign 0 rows run
+    # scale 0: q.k, rotated or not, never reaches a logit): the first and the last such rows always
+    # carry it. (The H200, 2026-12-03: a tile-local-position mutant fails numerics on every such row
+    # but the scale-0 ones, and survived 320 numerics_dense draws while they were 9 of 144 rows.)
+    reach = [r for r in range(1, len(DENSE_ROWS)) if rope_ok[r] and shapes[r][1] > pools.TILE_N and DENSE_ROWS[r][6] != 0]
+    long_rope = {reach[0], reach[-1]} if reach else set()
     for r, (batch, (h_q, h_kv), length, mask, bias, sinks, sign, memory, pad, dims) in enumerate(DENSE_ROWS):
         s_q, s_kv = shapes[r]
         d_qk, d_v = _dims(flavor, dims, s + r)
-        extra = features_of("dense", s, r, rope_ok=rope_ok[r], rope_long=r == long_rope)
+        extra = features_of("dense", s, r, rope_ok=rope_ok[r], rope_long=r in long_rope)
         out.append(DenseGeometry(
             d_qk=d_qk, d_v=d_v, batch=batch, h_q=h_q, h_kv=h_kv, s_q=s_q, s_kv=s_kv, bias=bias, sinks=sinks, sign=sign,
             memory=memory, pad_q=pad in ("q", "both"), pad_kv=pad in ("kv", "both"), lse_log2=_lse_log2(s, r), extra=extra, **_mask(mask, s + r),

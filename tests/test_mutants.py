@@ -325,35 +325,65 @@ def test_a_mutant_meets_its_expected_killer_first():
 def test_the_expected_killer_gets_half_the_budget(monkeypatch):
     """The designed catcher searches first with EXPECTED_SHARE of the budget;
     the others share what is left equally (a 100 s budget over 5 kinds: 50,
-    then 12.5 each)."""
+    then 12.5 each), each split over its strata."""
     m = {m.name: m for m in MUTANTS}["bias_not_unscaled"]
     chosen = M.searched(m)[:5]
-    slices, clock = [], [0.0]
+    slices, clock = {}, [0.0]
     monkeypatch.setattr(M.time, "perf_counter", lambda: clock[0])
 
-    def fake_search(kind, adapter, flavors, *, profile, until, t0, check):
-        slices.append((kind.name, until - clock[0]))
+    def fake_search(kind, adapter, flavors, *, profile, until, t0, check, stratum=None):
+        slices[kind.name] = slices.get(kind.name, 0.0) + until - clock[0]
         clock[0] = until
         return M._Search()
 
     monkeypatch.setattr(M, "search", fake_search)
     rec = {"expected_killer": m.expected_killer, "kinds": [], "complete": True}
-    M._search_kinds(rec, chosen, None, (), profile="ci", deadline=100.0, t0=0.0, check=None)
-    assert slices[0] == (m.expected_killer, 100.0 * M.EXPECTED_SHARE)
-    assert [round(s, 6) for _, s in slices[1:]] == [12.5] * 4 and rec["complete"]
+    M._search_kinds(rec, chosen, None, M.flavors_for(m), profile="ci", deadline=100.0, t0=0.0, check=None)
+    got = [round(slices[k.name], 6) for k in chosen]
+    assert chosen[0].name == m.expected_killer and got == [100.0 * M.EXPECTED_SHARE] + [12.5] * 4 and rec["complete"]
 
 
-def test_a_search_draws_what_the_gate_runs_for_its_flavors():
-    """A search stands for one pytest test per stratum of the mutant's flavors
-    (and per transform value): numerics_dense over every flavor draws 8 tests'
-    examples, over qwen alone 2; the settings scale max_examples by it."""
+def test_a_kind_is_searched_per_stratum_as_the_gate_tests_it(monkeypatch):
+    """numerics_dense over every flavor is 8 searches (one per stratum, each
+    restricted to it, each one test's examples), over qwen alone 2; a family
+    without a stratum axis is one search over the flavors; a kill in one
+    stratum ends the kind."""
     kinds = {k.name: k for k in M.KINDS}
     every, qwen = ("gptoss", "llama", "dsv3", "qwen"), ("qwen",)
-    assert M.gate_tests(kinds["numerics_dense"], every) == 8 and M.gate_tests(kinds["numerics_dense"], qwen) == 2
-    for kind in M.KINDS:
-        transforms = 1
-        for axis in kind.family.axes:
-            transforms *= len(axis.values) if axis.role == M.TRANSFORM else 1
-        assert M.gate_tests(kind, qwen) in (transforms, 2 * transforms), kind.name
-    one = M._settings("ci", kinds["numerics_dense"]).max_examples
-    assert M._settings("ci", kinds["numerics_dense"], M.gate_tests(kinds["numerics_dense"], every)).max_examples == 8 * one
+    assert len(M.search_strata(kinds["numerics_dense"], every)) == 8
+    assert M.search_strata(kinds["numerics_dense"], qwen) == [("qwen", "float16"), ("qwen", "bfloat16")]
+    assert all(M.gate_tests(k) >= 1 for k in M.KINDS)
+    calls = []
+
+    def fake_search(kind, adapter, flavors, *, profile, until, t0, check, stratum=None):
+        calls.append(stratum)
+        s = M._Search(examples=3)
+        if stratum == ("llama", "bfloat16"):
+            from conformance.ground.case import Case
+
+            s.first = s.last = (Case(), RuntimeError("boom"), 1.0)
+        return s
+
+    monkeypatch.setattr(M, "search", fake_search)
+    rec = {"expected_killer": "numerics_dense", "kinds": [], "complete": True, "verdict": "survived"}
+    M._search_kinds(rec, [kinds["numerics_dense"]], None, every, profile="ci", deadline=1e9, t0=0.0, check=None)
+    assert calls == M.search_strata(kinds["numerics_dense"], every)[: calls.index(("llama", "bfloat16")) + 1]
+    assert rec["kinds"][0]["examples"] == 3 * len(calls) and rec["kinds"][0]["failed"] and rec["killed_by"] == "numerics_dense"
+
+
+def test_each_strata_search_draws_its_own_sequence():
+    """A derandomized search is seeded from its function, the same for every
+    stratum; pytest's parameters of one test draw different sequences, and so
+    do the harness's strata (a seed per kind and stratum): the pool rows drawn
+    in gptoss-fp16 and gptoss-bf16 differ, and each is the same run to run."""
+    import time
+
+    kind = {k.name: k for k in M.KINDS}["numerics_dense"]
+
+    def rows(stratum):
+        seen = []
+        M.search(kind, None, ("gptoss",), profile="ci", until=time.perf_counter() + 1e9, t0=0.0, check=lambda k, c, a: seen.append(c), stratum=stratum)
+        return [(c.s_q, c.s_kv, c.batch, c.h_q) for c in seen]
+
+    a, b = rows(("gptoss", "float16")), rows(("gptoss", "bfloat16"))
+    assert a != b and a == rows(("gptoss", "float16"))
