@@ -150,6 +150,11 @@ def _compile(s: dict) -> list:
     if c.get("keys"):
         out.append(("p", f"{c['keys']} distinct compile keys among the examples, {c['compiled_keys']} compiled in this run"
                          f" ({c['repeat_compiles']} compiles of a key already compiled in this run)."))
+    rep = c.get("repeats") or {}
+    if c.get("repeat_compiles") and rep.get("top"):
+        out.append(("p", "Repeat compiles by where they come from: " + ", ".join(f"{k} {v}" for k, v in rep["by_class"].items()) + "."))
+        out.append(("table", ["key", "compiles", "examples", "workers", "properties", "class"],
+                    [[t["key"][:16], t["compiles"], t["examples"], t["workers"], ", ".join(t["properties"]), t["class"]] for t in rep["top"]]))
     if c.get("cache"):
         out.append(("p", c["cache"]))
     return out

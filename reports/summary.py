@@ -60,6 +60,7 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
     failures: Dict[tuple, dict] = {}
     times, faults = [], []
     keys_seen, compiled = set(), Counter()  # compile-key digests (kernels.prepared notes): seen / compiled how often
+    compiling: Dict[str, list] = defaultdict(list)  # key -> (worker, property, misses) of each example that compiled under it
     workers: Dict[str, dict] = defaultdict(lambda: {"examples": 0, "example_seconds": 0.0, "phases": Counter(), "first": None, "last": None})
     for r in records:
         kind = r.get("kind")
@@ -97,7 +98,10 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
             key = (r.get("notes") or {}).get("compile_key")
             if key:
                 keys_seen.add(key)
-                compiled[key] += int((r.get("compile") or {}).get("misses") or 0)
+                misses = int((r.get("compile") or {}).get("misses") or 0)
+                compiled[key] += misses
+                if misses:
+                    compiling[key].append((r.get("shard", "?"), r["property"], misses))
             obs_list.append(r)
         elif kind == "collected":
             collected.update(r.get("tests", {}))
@@ -179,6 +183,7 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
         "coverage": coverage(c for _, c in begun),
         "compile": _compile(sum((p["compile"] for p in props.values()), Counter()), sum(p["seconds"] for p in props.values()))
         | {"keys": len(keys_seen), "compiled_keys": sum(1 for n in compiled.values() if n), "repeat_compiles": sum(max(0, n - 1) for n in compiled.values()),
+           "repeats": _repeats(compiling),
            "cache": session.get("environment", {}).get("compile_cache_note")},
         "profile": _profile(workers, props),
         "slowest": [
@@ -223,6 +228,29 @@ def _phases(c: Counter, example_seconds: float) -> dict:
     if example_seconds:
         out["other"] = round(max(0.0, example_seconds - sum(c.values())), 3)
     return out
+
+
+# Where repeat compiles come from, per key compiled more than once: one example
+# whose run compiled several artifacts under its key (a backward example with its
+# forward, a relation's second entry point), examples of several workers (two
+# processes racing for one key), or of one worker (a memo or cache miss).
+REPEAT_CLASSES = ("one example, several artifacts", "several workers", "one worker")
+REPEAT_TOP = 10
+
+
+def _repeats(compiling: Dict[str, list]) -> dict:
+    """Repeat compiles by class (REPEAT_CLASSES) and the keys with the most."""
+    by_class, top = Counter(), []
+    for key, hits in compiling.items():
+        n = sum(m for _, _, m in hits)
+        if n < 2:
+            continue
+        cls = REPEAT_CLASSES[0] if len(hits) == 1 else REPEAT_CLASSES[1] if len({w for w, _, _ in hits}) > 1 else REPEAT_CLASSES[2]
+        by_class[cls] += n - 1
+        top.append({"key": key, "compiles": n, "examples": len(hits), "workers": len({w for w, _, _ in hits}),
+                    "properties": sorted({p for _, p, _ in hits}), "class": cls})
+    top.sort(key=lambda t: (-t["compiles"], t["key"]))
+    return {"by_class": {c: by_class[c] for c in REPEAT_CLASSES}, "top": top[:REPEAT_TOP]}
 
 
 def _profile(workers: Dict[str, dict], props: Dict[str, dict]) -> dict:

@@ -111,3 +111,16 @@ def test_report_counts_keys_repeats_and_the_compile_share(tmp_path):
     md = paths["md"].read_text()
     assert "share of example time" in md and "3 distinct compile keys" in md and "1 compiles of a key already compiled" in md
     assert json.loads(paths["json"].read_text())["compile"]["repeat_compiles"] == 1
+    # k3's repeat: two examples of one worker (gw1)
+    assert comp["repeats"]["by_class"] == {"one example, several artifacts": 0, "several workers": 0, "one worker": 1}
+    assert comp["repeats"]["top"][0] | {"properties": None} == {"key": "k3", "compiles": 2, "examples": 2, "workers": 1, "properties": None, "class": "one worker"}
+    assert "Repeat compiles by where they come from: one example, several artifacts 0, several workers 0, one worker 1." in md
+
+
+def test_report_tells_a_race_from_an_example_with_several_artifacts(tmp_path):
+    run, c = "20261203-000000-2", Case(s_q=3, s_kv=3)
+    _shard(tmp_path, run, "gw0", [(c, "k1", 1, 3.0, 2.0), (c, "k2", 2, 3.0, 2.0)])
+    _shard(tmp_path, run, "gw1", [(c, "k1", 1, 3.0, 2.0)])
+    s, _ = reports.build(tmp_path, run)
+    assert s["compile"]["repeat_compiles"] == 2
+    assert s["compile"]["repeats"]["by_class"] == {"one example, several artifacts": 1, "several workers": 1, "one worker": 0}

@@ -44,6 +44,7 @@ for i in range(1, n + 1):
         for q, st in (s["properties"].get(prop, {}).get("ratios_by_dtype") or {}).items():
             ratios[q] = f"p99 {st['p99']:.3f} max {st['max']:.3f} n {st['count']}"
     print(f"run {i}: tests {t} | examples {r['examples']} in {r['wall_seconds']:.0f} s ({r['examples_per_minute']:.0f}/min) | compiles {c.get('compiles')} hits {c.get('hits')}")
+    print(f"    compile keys {c.get('keys')}, compiled {c.get('compiled_keys')}, repeat compiles {c.get('repeat_compiles')}: {(c.get('repeats') or {}).get('by_class')}")
     for q, line in sorted(ratios.items()):
         print(f"    error/bound {q}: {line}")
     print("    examples per property: " + ", ".join(f"{k} {v.get('examples')} ({v.get('failed')} failed)" for k, v in sorted(s["properties"].items())))
