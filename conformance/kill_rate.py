@@ -10,9 +10,10 @@ conformance.properties.matrix), a Hypothesis search over the strategies the
 pytest tests use (flavors restricted to the templates the mutant rewrites)
 runs until a property fails; Hypothesis shrinks the failing case. A kind is
 searched as a ci run tests it: one search per stratum of the mutant's
-flavors (``search_strata``), each drawing one pytest test's examples (times
-its transform values, ``gate_tests``), within the kind's share of the time
-budget split over its strata.
+flavors (``search_strata``), each drawing the kind's base example count
+(times its transform values, ``gate_tests``; the ci run's tests scale
+numerics and tails up further), within the kind's share of the time budget
+split over its strata.
 Verdicts: ``killed`` (a PropertyFailure), ``error`` (the mutated kernel
 raised or crashed: killed by crash, listed apart), ``harness_error`` (an
 exception raised in the suite's own code: never a kill), ``survived`` (nothing

@@ -11,7 +11,9 @@ draws exactly the examples the profile draws (the ``ci`` profile is
 derandomized: the same draws on every machine), and computes the prepared
 adapter's compile key of each example (``kernels.prepared.compile_key``: the
 geometry and constexprs a dense run hands ``compile_host``, the lru arguments
-of ``compile_thd_host``) without compiling anything. It reports, per
+of ``compile_thd_host``; for the backward's properties
+``kernels.backward.compile_key``, plus the forward's when O and LSE come from
+the forward kernel) without compiling anything. It reports, per
 property, the examples, the distinct keys and examples per key; a run shares
 one on-disk compiled cache, so the run-wide distinct keys are the compiles a
 cold GPU run pays (each ~1.5-2.6 s).
@@ -38,7 +40,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # Properties that launch kernels and so pay a compile per new key.
-LAUNCHING = ("numerics", "tails", "compile_reuse", "graph_replay", "launch_hygiene")
+LAUNCHING = ("numerics", "tails", "compile_reuse", "graph_replay", "launch_hygiene", "metamorphic",
+             "backward", "backward_tails", "determinism", "backward_addressing")
+BACKWARD = ("backward", "backward_tails", "determinism", "backward_addressing")
 
 
 class Recorder:
@@ -85,11 +89,21 @@ class Recorder:
 
 
 def keys_of(prop: str, case, params: dict) -> list:
-    """The compile keys one example of ``prop`` asks for (prepared adapter)."""
+    """The compile keys one example of ``prop`` asks for (prepared adapter):
+    forward keys as kernels.prepared.compile_key gives them, backward ones as
+    ("bwd", kernels.backward.compile_key) plus the forward's when the backward
+    takes O and LSE from the forward kernel. A metamorphic relation's second
+    launch keeps the compile key (its own test), but the entry relation's
+    second entry point (the wrapper) is not counted."""
     from kernels.prepared import compile_key
 
     if prop not in LAUNCHING or case.violation:
         return []
+    if prop in BACKWARD:
+        from conformance.properties.backward import forward_of
+        from kernels.backward import compile_key as backward_key
+
+        return [("bwd", backward_key(case))] + ([compile_key(forward_of(case))] if case.inputs_from == "kernel" else [])
     init = params.get("initialize_outputs", True)
     keys = [compile_key(case, initialize_outputs=init)]
     if prop == "compile_reuse" and case.is_thd:  # the property's new-sequence-count call
@@ -150,7 +164,8 @@ def count(profile: str = "ci", geometry: str = None, select: str = None) -> dict
         p["examples"] += 1
         for k in keys_of(prop, case, params):
             p["keys"].add(k)
-            per_stratum[(k[1], "bfloat16" if k[2].io_bf16 else "float16")].add(k)
+            if k[0] != "bwd":
+                per_stratum[(k[1], "bfloat16" if k[2].io_bf16 else "float16")].add(k)
 
     numerics = [(case, params) for prop, case, params in rec.calls if prop == "numerics"]
     unvisited = _unvisited_rows(numerics)
@@ -160,7 +175,8 @@ def count(profile: str = "ci", geometry: str = None, select: str = None) -> dict
         ex = sum(per_prop[n]["examples"] for n in names)
         keys = set().union(*(per_prop[n]["keys"] for n in names)) if names else set()
         return {"examples": ex, "keys": len(keys), "examples_per_key": round(ex / len(keys), 2) if keys else None,
-                "dense_keys": sum(1 for k in keys if k[0] == "dense"), "thd_keys": sum(1 for k in keys if k[0] == "thd")}  # fmt: skip
+                "dense_keys": sum(1 for k in keys if k[0] == "dense"), "thd_keys": sum(1 for k in keys if k[0] == "thd"),
+                "backward_keys": sum(1 for k in keys if k[0] == "bwd")}  # fmt: skip
 
     out = {
         "profile": profile,
@@ -168,6 +184,8 @@ def count(profile: str = "ci", geometry: str = None, select: str = None) -> dict
         "properties": {n: row([n]) for n in sorted(per_prop)},
         "numerics+tails": row(["numerics", "tails"]),
         "launching": row([n for n in LAUNCHING if n in per_prop]),
+        "forward": row([n for n in LAUNCHING if n in per_prop and n not in BACKWARD]),
+        "backward": row([n for n in BACKWARD if n in per_prop]),
         "numerics_rows_never_drawn": unvisited,
         "numerics_features_missing": gaps,
         "keys_per_stratum": {f"{f}-{d}": len(v) for (f, d), v in sorted(per_stratum.items())},
@@ -185,9 +203,10 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     out = count(args.profile, args.geometry, args.select)
     print(f"\nprofile {out['profile']}, geometry {out['geometry']}")
-    print(f"{'property':16} {'examples':>9} {'keys':>6} {'dense':>6} {'thd':>5} {'ex/key':>7}")
-    for name, r in list(out["properties"].items()) + [("numerics+tails", out["numerics+tails"]), ("launching", out["launching"])]:
-        print(f"{name:16} {r['examples']:9d} {r['keys']:6d} {r['dense_keys']:6d} {r['thd_keys']:5d} {str(r['examples_per_key']):>7}")
+    print(f"{'property':20} {'examples':>9} {'keys':>6} {'dense':>6} {'thd':>5} {'bwd':>5} {'ex/key':>7}")
+    rows = list(out["properties"].items()) + [(n, out[n]) for n in ("numerics+tails", "forward", "backward", "launching")]
+    for name, r in rows:
+        print(f"{name:20} {r['examples']:9d} {r['keys']:6d} {r['dense_keys']:6d} {r['thd_keys']:5d} {r['backward_keys']:5d} {str(r['examples_per_key']):>7}")
     if out["numerics_rows_never_drawn"]:
         print("numerics: pool rows never drawn: " + "; ".join(f"{k} {' '.join(v)}" for k, v in out["numerics_rows_never_drawn"].items()))
     if out["numerics_features_missing"]:
