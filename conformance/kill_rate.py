@@ -228,6 +228,13 @@ class _Search:
     first: Optional[tuple] = None  # (case, failure, seconds since the mutant started)
     last: Optional[tuple] = None  # the shrunk one: Hypothesis replays it last
 
+    def add(self, other: "_Search") -> None:
+        """Fold one stratum's search into a kind's (its failure, if any, is the kind's)."""
+        self.examples, self.shrinks, self.excused = self.examples + other.examples, self.shrinks + other.shrinks, self.excused + other.excused
+        self.cut |= other.cut
+        if other.first is not None:
+            self.first, self.last = other.first, other.last
+
 
 def search(kind: Kind, adapter, flavors, *, profile: str, until: float, t0: float, check=check_property,
            stratum: Optional[Tuple[str, str]] = None) -> _Search:  # fmt: skip
@@ -333,9 +340,8 @@ def _search_kinds(rec: dict, chosen, adapter, flavors, *, profile, deadline, t0,
         for j, stratum in enumerate(strata):  # each stratum an equal share of the time left (a fast one leaves more)
             t = time.perf_counter()
             one = search(kind, adapter, flavors, profile=profile, until=t + max(0.0, until - t) / (len(strata) - j), t0=t0, check=check, stratum=stratum)
-            s.examples, s.shrinks, s.excused, s.cut = s.examples + one.examples, s.shrinks + one.shrinks, s.excused + one.excused, s.cut or one.cut
+            s.add(one)
             if one.first is not None:
-                s.first, s.last = one.first, one.last
                 break
         rec["kinds"].append({"name": kind.name, "examples": s.examples, "shrinks": s.shrinks, "excused": s.excused, "cut": s.cut,
                              "seconds": round(time.perf_counter() - now, 1), "failed": s.first is not None})  # fmt: skip

@@ -68,6 +68,7 @@ from typing import Callable, Dict, Optional, Sequence, Tuple, Union
 import torch
 
 from conformance.ground.phases import timed
+from conformance.ground.tolerances import rotation_unsure
 
 from . import masks
 
@@ -296,11 +297,7 @@ def rotate(x: torch.Tensor, angles: torch.Tensor, width: Optional[int] = None, *
     c, s = torch.cos(a), torch.sin(a)
     lo, hi = x[..., :d2].to(torch.float32), x[..., d2:].to(torch.float32)
     out = torch.cat((lo * c - hi * s, hi * c + lo * s), dim=-1).to(x.dtype)
-    if not unsure:
-        return out
-    from conformance.ground.tolerances import rotation_unsure
-
-    return out, rotation_unsure(lo, hi, c, s, x.dtype)
+    return (out, rotation_unsure(lo, hi, c, s, x.dtype)) if unsure else out
 
 
 # Reference memory. One float64 attention call with the error model holds about
@@ -313,14 +310,13 @@ REF_CHUNK_ELEMS = 1 << 24
 
 
 def chunked_attention(q, k, v, *, bias=None, q_lens: Lens = None, kv_lens: Lens = None, extra: Optional[Extra] = None,
-                      chunk_elems: Optional[int] = None, **common):
+                      chunk_elems: Optional[int] = None, q_unsure: Optional[torch.Tensor] = None, **common):
     """``attention`` over chunks of query rows, each of at most ``chunk_elems``
     (row, key) pairs: (O, LSE, extras) with ``extra`` applied to each chunk's
     ``Internals`` and the pieces joined on the row axis (extras None without
-    ``extra``)."""
+    ``extra``); ``q_unsure`` is cut into the same chunks as q."""
     b, h, s_q, _ = q.shape
     rows = max(1, (chunk_elems or REF_CHUNK_ELEMS) // max(1, b * h * k.shape[2]))
-    q_unsure = common.pop("q_unsure", None)
     common = dict(common, q_lens=q_lens, kv_lens=kv_lens, internals=extra is not None)
     if rows >= s_q:
         got = attention(q, k, v, bias=bias, q_unsure=q_unsure, **common)
@@ -368,8 +364,11 @@ def reference_for_case(case, tensors, compute_dtype: torch.dtype = torch.float32
         q, k, unsure = tensors.q, tensors.k, {}
         if case.rope:
             width = rope_width(case)
-            (q, q_unsure), (k, k_unsure) = (rotate(x, tensors.rope, width, unsure=True) for x in (q, k))
-            unsure = dict(q_unsure=q_unsure, k_unsure=k_unsure)
+            if extra is None:  # no Internals asked for: the error model's operand distances are not needed
+                q, k = rotate(q, tensors.rope, width), rotate(k, tensors.rope, width)
+            else:
+                (q, q_unsure), (k, k_unsure) = (rotate(x, tensors.rope, width, unsure=True) for x in (q, k))
+                unsure = dict(q_unsure=q_unsure, k_unsure=k_unsure)
         got = chunked_attention(q, k, tensors.v, bias=tensors.bias,
                                 q_lens=tensors.seq_q_lens, kv_lens=tensors.seq_kv_lens, **common, **unsure)
         return _lse_units(case, *got)

@@ -242,12 +242,12 @@ def _repeats(compiling: Dict[str, list]) -> dict:
     """Repeat compiles by class (REPEAT_CLASSES) and the keys with the most."""
     by_class, top = Counter(), []
     for key, hits in compiling.items():
-        n = sum(m for _, _, m in hits)
+        n, workers = sum(m for _, _, m in hits), len({w for w, _, _ in hits})
         if n < 2:
             continue
-        cls = REPEAT_CLASSES[0] if len(hits) == 1 else REPEAT_CLASSES[1] if len({w for w, _, _ in hits}) > 1 else REPEAT_CLASSES[2]
+        cls = REPEAT_CLASSES[0] if len(hits) == 1 else REPEAT_CLASSES[1] if workers > 1 else REPEAT_CLASSES[2]
         by_class[cls] += n - 1
-        top.append({"key": key, "compiles": n, "examples": len(hits), "workers": len({w for w, _, _ in hits}),
+        top.append({"key": key, "compiles": n, "examples": len(hits), "workers": workers,
                     "properties": sorted({p for _, p, _ in hits}), "class": cls})
     top.sort(key=lambda t: (-t["compiles"], t["key"]))
     return {"by_class": {c: by_class[c] for c in REPEAT_CLASSES}, "top": top[:REPEAT_TOP]}

@@ -51,11 +51,10 @@ def to_backward(c: Case, deterministic: bool, inputs_from: str, per_batch_bias: 
         changes["d_v"] = c.d_qk
     if c.bias is not None and c.bias not in ("float32", c.dtype):
         changes["bias"] = c.dtype
-    if per_batch_bias and c.bias is not None and c.batch > 1:
-        changes["bias_batch"] = c.batch
-    if deterministic and c.bias is not None and c.bias_batch == 1 and c.batch > 1:
-        # Known finding bwd-deterministic-dbias-broadcast: the SM80 backward accepts this and its dBias is then
-        # summed over B by unordered atomics (its sm120 sibling refuses it); a race, replayed from its case file.
+    # Deterministic draws take the per-batch bias too: known finding bwd-deterministic-dbias-broadcast (the SM80
+    # backward accepts a broadcast one and sums its dBias over B by unordered atomics, its sm120 sibling refuses
+    # it; a race, replayed from its case file).
+    if c.bias is not None and c.batch > 1 and (per_batch_bias or deterministic):
         changes["bias_batch"] = c.batch
     if c.is_thd and c.t_q < 1:
         changes["q_slack"] = c.q_slack + 1

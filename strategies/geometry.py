@@ -296,6 +296,8 @@ def l2_split_lengths(flavor: str, s: int) -> Tuple[int, int]:
     d_qk, d_v = pools.FLAVOR_ENVELOPES[flavor]
     s_kv = (L2_SPLIT_MIB << 20) // (L2_SPLIT_GROUPS_PER_BLOCK * (d_qk + d_v) * 2) - s % 2
     return L2_SPLIT_SQ[s // 2 % 2], s_kv
+
+
 DENSE_SINK_ROWS = tuple(r for r, row in enumerate(DENSE_ROWS) if row[5])
 THD_SINK_ROWS = tuple(r for r, row in enumerate(THD_ROWS) if row[3])
 DENSE_PLAIN_ROWS = tuple(r for r in range(1, len(DENSE_ROWS)) if r not in DENSE_SINK_ROWS + L2_SPLIT_ROWS)
