@@ -248,6 +248,9 @@ def search(kind: Kind, adapter, flavors, *, profile: str, until: float, t0: floa
     from conformance.properties import NoGPU
 
     state = _Search()
+    if time.perf_counter() > until:  # no time left: skip, do not draw a single example
+        state.cut = True
+        return state
     strategy = kind.strategy(flavors) if stratum is None else kind.strategy((stratum[0],), (stratum[1],))
 
     # A derandomized profile seeds a search from its function, the same for every

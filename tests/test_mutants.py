@@ -188,7 +188,7 @@ def test_budget_stops_the_search():
     slow = lambda k, c, a: time.sleep(0.05) or Observation(k.property, c)  # noqa: E731
     rec = M.run_mutant(MUTANTS[0], check=slow, profile="dev", budget_s=0.3, shrink_s=1)
     assert rec["verdict"] == "survived" and not rec["complete"] and len(rec["kinds"]) == len(M.searched(MUTANTS[0]))
-    assert any(k["cut"] for k in rec["kinds"]) and rec["wall_s"] < 10
+    assert any(k["cut"] for k in rec["kinds"]) and rec["wall_s"] < 5  # a search past its deadline is skipped, not drawn
 
 
 def test_worker_processes_report_verdicts(tmp_path):
