@@ -106,8 +106,9 @@ class Adapter(Protocol):
         entry point's own exception."""
         ...
 
-    def compile_only(self, case: Case, *, tamper: Optional[str] = None) -> CompileDelta:
-        """Specialize and compile ``case`` for sm_80 without launching (CPU tier)."""
+    def compile_only(self, case: Case, *, tamper: Optional[str] = None, live: bool = False) -> CompileDelta:
+        """Specialize and compile ``case`` for sm_80 without launching (CPU tier);
+        ``live``: for the live GPU instead, as a run's compile step."""
         ...
 
     def backward(self, case: Case, inputs: CaseTensors, o: torch.Tensor, lse: torch.Tensor, do: torch.Tensor,

@@ -439,18 +439,24 @@ class PreparedAdapter:
         return prepared_backward(self, case, inputs, o, lse, do, grads, initialize_outputs=initialize_outputs, addressing=addressing)
 
     # ------------------------------------------------------ compile only
-    def compile_only(self, case: Case, *, initialize_outputs: bool = True, tamper=None) -> CompileDelta:
+    def compile_only(self, case: Case, *, initialize_outputs: bool = True, tamper=None, live: bool = False) -> CompileDelta:
         """Specialize and compile ``case`` for sm_80 from its facts alone (no CUDA);
-        a backward Case compiles the backward chain (kernels/backward.py)."""
+        a backward Case compiles the backward chain (kernels/backward.py).
+        ``live`` (a GPU present): compile for the live device as a run does, an
+        artifact that loads there, so the run's compiled cache keeps it (an sm_80
+        artifact never loads on sm_90: every such call compiled again, the H200's
+        104 rejection compiles in a warm run)."""
         case.require_expressible(self.name)
         if case.is_bwd:
             from kernels.backward import compile_only_backward
 
-            if tamper is not None:
-                raise ValueError(f"tamper {tamper!r}: the backward entry takes no call-level tampering")
+            if tamper is not None or live:
+                raise ValueError(f"tamper {tamper!r}, live {live}: the backward's compile_only takes neither")
             return compile_only_backward(self, case)
         spec = _tampered(specialize(case), case, tamper)
         host = self.host
+        if live:
+            return self._compile_live(case, spec, initialize_outputs)
         if case.is_thd:
             with measure() as box, _entry_optional(host):
                 # The unwrapped function: the lru must never hold an artifact
@@ -460,6 +466,20 @@ class PreparedAdapter:
         geometry = meta_dense_geometry(case, spec)  # the layouts a run would hand the host
         with measure() as box:
             self._compile_dense(self._module(spec), spec, geometry, arch=COMPILE_ONLY_ARCH)
+        return box.delta
+
+
+    def _compile_live(self, case: Case, spec, initialize_outputs: bool) -> CompileDelta:
+        """The compile step of a run (prepare's), from the facts alone: the dense
+        geometry from meta tensors, the THD lru call as a launch makes it."""
+        env = self._live()
+        with measure() as box:
+            mod = self._module(spec)
+            if case.is_thd:
+                with compile_arch(self.host, None if env.native else env.live_arch):
+                    self.host.compile_thd_host(mod, case.h_q, case.h_kv, case.n_seq, spec.swa_window, *thd_host_args(case), initialize_outputs)
+            else:
+                self._compile_dense(mod, spec, meta_dense_geometry(case, spec), arch=None)
         return box.delta
 
 

@@ -153,7 +153,7 @@ class WrapperAdapter:
             require(self, "no-init", "THD backward with initialize_outputs=False")
         return wrapper_backward(self, case, inputs, o, lse, do, initialize_outputs=initialize_outputs)
 
-    def compile_only(self, case: Case, *, tamper=None) -> CompileDelta:
+    def compile_only(self, case: Case, *, tamper=None, live: bool = False) -> CompileDelta:
         raise NotImplementedError(
             "sdpa_fwd_wrapper_sm80 has no compile-only entry (it needs CUDA tensors and compiles inside the call); "
             "the CPU compile tier runs on the prepared adapter"

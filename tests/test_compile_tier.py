@@ -45,6 +45,24 @@ def test_thd_second_compile_with_same_heads_and_sequences_is_a_hit():
     assert padded.misses == 0 and padded.modules == 0
 
 
+def test_live_compile_only_is_the_runs_compile_step():
+    """compile_only(live=True), as the rejection property asks on a GPU: the
+    dense compile a run makes (no --gpu-arch pinned), memoised by the same
+    (key, arch) as a run's, so a later run or call with the key compiles nothing.
+    Here with the environment of an sm_90 device faked (nothing is loaded)."""
+    from kernels import prepared
+    from kernels.environment import Environment, run_mode
+
+    adapter = get_adapter("prepared")
+    adapter._env = Environment("faked H200", (9, 0), "none", {}, run_mode((9, 0)))
+    case = DENSE.replace(s_q=137, s_kv=73)
+    first = adapter.compile_only(case, live=True)
+    assert first.misses >= 1 and any(arch is None for (_, arch) in prepared._DENSE)
+    assert adapter.compile_only(case.replace(seed=3), live=True).misses == 0
+    with pytest.raises(ValueError, match="live"):
+        adapter.compile_only(case.replace(direction="bwd"), live=True)
+
+
 def test_rewritten_host_never_aliases_the_pristine_compile():
     get_adapter("prepared").compile_only(DENSE)
     rw = Rewrite("host", "# Reuse the template configuration", "# (rewritten) Reuse the template configuration")

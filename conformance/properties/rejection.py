@@ -49,7 +49,8 @@ def check_rejection(case: Case, adapter=None, *, entry: str, launch: bool = True
         call = lambda: run_config(rule, case)  # noqa: E731
     elif expect.unsafe_launch or not launch:
         # unsafe_launch: the kernels accept it (a known finding); a launch would read out of bounds.
-        call = lambda: adapter.compile_only(case, tamper=rule.tamper)  # noqa: E731
+        live = torch.cuda.is_available()  # on a GPU: an artifact the run's compiled cache can keep
+        call = lambda: adapter.compile_only(case, tamper=rule.tamper, live=live)  # noqa: E731
     else:
         dev = device()
         inputs = make_inputs(case, dev, poison=True)
