@@ -107,12 +107,32 @@ def large_tier_selected(config) -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    if large_tier_selected(config):
+    if not large_tier_selected(config):
+        skip = pytest.mark.skip(reason="large tier: run with --large (or -m large, $SDPA_LARGE=1, the nightly profile)")
+        for item in items:
+            if item.get_closest_marker("large") is not None:
+                item.add_marker(skip)
+    _deal(config, items)
+
+
+def _deal(config, items) -> None:
+    """An xdist worker collects in dealt order (conformance.schedule): heavy
+    tests first in every worker's share. Tests that will skip weigh nothing."""
+    from conformance import schedule
+
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
+    if getattr(config, "workerinput", None) is None or workers < 2:
         return
-    skip = pytest.mark.skip(reason="large tier: run with --large (or -m large, $SDPA_LARGE=1, the nightly profile)")
-    for item in items:
-        if item.get_closest_marker("large") is not None:
-            item.add_marker(skip)
+    import torch
+
+    have_gpu = torch.cuda.is_available()
+
+    def weight(item) -> float:
+        if item.get_closest_marker("skip") is not None or (item.get_closest_marker("gpu") is not None and not have_gpu):
+            return 0.0
+        return schedule.COLD_SECONDS.get(_property_of(item), schedule.OTHER_SECONDS)
+
+    items[:] = schedule.deal(items, weight, workers)
 
 
 def _check_rootdir(config) -> None:

@@ -1,0 +1,45 @@
+"""The order a distributed run hands its tests out in: heaviest first, dealt
+so that every worker's share weighs about the same.
+
+With ``-n N`` the plugin picks xdist's ``worksteal`` (plugin._steal_work):
+each worker is first given a contiguous 1/N of the collection, and an idle
+worker later takes the back half of the longest queue. In collection order
+the heavy tests sit together (test_backward.py is collected first), so a few
+workers start with all of them: on the H200's cold ci run of 2026-12-03 (16
+workers, report ci-1) the workers' spans ran from 187 s to 347 s around a
+mean of 237 s, and the wall followed the longest. Dealt, each worker's
+contiguous share holds its heavy tests first and cheap ones last, and what a
+thief takes from the back is cheap.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, List, Sequence, TypeVar
+
+T = TypeVar("T")
+
+# Seconds per test of each property on the H200's cold ci run of 2026-12-03
+# (report ci-1: the property's example seconds over its tests; compiles are
+# most of it). Relative weights only: a wrong one costs balance, never a verdict.
+COLD_SECONDS = {
+    "backward": 55.0, "backward_tails": 30.0, "determinism": 24.0, "disk_reuse": 22.0, "compile_distinct": 17.0,
+    "compile_reuse": 12.0, "compiles": 11.0, "numerics": 9.0, "backward_addressing": 8.0, "tails": 8.0,
+    "rejection": 6.0, "metamorphic": 3.0, "graph_replay": 2.0, "launch_hygiene": 0.5, "backward_rejection": 0.5,
+}  # fmt: skip
+OTHER_SECONDS = 0.5  # a test of no listed property (the suite's own tests, CPU checks)
+
+
+def deal(items: Sequence[T], weight: Callable[[T], float], workers: int) -> List[T]:
+    """``items`` reordered for ``workers`` contiguous shares: sorted heaviest
+    first (ties keep their order), dealt in a snake (0..N-1, N-1..0, ...) so
+    the shares have equal counts (+-1) and near-equal weights, then the
+    shares concatenated. Deterministic: every xdist worker must collect the
+    same order."""
+    if workers < 2 or len(items) <= workers:
+        return list(items)
+    ranked = sorted(range(len(items)), key=lambda i: (-weight(items[i]), i))
+    shares: List[List[T]] = [[] for _ in range(workers)]
+    for k, i in enumerate(ranked):
+        turn, seat = divmod(k, workers)
+        shares[seat if turn % 2 == 0 else workers - 1 - seat].append(items[i])
+    return [item for share in shares for item in share]
