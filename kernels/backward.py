@@ -183,8 +183,9 @@ def compile_key(case: Case) -> str:
                                            "memory", "dbias_dtype")}  # fmt: skip
     facts.update(window=case.window_left >= 0, swa=max(case.window_left, 0), right=max(case.window_right, 0), bias_batch=case.bias_batch if case.bias else 0,
                  seq_q=case.seq_q_lens is not None, seq_kv=case.seq_kv_lens is not None)  # fmt: skip
-    if case.is_thd:
-        facts.update(n_seq=case.n_seq)
+    if case.is_thd:  # THD operands are handed at the flavor width (prepared_backward): its dims, not the Case's
+        fdqk, fdv = _flavor_dims(case)[1]
+        facts.update(n_seq=case.n_seq, d_qk=fdqk, d_v=fdv)
     else:
         facts.update(batch=case.batch, s_q=case.s_q, s_kv=case.s_kv)
     return hashlib.sha1(repr(sorted(facts.items())).encode()).hexdigest()[:12]
@@ -262,6 +263,36 @@ def prepared_backward(adapter, case: Case, inputs, o, lse, do, grads=None, *, in
                                       ("cu_q", inputs.cu_q), ("cu_kv", inputs.cu_kv), ("workspace", workspace)) if t is not None}  # fmt: skip
     handed.update({n: whole(n, t, grads[n]) for n, t in run.items()})
     return KernelResult(o, lse, box.delta, notes, handed, grads=written)
+
+
+class _Named(Exception):
+    """Raised in place of the frontend's compile once its cache key is known."""
+
+
+def frontend_cache_keys(adapter, case: Case) -> tuple:
+    """The cache keys the frontend's backward chain asks ``compile_cached``
+    for on ``case`` (compile_only's path; nothing compiled: the first
+    request stops the chain). ``compile_key`` must partition Cases exactly
+    as these do (tests/test_backward_cpu.py)."""
+    from cudnn.sdpa.bwd.kernels.sm80 import prepared_host, staged_copy
+
+    asked = []
+
+    def named(fn, *args, cache_key=None, **kwargs):
+        asked.append(cache_key)
+        raise _Named()
+
+    real = prepared_host.compile_cached, staged_copy.compile_cached
+    prepared_host.compile_cached = staged_copy.compile_cached = named
+    try:
+        for lru in (prepared_host._compile_thd_artifact, prepared_host._compile_staged_artifact):
+            lru.cache_clear()
+        compile_only_backward(adapter, case)
+    except _Named:
+        pass
+    finally:
+        prepared_host.compile_cached, staged_copy.compile_cached = real
+    return tuple(asked)
 
 
 def compile_only_backward(adapter, case: Case) -> CompileDelta:

@@ -12,7 +12,7 @@ from unittest import mock
 
 import pytest
 import torch
-from hypothesis import given, settings, HealthCheck
+from hypothesis import given, settings, HealthCheck, strategies as st
 
 from conformance.ground.case import Case
 from conformance.ground.coverage import BACKWARD_REQUIRED, labels
@@ -144,6 +144,31 @@ def test_the_backward_compile_key_mutant_is_killed_by_the_cpu_tier(tmp_path, mon
     assert check_compile_reuse(probe, PreparedAdapter(rewrites=()), launch=False).outcome == "passed"
     with pytest.raises(PropertyFailure, match="new token totals"):
         check_compile_reuse(probe, PreparedAdapter(rewrites=mutant.rewrites), launch=False)
+
+
+@pytest.mark.compile
+def test_the_backward_compile_key_is_the_frontends():
+    """kernels.backward.compile_key (what reports and tools/count_compile_keys.py
+    count) splits backward Cases exactly where the frontend's own cache key
+    does: no key per THD head dim the flavor width absorbs (it did: 427 keys
+    for the ci draws' 343), none merged. Nothing is compiled."""
+    from kernels import get_adapter
+    from kernels.backward import compile_key, frontend_cache_keys
+
+    adapter, ours, theirs = get_adapter("prepared"), {}, {}
+
+    @settings(max_examples=200, derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(st.one_of(backward_cases(geometry="pool"), backward_cases(layouts=("thd",), flavors=("gptoss",), dtypes=("float16",), geometry="pool")))
+    def collect(case):
+        real = frontend_cache_keys(adapter, case)
+        assert real and all(real)
+        ours.setdefault(compile_key(case), set()).add(real)
+        theirs.setdefault(real, set()).add(compile_key(case))
+
+    collect()
+    assert all(len(v) == 1 for v in ours.values()), "compile_key merges Cases the frontend compiles apart"
+    assert all(len(v) == 1 for v in theirs.values()), "compile_key splits Cases the frontend compiles once"
+    assert len(theirs) > 20
 
 
 def test_the_backward_model_assumes_the_installed_arithmetic():
