@@ -121,8 +121,9 @@ def _deal(config, items) -> None:
     from conformance import schedule
 
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
-    if getattr(config, "workerinput", None) is None or workers < 2:
-        return
+    dist = getattr(config, "workerinput", {}).get("sdpa_dist")
+    if dist != "worksteal" or workers < 2:
+        return  # dealt shares are worksteal's first split (load sends chunks of a few tests)
     import torch
 
     have_gpu = torch.cuda.is_available()
@@ -450,6 +451,7 @@ class Recording:
         node.workerinput["sdpa_report_dir"] = str(self.run.report_dir)
         node.workerinput["sdpa_run_id"] = self.run.run_id
         node.workerinput["sdpa_compile_cache"] = self.run.compile_cache
+        node.workerinput["sdpa_dist"] = getattr(node.config.option, "dist", None)  # workers' own option reads "no"
 
     def pytest_unconfigure(self, config):
         previous_findings, previous_recorder = self.run.restore
