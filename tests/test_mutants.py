@@ -387,3 +387,25 @@ def test_each_strata_search_draws_its_own_sequence():
 
     a, b = rows(("gptoss", "float16")), rows(("gptoss", "bfloat16"))
     assert a != b and a == rows(("gptoss", "float16"))
+
+
+def test_the_ci_search_reaches_the_rows_the_rope_mutant_fails_on():
+    """rope_k_tile_local_positions fails numerics exactly on RoPE rows whose
+    keys run past the first KV tile with a non-zero scale (H200, 2026-12-03:
+    9 of the 12 pool rows with RoPE past a tile failed, the 3 passing ones ran
+    scale 0), and survived 320 draws of the old one-search harness. A
+    stand-in property failing exactly there: the per-stratum ci search of its
+    expected killer must reach such a row early (drawing only: no kernel)."""
+    rope = {m.name: m for m in MUTANTS}["rope_k_tile_local_positions"]
+    seen = []
+
+    def fails_where_the_mutant_does(kind, case, adapter):
+        seen.append(case)
+        if case.rope and case.s_kv > 64 and case.scale != 0:
+            raise PropertyFailure(kind.property, case, "keys past the first KV tile rotated with tile-local positions")
+        return Observation(kind.property, case)
+
+    rec = M.run_mutant(rope, check=fails_where_the_mutant_does, profile="ci", budget_s=120, shrink_s=1, kinds=(rope.expected_killer,),
+                       adapter_factory=lambda rewrites: None)  # fmt: skip
+    assert rec["verdict"] == "killed" and rec["killed_by"] == rope.expected_killer
+    assert rec["kinds"][0]["examples"] <= 40, rec["kinds"][0]  # within one stratum's base count (10 on 2026-12-03)
