@@ -272,8 +272,10 @@ class _Named(Exception):
 def frontend_cache_keys(adapter, case: Case) -> tuple:
     """The cache keys the frontend's backward chain asks ``compile_cached``
     for on ``case`` (compile_only's path; nothing compiled: the first
-    request stops the chain). ``compile_key`` must partition Cases exactly
-    as these do (tests/test_backward_cpu.py)."""
+    request stops the chain). ``compile_key`` partitions the drawn Cases
+    exactly as these do (tests/test_backward_cpu.py); it also splits by the
+    dBias dtype, which these omit (known finding
+    bwd-compile-key-omits-dbias-dtype; the strategies draw no dtype there)."""
     from cudnn.sdpa.bwd.kernels.sm80 import prepared_host, staged_copy
 
     asked = []
