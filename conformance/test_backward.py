@@ -9,7 +9,6 @@ from conformance.testgen import matrix_test
 
 test_backward_dense = matrix_test("test_backward_dense")
 test_backward_thd = matrix_test("test_backward_thd")
-test_backward_deterministic = matrix_test("test_backward_deterministic")
 test_backward_tails_dense = matrix_test("test_backward_tails_dense")
 test_backward_tails_thd = matrix_test("test_backward_tails_thd")
 test_backward_thd_forward_addressing = matrix_test("test_backward_thd_forward_addressing")

@@ -122,7 +122,7 @@ BWD_MUTANTS: Tuple[Mutant, ...] = (
     Mutant(
         "bwd_dq_relay_no_acquire", "bwd_dq_relay",
         (Rewrite("bwd_f16", "                _dq_sem_wait(sem_ptr, relay_turn)", "                pass  # mutant: no acquire"),),
-        "determinism",
+        "backward_dense",
         "deterministic=True still releases the dQ token but never waits for its turn: the fp32 dQ atomics of a q tile "
         "land in whatever order the KV tiles finish, so two launches may differ in the last bits (caught when KV tiles contend).",
         dict(BWD, s_q=64, s_kv=1024, h_q=2, h_kv=2, deterministic=True),

@@ -109,6 +109,23 @@ def test_determinism_holds_for_a_repeatable_launch_and_fails_otherwise():
             bwd_prop.check_determinism(case, EmulatedBackward(bwd=BwdPlant(noisy=True)))
 
 
+def test_a_deterministic_backward_example_is_judged_bitwise_too():
+    """check_backward launches a deterministic Case twice and fails a
+    non-repeatable kernel under the determinism check (the ci run's only
+    determinism verdicts); a default-mode Case launches once, no such check."""
+    case = CASES[1].replace(deterministic=True)
+    with on_cpu():
+        adapter = EmulatedBackward()
+        obs = bwd_prop.check_backward(case, adapter)
+        assert obs.outcome == "passed" and adapter.launches == 2 and obs.notes["launches"] == 2
+        with pytest.raises(PropertyFailure, match="differ bitwise") as failed:
+            bwd_prop.check_backward(case, EmulatedBackward(bwd=BwdPlant(noisy=True)))
+        assert failed.value.property == "determinism" and failed.value.check == "bitwise"
+        noisy = EmulatedBackward(bwd=BwdPlant(noisy=True))
+        bwd_prop.check_backward(case.replace(deterministic=False), noisy)
+        assert noisy.launches == 1
+
+
 def test_the_model_is_not_vacuous():
     """Bounds stay well below the gradients' own size: a ratio near 1 is information."""
     obs = backward(CASES[0])

@@ -279,7 +279,7 @@ def test_node_ids_name_the_collected_tests(tmp_path):
 
     assert [k.name for k in M.KINDS] == ["numerics_dense", "numerics_thd", "tails_thd_noinit", "tails_dense", "padding_poison",
                                          "compile_reuse_dense", "compile_reuse_thd", "numerics_large_offsets"] + [f"metamorphic_dense_{r}" for r in DENSE_RELATIONS] + \
-        [f"metamorphic_thd_{r}" for r in THD_RELATIONS] + ["backward_dense", "backward_thd", "determinism", "backward_tails_dense",
+        [f"metamorphic_thd_{r}" for r in THD_RELATIONS] + ["backward_dense", "backward_thd", "backward_tails_dense",
                                                          "backward_tails_thd_init", "backward_tails_thd_noinit", "backward_compile_reuse_dense",
                                                          "backward_compile_reuse_thd"]  # fmt: skip
     for kind in M.KINDS:

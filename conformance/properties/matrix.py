@@ -263,13 +263,13 @@ BACKWARD_LAYOUTS = Axis(("layouts",), ((("dense",),), (("thd",),)), ("dense", "t
 # The backward's THD tails in both host modes (the prepared entry has both; the wrapper always initializes).
 BWD_INIT = Axis(("initialize_outputs",), ((True,), (False,)), ("init", "no-init"), PARAM, labels=("init", "noinit"))
 MATRIX += (
+    # A deterministic draw (about half) launches twice and is also judged bitwise (the determinism check,
+    # check_backward): one compile for both verdicts, where a test of its own paid one per example.
     Family("test_backward_dense", BACKWARD, "backward", "backward", GPU, (STRATA_AXIS,), partial(backward_cases, layouts=("dense",)), target=True,
-           kind="backward_dense", doc="dQ, dK, dV, dBias, dSink of dense backward Cases against the float64 closed form under the backward error model."),
+           kind="backward_dense", doc="dQ, dK, dV, dBias, dSink of dense backward Cases against the float64 closed form under the backward error model; "
+                                      "deterministic=True: two launches give bitwise identical gradients."),
     Family("test_backward_thd", BACKWARD, "backward", "backward", GPU, (STRATA_AXIS,), partial(backward_cases, layouts=("thd",)), target=True,
-           kind="backward_thd", doc="dQ, dK, dV, dSink of packed THD backward Cases against the float64 closed form."),
-    Family("test_backward_deterministic", BACKWARD, "determinism", "determinism", GPU, (STRATA_AXIS,),
-           partial(backward_cases, deterministic=True, inputs_from="reference"), kind="determinism",
-           doc="deterministic=True: two launches give bitwise identical gradients."),
+           kind="backward_thd", doc="dQ, dK, dV, dSink of packed THD backward Cases against the float64 closed form; deterministic=True: bitwise repeatable."),
     # tails: NaN behind every input element the backward must not read, gradient capacity per TAIL_RULES (one launch each).
     Family("test_backward_tails_dense", BACKWARD, "backward_tails", "backward", GPU, (STRATA_AXIS,),
            partial(backward_cases, layouts=("dense",), inputs_from="reference", padding=True), kind="backward_tails_dense",
