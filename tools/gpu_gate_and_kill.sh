@@ -8,7 +8,7 @@
 #
 # A step given 0 seconds is skipped (e.g. `560 240 0 0`: the kill table alone).
 # KILL_ARGS: more kill_rate arguments (e.g. KILL_ARGS="--only rope_k_tile_local_positions").
-# BWD_TESTS: the -k expression of the wrapper backward step (default: gradients and determinism).
+# BWD_TESTS: the -k expression of the wrapper backward step (default: the whole of conformance/test_backward.py).
 # At most 8 files come back from a device call: everything lands in $OUT's
 # logs and results.tar.gz (gpu_setup.sh), keep it that way.
 # 1. python -m conformance.kill_rate over every mutant and the control;
@@ -32,7 +32,7 @@ echo "kill_rate: exit $? in $((SECONDS - start)) s"; grep -E "^\[|kill rate|INVA
 [ "$BWD" -gt 0 ] && {
 start=$SECONDS
 env SDPA_ADAPTER=wrapper SDPA_SM80_COMPAT=1 timeout -s INT -k 10 "$BWD" python3 -m pytest -n 16 -p no:cacheprovider -q -W ignore::DeprecationWarning \
-  --hypothesis-profile=ci --report-dir="$OUT/bwd-wrapper" conformance/test_backward.py -k "${BWD_TESTS:-backward_dense or backward_thd or deterministic}" > "$OUT/bwd-wrapper.log" 2>&1
+  --hypothesis-profile=ci --report-dir="$OUT/bwd-wrapper" conformance/test_backward.py -k "${BWD_TESTS:-}" > "$OUT/bwd-wrapper.log" 2>&1
 echo "backward via the wrapper: exit $? in $((SECONDS - start)) s | $(grep -E '[0-9]+ (passed|failed)' "$OUT/bwd-wrapper.log" | tail -n 1)"
 grep -E "examples.*failing case" "$OUT/bwd-wrapper.log" | tail -n 1
 failures "$OUT/bwd-wrapper.log" 8
