@@ -23,6 +23,6 @@ for adapter in prepared wrapper; do
   echo "backward $adapter: exit $? in $(( $(date +%s) - start )) s | $(grep -E '[0-9]+ (passed|failed)|examples' "$OUT/bwd-$adapter.log" | tr '\n' ' ' | cut -c1-600)"
 done
 mutants=$(python3 -c "from kernels.mutants import BWD_MUTANTS; print(','.join(m.name for m in BWD_MUTANTS))")
-timeout 900 python3 -m conformance.kill_rate --only "$mutants" --properties backward_dense,backward_thd,determinism,backward_tails_dense,backward_tails_thd_init,backward_tails_thd_noinit,backward_compile_reuse_thd \
+timeout 900 python3 -m conformance.kill_rate --only "$mutants" --properties backward_dense,backward_thd,backward_tails_dense,backward_tails_thd_init,backward_tails_thd_noinit,backward_compile_reuse_thd \
   --jobs 10 --budget-s "$BUDGET" --shrink-s 20 --report-dir "$OUT/bwd-mutants" > "$OUT/bwd-mutants.log" 2>&1
 echo "kill_rate: exit $?"; tail -n 16 "$OUT/bwd-mutants.log"
