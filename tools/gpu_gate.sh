@@ -48,10 +48,13 @@ for i in range(1, n + 1):
     for q, line in sorted(ratios.items()):
         print(f"    error/bound {q}: {line}")
     print("    examples per property: " + ", ".join(f"{k} {v.get('examples')} ({v.get('failed')} failed)" for k, v in sorted(s["properties"].items())))
+    print("    compiles per property: " + ", ".join(f"{k} {(v.get('compile') or {}).get('compiles')}" for k, v in sorted(s["properties"].items())
+                                                   if (v.get("compile") or {}).get("compiles")))
     prof = s.get("profile") or {}
     if prof.get("workers"):
         spans = [w["span_seconds"] or 0 for w in prof["workers"]]
-        print(f"    profile: {len(spans)} workers, span max {max(spans):.0f} s, sum {prof['span_seconds']:.0f} s; examples {prof['example_seconds']:.0f} s: "
+        print(f"    profile: {len(spans)} workers, span min {min(spans):.0f} / mean {sum(spans) / len(spans):.0f} / max {max(spans):.0f} s, "
+              f"sum {prof['span_seconds']:.0f} s; examples {prof['example_seconds']:.0f} s: "
               + ", ".join(f"{k} {v:.0f}" for k, v in prof["phases"].items()))
 PY
 exit $status
