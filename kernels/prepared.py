@@ -468,7 +468,6 @@ class PreparedAdapter:
             self._compile_dense(self._module(spec), spec, geometry, arch=COMPILE_ONLY_ARCH)
         return box.delta
 
-
     def _compile_live(self, case: Case, spec, initialize_outputs: bool) -> CompileDelta:
         """The compile step of a run (prepare's), from the facts alone: the dense
         geometry from meta tensors, the THD lru call as a launch makes it."""
