@@ -288,7 +288,7 @@ def frontend_cache_keys(adapter, case: Case) -> tuple:
     prepared_host.compile_cached = staged_copy.compile_cached = named
     try:
         for lru in (prepared_host._compile_thd_artifact, prepared_host._compile_staged_artifact):
-            lru.cache_clear()
+            lru.cache_clear()  # an lru hit would ask for no key (this process recompiles those later)
         compile_only_backward(adapter, case)
     except _Named:
         pass
