@@ -398,13 +398,9 @@ class PreparedAdapter:
         o_run = _stage_packed(o, fdv)
         lse_run = (_stage_contiguous(lse) if case.lse_layout == "compact" else lse) if case.has_lse else None
         staged = [n for n, a, b in (("q", q, inputs.q), ("k", k, inputs.k), ("v", v, inputs.v), ("o", o_run, o), ("lse", lse_run, lse)) if a is not None and a is not b]
-        # compile_thd_host hard-codes sm_80; elsewhere retarget it to the live arch.
         arch = None if env.native else env.live_arch
-        host = self.host
         with measure() as box:
-            mod = self._module(spec)
-            with compile_arch(host, arch):
-                _, fn = host.compile_thd_host(mod, case.h_q, case.h_kv, case.n_seq, spec.swa_window, *thd_host_args(case), initialize_outputs)
+            _, fn = self._compile_thd(case, spec, arch, initialize_outputs)
         scale = kernel_scale(case.softmax_scale)
         args = (
             _ptr(q), _ptr(k), _ptr(v), _ptr(o_run), _ptr(lse_run), _ptr(inputs.cu_q), _ptr(inputs.cu_kv), _ptr(inputs.sinks),
@@ -468,17 +464,22 @@ class PreparedAdapter:
             self._compile_dense(self._module(spec), spec, geometry, arch=COMPILE_ONLY_ARCH)
         return box.delta
 
+    def _compile_thd(self, case: Case, spec, arch: Optional[str], initialize_outputs: bool):
+        """compile_thd_host's lru call, as a launch makes it: (artifact, entry).
+        It hard-codes sm_80; ``arch`` (off SM80: the live one) retargets it."""
+        with compile_arch(self.host, arch):
+            return self.host.compile_thd_host(self._module(spec), case.h_q, case.h_kv, case.n_seq, spec.swa_window, *thd_host_args(case),
+                                              initialize_outputs)  # fmt: skip
+
     def _compile_live(self, case: Case, spec, initialize_outputs: bool) -> CompileDelta:
         """The compile step of a run (prepare's), from the facts alone: the dense
         geometry from meta tensors, the THD lru call as a launch makes it."""
         env = self._live()
         with measure() as box:
-            mod = self._module(spec)
             if case.is_thd:
-                with compile_arch(self.host, None if env.native else env.live_arch):
-                    self.host.compile_thd_host(mod, case.h_q, case.h_kv, case.n_seq, spec.swa_window, *thd_host_args(case), initialize_outputs)
+                self._compile_thd(case, spec, None if env.native else env.live_arch, initialize_outputs)
             else:
-                self._compile_dense(mod, spec, meta_dense_geometry(case, spec), arch=None)
+                self._compile_dense(self._module(spec), spec, meta_dense_geometry(case, spec), arch=None)
         return box.delta
 
 

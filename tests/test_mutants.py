@@ -396,12 +396,14 @@ def test_the_ci_search_reaches_the_rows_the_rope_mutant_fails_on():
     scale 0), and survived 320 draws of the old one-search harness. A
     stand-in property failing exactly there: the per-stratum ci search of its
     expected killer must reach such a row early (drawing only: no kernel)."""
+    from conformance.ground.tables import TILE_N
+
     rope = {m.name: m for m in MUTANTS}["rope_k_tile_local_positions"]
     seen = []
 
     def fails_where_the_mutant_does(kind, case, adapter):
         seen.append(case)
-        if case.rope and case.s_kv > 64 and case.scale != 0:
+        if case.rope and case.s_kv > TILE_N and case.scale != 0:
             raise PropertyFailure(kind.property, case, "keys past the first KV tile rotated with tile-local positions")
         return Observation(kind.property, case)
 
