@@ -40,11 +40,13 @@ def test_finding_reproduces_exactly(path, request):
     named = [doc["finding"]] if isinstance(doc["finding"], str) else list(doc["finding"])  # one discrepancy may fail two checks
     entries = [f for f in findings.load(os.path.join(ROOT, "known_findings.toml")) if f.id in named]
     assert sorted(f.id for f in entries) == sorted(named), named
-    check, adapter, params = PROPERTIES[doc["property"]], get_adapter(doc["adapter"]), doc["params"]
+    # The entry point as recorded (the wrapper off SM80 in its compatibility mode, as the run had it).
+    options = {"sm80_compat": True} if doc.get("sm80_compat") else {}
+    check, adapter, params = PROPERTIES[doc["property"]], get_adapter(doc["adapter"], **options), doc["params"]
 
     with findings.applied([]), pytest.raises(PropertyFailure) as failure:
         check(case, adapter, **params)
-    verdict = findings.judge(doc["property"], case, failure.value.failures, entry=params.get("entry"), params=params, entries=entries)
+    verdict = findings.judge(doc["property"], case, failure.value.failures, entry=params.get("entry") or adapter.name, params=params, entries=entries)
     assert verdict.excused and not verdict.unexcused, [x.summary for x in verdict.unexcused]
 
     with findings.applied(entries):

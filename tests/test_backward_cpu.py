@@ -7,6 +7,7 @@ backward-only value."""
 
 from __future__ import annotations
 
+import pathlib
 from contextlib import contextmanager
 from unittest import mock
 
@@ -512,3 +513,49 @@ def test_the_forward_addressing_property_fails_on_a_chain_that_normalizes_cu_seq
     assert e.value.check == "forward addressing", e.value.summary
     with pytest.raises(ValueError, match="cu_seqlens"):
         bwd_prop.check_backward_addressing(case.replace(q_base=0, kv_base=0), _AddressingChain(normalizes=False))
+
+
+# ------------------------------------------------ an entry point that refuses a valid Case
+class _Refusing(EmulatedBackward):
+    """The wrapper's THD refusal of a strided one-head Stats (finding wrapper-bwd-thd-stats-strides), as an adapter."""
+
+    def __init__(self, name="wrapper", exc=ValueError("THD stats must match the declared packed layout")):
+        super().__init__()
+        self.name, self.exc = name, exc
+
+    def backward(self, *args, **kwargs):
+        raise self.exc
+
+
+STRIDED_STATS = _bwd(layout="thd", h_q=1, h_kv=1, s_q=1, s_kv=1, q_lens=(1,), kv_lens=(1,), q_base=1, inputs_from="reference")
+
+
+def _refused(case, adapter, **kw):
+    from conformance.properties import PROPERTIES, backward_tails
+
+    with mock.patch.object(backward_tails, "device", lambda: torch.device("cpu")):
+        return PROPERTIES["backward_tails"](case, adapter, initialize_outputs=True, **kw)
+
+
+def test_a_refused_valid_case_fails_the_launch_check_and_only_its_finding_excuses_it():
+    from conformance.ground import findings
+
+    with findings.applied([]), pytest.raises(PropertyFailure) as e:
+        _refused(STRIDED_STATS, _Refusing())
+    assert (e.value.check, e.value.observed) == ("launch", "ValueError") and "THD stats must match" in e.value.summary
+    repo = findings.load(str(pathlib.Path(__file__).resolve().parents[1] / "known_findings.toml"))
+    with findings.applied(repo):
+        obs = _refused(STRIDED_STATS, _Refusing())
+        assert obs.outcome == "xfailed" and obs.findings == ["wrapper-bwd-thd-stats-strides@backward_tails"]
+        for adapter, case in ((_Refusing(name="prepared"), STRIDED_STATS),  # another entry point
+                              (_Refusing(exc=KeyError("x")), STRIDED_STATS),  # another outcome
+                              (_Refusing(), STRIDED_STATS.replace(q_base=0)),  # a compact Stats handed from token 0
+                              (_Refusing(), STRIDED_STATS.replace(h_q=2, h_kv=2))):  # two heads
+            with pytest.raises(PropertyFailure) as e:
+                _refused(case, adapter)
+            assert e.value.check == "launch", e.value.summary
+
+
+def test_a_cuda_fault_is_not_a_refusal():
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        _refused(STRIDED_STATS, _Refusing(exc=RuntimeError("CUDA error: an illegal memory access was encountered")))

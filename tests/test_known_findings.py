@@ -198,9 +198,10 @@ def test_each_case_file_names_a_finding_that_selects_its_case(path):
     case, doc = load_case_file(path)
     named = [doc["finding"]] if isinstance(doc["finding"], str) else doc["finding"]
     for entry in (BY_ID[n] for n in named):
-        params = doc["params"]
-        assert doc["property"] == entry.property and entry.exercised_by(doc["property"], case, params.get("entry"), params)
-        assert not entry.exercised_by(doc["property"], case, params.get("entry"), {**params, "initialize_outputs": not params.get("initialize_outputs", True)}) \
+        params, at = doc["params"], doc["params"].get("entry") or doc["adapter"]  # the entry point the example ran against
+        assert doc["property"] == entry.property and entry.exercised_by(doc["property"], case, at, params)
+        assert entry.entry is None or not entry.exercised_by(doc["property"], case, "wrapper" if at != "wrapper" else "prepared", params)  # only its entry point
+        assert not entry.exercised_by(doc["property"], case, at, {**params, "initialize_outputs": not params.get("initialize_outputs", True)}) \
             or "initialize_outputs" not in entry.when  # a mode-specific finding selects only its mode
         if entry.region in findings.STORAGE_REGIONS:  # the storage cells it bounds: excused there, not one cell past
             n = case.h_q * data.thd_lse_pitch(case)

@@ -63,6 +63,9 @@ PLAIN = "plain"  # the check as a whole; a finding needs Case facts or a contrac
 # their failures with these ids (conformance.properties.judge ``check=``).
 # Every property that launches checks the guard bands around every buffer.
 _GUARDS = {"guards": (STORAGE, "the guard bands around every buffer are untouched (no out-of-bounds write)")}
+# Every property that launches the backward on a valid Case: the entry point must take it.
+# (A CUDA fault is not this check: it ends the worker, conformance.isolation.)
+_LAUNCH = {"launch": (OUTCOME, "the entry point takes a valid Case: the launch returns instead of raising (observed: the exception type)")}
 CHECKS: Dict[str, Dict[str, Tuple[str, str]]] = {
     "numerics": {
         "error model": (ROWS, "O and LSE within the error model of the kernel's arithmetic (float64 reference) on every row the model judges"),
@@ -87,6 +90,7 @@ CHECKS: Dict[str, Dict[str, Tuple[str, str]]] = {
     },
     "compile_reuse": {
         "compile budget": (PLAIN, "runtime-only variants mint no compile and no template module"),
+        **_LAUNCH,
         **_GUARDS,
     },
     "disk_reuse": {
@@ -129,10 +133,12 @@ CHECKS: Dict[str, Dict[str, Tuple[str, str]]] = {
         "contract rows": (PLAIN, "gradients the kernel's gating makes exactly 0 (no visible key, padded rows, unseen keys, masked cells)"),
         "model finite": (PLAIN, "the backward error model's bound is finite on every judged element (the handed O/LSE are finite where they must be)"),
         "outputs": (PLAIN, "the backward returns every gradient its Case asks for"),
+        **_LAUNCH,
         **_GUARDS,
     },
     "determinism": {
         "bitwise": (PLAIN, "deterministic=True: two launches give bitwise identical gradients"),
+        **_LAUNCH,
         **_GUARDS,
     },
     "backward_tails": {
@@ -140,10 +146,12 @@ CHECKS: Dict[str, Dict[str, Tuple[str, str]]] = {
         "capacity": (PLAIN, "gradient storage outside the live rows ends as the contract says (conformance.properties.backward_tails.TAIL_RULES)"),
         "pad columns": (STORAGE, "dense dQ/dK/dV pad columns (bshd_padded) never written"),
         "outputs": (PLAIN, "the backward returns every gradient its Case asks for"),
+        **_LAUNCH,
         **_GUARDS,
     },
     "backward_addressing": {
         "forward addressing": (PLAIN, "THD cu_seqlens[0] > 0: the gradients of buffers handed as the forward takes them equal those handed from cu_seqlens[0], bit for bit"),
+        **_LAUNCH,
         **_GUARDS,
     },
     "backward_rejection": {
@@ -273,6 +281,10 @@ DERIVED: Dict[str, Tuple[Callable[[Case], Any], Callable[[Any], bool], str]] = {
     "empty_q_entry_with_keys": (lambda c: not c.is_thd and c.seq_q_lens is not None and any(q == 0 and kv > 0 for q, kv in zip(c.seq_q_lens, c.kv_lengths())),
                                 lambda v: isinstance(v, bool), "true/false"),
     # Dense seq_kv_lens with a length short of the physical S_KV: padded K/V rows exist.
+    # THD, one head, and the Stats the backward is handed (from its origin, cu_seqlens_q[0]) keeps a longer
+    # stride on its size-1 dims: a compact Stats sliced past q_base > 0, or a head-padded one.
+    "thd_one_head_stats_strided": (lambda c: c.is_thd and c.h_q == 1 and (c.lse_layout == "padded" or (c.lse_layout == "compact" and c.q_base > 0)),
+                                   lambda v: isinstance(v, bool), "true/false"),
     "kv_padded": (lambda c: not c.is_thd and c.seq_kv_lens is not None and any(n < c.s_kv for n in c.seq_kv_lens), lambda v: isinstance(v, bool), "true/false"),
 }
 
@@ -320,7 +332,9 @@ class Finding:
         """The example (property, Case, entry point, property parameters) is one this finding is about."""
         if property != self.property:
             return False
-        if self.rule is not None and (case.violation != self.rule or entry != self.entry):
+        if self.rule is not None and case.violation != self.rule:
+            return False
+        if self.entry is not None and entry != self.entry:  # a contract finding, or one only an entry point shows
             return False
         return all(_fact(case, k, params or {}) == v for k, v in self.when.items())
 
@@ -361,6 +375,8 @@ class Finding:
             parts.append(f"observed {self.observed}")
         if self.rule:
             parts.append(f"rule {self.rule}@{self.entry}")
+        elif self.entry:
+            parts.append(f"entry {self.entry}")
         if self.when:
             parts.append(", ".join(f"{k}={v!r}" for k, v in self.when.items()))
         return "; ".join(parts)
@@ -451,8 +467,8 @@ def _entry(where: str, entry: dict, source: str) -> Finding:
         raise FindingsError(f"{where}: key 'observed': check {check!r} has no observed outcome")
     if kind == PLAIN and not (when or rule):
         raise FindingsError(f"{where}: key 'when' (or 'rule') is required: the check {check!r} as a whole is too broad to be one finding")
-    if (rule is None) != (entry_point is None):
-        raise FindingsError(f"{where}: key {'entry' if entry_point is None else 'rule'!r} is required with {'rule' if entry_point is None else 'entry'!r}: a contract finding names the rule and the entry point")
+    if rule is not None and entry_point is None:
+        raise FindingsError(f"{where}: key 'entry' is required with 'rule': a contract finding names the rule and the entry point")
     if prop == "rejection" and rule is None:
         raise FindingsError(f"{where}: key 'rule' is required for a rejection finding (with 'entry')")
     if rule is not None:

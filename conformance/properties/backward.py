@@ -22,7 +22,7 @@ from conformance.ground.case import Case
 from conformance.ground.data import FINITE_PAD, TORCH_DTYPES, bits_of, dbias_dtype_of, make_grad_output, make_grad_outputs, make_inputs, make_outputs
 from conformance.ground.outcome import Observation, PropertyFailure
 from conformance.properties import judge, recorder
-from conformance.properties.common import device, finish, launched_buffers
+from conformance.properties.common import accepted, device, finish, launched_buffers
 
 GRADS = ("dq", "dk", "dv", "dbias", "dsink")
 
@@ -82,15 +82,15 @@ def _launch_inputs(case: Case, adapter):
     return dev, inputs, do, handed_inputs(case, adapter, inputs, dev)
 
 
-def _launch_twice(case: Case, adapter, inputs, o, lse, do, dev):
+def _launch_twice(property: str, case: Case, adapter, inputs, o, lse, do, dev, start: float):
     """Two backward launches on the same inputs into fresh gradient buffers:
     ((first result, its buffers, a copy of its gradients), (second result,
     its buffers)). The copy: the wrapper may hand the second launch the first
     one's memory."""
     first_bufs, second_bufs = make_grad_outputs(case, dev), make_grad_outputs(case, dev)
-    first = adapter.backward(case, inputs, o, lse, do, first_bufs)
+    first = accepted(property, case, start, lambda: adapter.backward(case, inputs, o, lse, do, first_bufs))
     kept = {n: t.clone() for n, t in first.grads.items()}
-    second = adapter.backward(case, inputs, o, lse, do, second_bufs)
+    second = accepted(property, case, start, lambda: adapter.backward(case, inputs, o, lse, do, second_bufs))
     return (first, first_bufs, kept), (second, second_bufs)
 
 
@@ -126,10 +126,10 @@ def check_backward(case: Case, adapter) -> Observation:
     dev, inputs, do, (o, lse, fwd) = _launch_inputs(case, adapter)
     again = None
     if case.deterministic:
-        (result, grads, kept), again = _launch_twice(case, adapter, inputs, o, lse, do, dev)
+        (result, grads, kept), again = _launch_twice("backward", case, adapter, inputs, o, lse, do, dev, start)
     else:
         grads = make_grad_outputs(case, dev)
-        result = adapter.backward(case, inputs, o, lse, do, grads)
+        result = accepted("backward", case, start, lambda: adapter.backward(case, inputs, o, lse, do, grads))
         kept = result.grads
     ref = reference_with_model(case, inputs, do, o, lse)
     notes = dict(result.notes)
@@ -180,8 +180,8 @@ def check_backward_addressing(case: Case, adapter) -> Observation:
     recorder.begin(ADDRESSING, case)
     start = time.perf_counter()
     dev, inputs, do, (o, lse, fwd) = _launch_inputs(case, adapter)
-    own = adapter.backward(case, inputs, o, lse, do, make_grad_outputs(case, dev))
-    as_fwd = adapter.backward(case, inputs, o, lse, do, make_grad_outputs(case, dev), addressing="forward")
+    own = accepted(ADDRESSING, case, start, lambda: adapter.backward(case, inputs, o, lse, do, make_grad_outputs(case, dev)))
+    as_fwd = accepted(ADDRESSING, case, start, lambda: adapter.backward(case, inputs, o, lse, do, make_grad_outputs(case, dev), addressing="forward"))
 
     def judged():
         for label, result in (("own", own), ("forward", as_fwd)):
@@ -213,7 +213,7 @@ def check_determinism(case: Case, adapter) -> Observation:
     recorder.begin("determinism", case)
     start = time.perf_counter()
     dev, inputs, do, (o, lse, _) = _launch_inputs(case, adapter)
-    (first, first_bufs, kept), (second, second_bufs) = _launch_twice(case, adapter, inputs, o, lse, do, dev)
+    (first, first_bufs, kept), (second, second_bufs) = _launch_twice("determinism", case, adapter, inputs, o, lse, do, dev, start)
 
     def judged():
         for res, bufs in ((first, first_bufs), (second, second_bufs)):

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Callable, Optional
+from contextvars import ContextVar
+from typing import Callable, Optional, TypeVar
 
 import torch
 
@@ -14,6 +15,40 @@ from conformance.ground.case import Case, Unexpressible
 from conformance.ground.outcome import Observation, PropertyFailure
 from conformance.ground.tables import NO_GPU, TILE_M
 from conformance.properties import recorder
+
+
+# The entry point (adapter) the example runs against, set by ``served``: findings
+# that only one entry point shows select by it (finish's default ``entry``).
+_ENTRY: ContextVar[Optional[str]] = ContextVar("property_entry", default=None)
+T = TypeVar("T")
+
+
+class Refused(PropertyFailure):
+    """The entry point raised on a valid Case (the "launch" check): nothing
+    came back to judge; ``served`` sends it through ``finish`` so a known
+    finding can excuse exactly it."""
+
+    def __init__(self, property: str, case: Case, exc: BaseException, start: float):
+        lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+        super().__init__(property, case, f"the entry point refused a valid Case: {type(exc).__name__}: {lines[0][:300] if lines else ''}",
+                         {"exception": type(exc).__name__}, check="launch", observed=type(exc).__name__)  # fmt: skip
+        self.start = start
+
+
+def accepted(property: str, case: Case, start: float, launch: Callable[[], T]) -> T:
+    """``launch()`` (a kernel entry point's call); an exception it raises on
+    the valid ``case`` becomes the "launch" check's failure (Refused). A CUDA
+    fault is re-raised as it is: the context is gone (conformance.isolation)."""
+    from conformance.properties.watchdog import looks_like_cuda_error
+
+    try:
+        return launch()
+    except (PropertyFailure, Unexpressible):
+        raise
+    except Exception as e:  # noqa: BLE001 - judged below, a CUDA fault excepted
+        if looks_like_cuda_error(e):
+            raise
+        raise Refused(property, case, e, start) from e
 
 
 class NoGPU(RuntimeError):
@@ -38,6 +73,7 @@ def finish(name: str, case: Case, start: float, run, *, entry: Optional[str] = N
     from conformance.ground import findings
     from conformance.properties import judge
 
+    entry = entry if entry is not None else _ENTRY.get()
     obs = Observation(name, case, **fields)
     with judge.collecting() as failures, phases.phase("judge"):
         try:
@@ -155,7 +191,17 @@ def served(check):
             if currently_in_test_context():
                 reject()
             raise Unexpressible(why)
-        return check(case, adapter, **params)
+        token = _ENTRY.set(name)
+        try:
+            return check(case, adapter, **params)
+        except Refused as refused:  # judged like any check: a finding may excuse exactly it
+
+            def raised():
+                raise refused
+
+            return finish(refused.property, case, refused.start, raised, params={k: v for k, v in params.items() if k != "entry"})
+        finally:
+            _ENTRY.reset(token)
 
     return run
 

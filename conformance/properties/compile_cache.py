@@ -13,7 +13,7 @@ from conformance.ground.case import Case
 from conformance.ground.data import make_grad_output, make_grad_outputs, make_inputs, make_outputs
 from conformance.ground.outcome import Observation, PropertyFailure
 from conformance.properties import judge, recorder
-from conformance.properties.common import device, finish, launched_buffers
+from conformance.properties.common import accepted, device, finish, launched_buffers
 
 
 # ----------------------------------------------------------- compile reuse
@@ -60,7 +60,7 @@ def check_compile_reuse(case: Case, adapter, *, launch: bool = True) -> Observat
 
             o, lse, _ = handed_inputs(c.replace(inputs_from="reference"), adapter, inputs, dev)
             do, grads = make_grad_output(c, dev), make_grad_outputs(c, dev)
-            result = adapter.backward(c, inputs, o, lse, do, grads)
+            result = accepted("compile_reuse", c, start, lambda: adapter.backward(c, inputs, o, lse, do, grads))
             buffers = launched_buffers(inputs, (o, lse), result)
             buffers.update({f"{n} (caller)": t for n, t in grads.items()}, do=do)
             unchecked.append((c, buffers))
