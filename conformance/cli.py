@@ -56,7 +56,7 @@ class _Version(argparse.Action):
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="sdpa-conformance",
-        description="Conformance suite for cudnn-frontend's SM80 SDPA forward kernels. Run the suite with pytest; "
+        description="Conformance suite for cudnn-frontend's SM80 SDPA kernels (forward and backward). Run the suite with pytest; "
         "this command replays what a run left behind.",
         epilog="exit status: 0 pass / done, 1 the case still fails, 2 usage error, bad case file, or no GPU",
     )
