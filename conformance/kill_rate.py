@@ -362,21 +362,17 @@ def _search_kinds(rec: dict, chosen, adapter, flavors, *, profile, deadline, t0,
             return
 
 
-# The suite's own packages: an exception raised in one of their frames (not a
-# CUDA error surfacing there) is a bug of the suite, not the mutant's crash.
-OWN_PACKAGES = tuple(str(Path(__file__).resolve().parents[1] / d) + os.sep for d in ("conformance", "kernels", "strategies", "reference"))
-
-
 def crash_or_harness(exc: BaseException) -> str:
     """``error`` (the mutated kernel crashed: a CUDA error, or an exception
     raised inside the kernel's own code) or ``harness_error`` (raised by the
     suite's code: a bug of the harness, which must not count as a kill)."""
-    from conformance.properties.watchdog import looks_like_cuda_error
+    from conformance.properties.watchdog import SUITE_PACKAGES, looks_like_cuda_error
 
     frames = traceback.extract_tb(exc.__traceback__)
     if looks_like_cuda_error(exc) or not frames:
         return "error"
-    return "harness_error" if str(Path(frames[-1].filename).resolve()).startswith(OWN_PACKAGES) else "error"
+    # raised in one of the suite's own frames (not a CUDA error surfacing there): a bug of the suite
+    return "harness_error" if str(Path(frames[-1].filename).resolve()).startswith(SUITE_PACKAGES) else "error"
 
 
 # ------------------------------------------------------------- processes

@@ -516,15 +516,23 @@ def test_the_forward_addressing_property_fails_on_a_chain_that_normalizes_cu_seq
 
 
 # ------------------------------------------------ an entry point that refuses a valid Case
-class _Refusing(EmulatedBackward):
-    """The wrapper's THD refusal of a strided one-head Stats (finding wrapper-bwd-thd-stats-strides), as an adapter."""
+# A frame of the kernels' package: what makes an exception the kernels' own refusal is where it is raised.
+_KERNEL_FRAME: dict = {}
+exec(compile("def refuse(exc):\n    raise exc\n", "/opt/site/cudnn/sdpa/bwd/prepared_sm80.py", "exec"), _KERNEL_FRAME)
 
-    def __init__(self, name="wrapper", exc=ValueError("THD stats must match the declared packed layout")):
+
+class _Refusing(EmulatedBackward):
+    """The wrapper's THD refusal of a strided one-head Stats (finding wrapper-bwd-thd-stats-strides), as an adapter;
+    ``in_suite``: the same exception raised by the adapter's own code instead."""
+
+    def __init__(self, name="wrapper", exc=lambda: ValueError("THD stats must match the declared packed layout"), in_suite=False):
         super().__init__()
-        self.name, self.exc = name, exc
+        self.name, self.exc, self.in_suite = name, exc, in_suite  # exc: a factory (a raised instance keeps its frames)
 
     def backward(self, *args, **kwargs):
-        raise self.exc
+        if self.in_suite:
+            raise self.exc()
+        _KERNEL_FRAME["refuse"](self.exc())
 
 
 STRIDED_STATS = _bwd(layout="thd", h_q=1, h_kv=1, s_q=1, s_kv=1, q_lens=(1,), kv_lens=(1,), q_base=1, inputs_from="reference")
@@ -548,7 +556,7 @@ def test_a_refused_valid_case_fails_the_launch_check_and_only_its_finding_excuse
         obs = _refused(STRIDED_STATS, _Refusing())
         assert obs.outcome == "xfailed" and obs.findings == ["wrapper-bwd-thd-stats-strides@backward_tails"]
         for adapter, case in ((_Refusing(name="prepared"), STRIDED_STATS),  # another entry point
-                              (_Refusing(exc=KeyError("x")), STRIDED_STATS),  # another outcome
+                              (_Refusing(exc=lambda: KeyError("x")), STRIDED_STATS),  # another outcome
                               (_Refusing(), STRIDED_STATS.replace(q_base=0)),  # a compact Stats handed from token 0
                               (_Refusing(), STRIDED_STATS.replace(h_q=2, h_kv=2))):  # two heads
             with pytest.raises(PropertyFailure) as e:
@@ -556,6 +564,14 @@ def test_a_refused_valid_case_fails_the_launch_check_and_only_its_finding_excuse
             assert e.value.check == "launch", e.value.summary
 
 
-def test_a_cuda_fault_is_not_a_refusal():
+def test_a_cuda_fault_or_the_suites_own_exception_is_not_a_refusal():
     with pytest.raises(RuntimeError, match="illegal memory access"):
-        _refused(STRIDED_STATS, _Refusing(exc=RuntimeError("CUDA error: an illegal memory access was encountered")))
+        _refused(STRIDED_STATS, _Refusing(exc=lambda: RuntimeError("CUDA error: an illegal memory access was encountered")))
+    from conformance.ground import findings
+
+    with findings.applied([]), pytest.raises(ValueError, match="THD stats"):  # raised by the adapter's code: a bug of the suite, not a verdict
+        _refused(STRIDED_STATS, _Refusing(in_suite=True))
+    from conformance.ground.outcome import Unsupported
+
+    with pytest.raises(Unsupported):  # an adapter's missing capability still skips
+        _refused(STRIDED_STATS, _Refusing(exc=lambda: Unsupported("wrapper", "no-init", "x", ""), in_suite=True))

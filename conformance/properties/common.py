@@ -36,17 +36,17 @@ class Refused(PropertyFailure):
 
 
 def accepted(property: str, case: Case, start: float, launch: Callable[[], T]) -> T:
-    """``launch()`` (a kernel entry point's call); an exception it raises on
-    the valid ``case`` becomes the "launch" check's failure (Refused). A CUDA
-    fault is re-raised as it is: the context is gone (conformance.isolation)."""
-    from conformance.properties.watchdog import looks_like_cuda_error
+    """``launch()`` (an adapter's call into a kernel entry point); an
+    exception the kernels under test raise on the valid ``case`` becomes the
+    "launch" check's failure (Refused). Re-raised as they are: a CUDA fault
+    (the context is gone: conformance.isolation), and anything raised by the
+    suite's own code (an adapter's Unsupported, a bug of the suite)."""
+    from conformance.properties.watchdog import looks_like_cuda_error, raised_by_kernels
 
     try:
         return launch()
-    except (PropertyFailure, Unexpressible):
-        raise
-    except Exception as e:  # noqa: BLE001 - judged below, a CUDA fault excepted
-        if looks_like_cuda_error(e):
+    except Exception as e:  # noqa: BLE001 - only the kernels' own refusals are judged
+        if looks_like_cuda_error(e) or not raised_by_kernels(e):
             raise
         raise Refused(property, case, e, start) from e
 

@@ -38,6 +38,8 @@ import os
 import sys
 import threading
 import time
+import traceback
+from pathlib import Path
 from typing import Callable, Optional
 
 EXIT_LOST = 86  # a worker that saw its CUDA context die
@@ -57,6 +59,20 @@ STICKY_HINTS = (
 def looks_like_cuda_error(exc: BaseException) -> bool:
     text = f"{type(exc).__name__}: {exc}".lower()
     return type(exc).__name__ == "AcceleratorError" or any(h in text for h in STICKY_HINTS)
+
+
+# The suite's own packages, and the mark of the kernels under test's files (the cudnn package).
+SUITE_PACKAGES = tuple(str(Path(__file__).resolve().parents[2] / d) + os.sep for d in ("conformance", "kernels", "strategies", "reference"))
+KERNEL_PACKAGE = os.sep + "cudnn" + os.sep
+
+
+def raised_by_kernels(exc: BaseException) -> bool:
+    """``exc`` came out of the kernels under test: a frame of the cudnn
+    package lies below the suite's last frame (not the suite's own code, nor
+    torch called by it)."""
+    files = [str(Path(f.filename).resolve()) for f in traceback.extract_tb(exc.__traceback__)]
+    last_own = max((i for i, f in enumerate(files) if f.startswith(SUITE_PACKAGES)), default=-1)
+    return any(KERNEL_PACKAGE in f for f in files[last_own + 1 :])
 
 
 def _first_line(exc: BaseException) -> str:
