@@ -281,11 +281,11 @@ DERIVED: Dict[str, Tuple[Callable[[Case], Any], Callable[[Any], bool], str]] = {
     # Dense seq_q_lens with an entry of no query row that still has keys (its dK rows are defined).
     "empty_q_entry_with_keys": (lambda c: not c.is_thd and c.seq_q_lens is not None and any(q == 0 and kv > 0 for q, kv in zip(c.seq_q_lens, c.kv_lengths())),
                                 lambda v: isinstance(v, bool), "true/false"),
-    # Dense seq_kv_lens with a length short of the physical S_KV: padded K/V rows exist.
     # THD, one head, and the Stats the backward is handed (from its origin, cu_seqlens_q[0]) keeps a longer
     # stride on its size-1 dims: a compact Stats sliced past q_base > 0, or a head-padded one.
     "thd_one_head_stats_strided": (lambda c: c.is_thd and c.h_q == 1 and (c.lse_layout == "padded" or (c.lse_layout == "compact" and c.q_base > 0)),
                                    lambda v: isinstance(v, bool), "true/false"),
+    # Dense seq_kv_lens with a length short of the physical S_KV: padded K/V rows exist.
     "kv_padded": (lambda c: not c.is_thd and c.seq_kv_lens is not None and any(n < c.s_kv for n in c.seq_kv_lens), lambda v: isinstance(v, bool), "true/false"),
 }
 

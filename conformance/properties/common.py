@@ -29,9 +29,10 @@ class Refused(PropertyFailure):
     finding can excuse exactly it."""
 
     def __init__(self, property: str, case: Case, exc: BaseException, start: float):
-        lines = [line for line in str(exc).strip().splitlines() if line.strip()]
-        super().__init__(property, case, f"the entry point refused a valid Case: {type(exc).__name__}: {lines[0][:300] if lines else ''}",
-                         {"exception": type(exc).__name__}, check="launch", observed=type(exc).__name__)  # fmt: skip
+        from conformance.properties.watchdog import first_line
+
+        super().__init__(property, case, f"the entry point refused a valid Case: {first_line(exc)}", {"exception": type(exc).__name__},
+                         check="launch", observed=type(exc).__name__)  # fmt: skip
         self.start = start
 
 

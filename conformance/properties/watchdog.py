@@ -75,7 +75,8 @@ def raised_by_kernels(exc: BaseException) -> bool:
     return any(KERNEL_PACKAGE in f for f in files[last_own + 1 :])
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """'<Type>: <the message's first non-blank line>' (for one-line verdicts)."""
     lines = [line for line in str(exc).strip().splitlines() if line.strip()]
     return f"{type(exc).__name__}: {lines[0][:400] if lines else ''}".rstrip(": ")
 
@@ -100,7 +101,7 @@ def probe() -> Optional[str]:
         if float(x.item()) != 2.0:
             return "a one-element add on the device came back wrong"
     except Exception as e:  # noqa: BLE001 - any failure here means the context is unusable
-        return _first_line(e)
+        return first_line(e)
     return None
 
 
@@ -111,7 +112,7 @@ def context_lost(exc: Optional[BaseException] = None) -> Optional[str]:
     dead = probe()
     if dead is None:
         return None
-    return _first_line(exc) if exc is not None and looks_like_cuda_error(exc) else dead
+    return first_line(exc) if exc is not None and looks_like_cuda_error(exc) else dead
 
 
 def settle() -> None:
