@@ -122,9 +122,10 @@ BWD_MUTANTS: Tuple[Mutant, ...] = (
     Mutant(
         "bwd_dq_relay_no_acquire", "bwd_dq_relay",
         (Rewrite("bwd_f16", "                _dq_sem_wait(sem_ptr, relay_turn)", "                pass  # mutant: no acquire"),),
-        "backward_dense",
+        "backward_thd",
         "deterministic=True still releases the dQ token but never waits for its turn: the fp32 dQ atomics of a q tile "
-        "land in whatever order the KV tiles finish, so two launches may differ in the last bits (caught when KV tiles contend).",
+        "land in whatever order the KV tiles finish, so two launches may differ in the last bits (caught when three or more KV tiles contend for a q tile: "
+        "strategies.backward.contended stretches deterministic THD draws for it).",
         dict(BWD, s_q=64, s_kv=1024, h_q=2, h_kv=2, deterministic=True),
         scope="bwd_f16 only: the relay lives in the generic template",
     ),

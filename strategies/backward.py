@@ -10,7 +10,8 @@ docs); a bias is fp32 or the I/O dtype (prepared_sm80.build_spec); d_v is
 cut to d_qk where it is wider (SdpaBwdDslSm80.check_support); THD gets one
 slack token on a side with no capacity (the adapters bind real rows); the
 forward-only kernel features (``case.FORWARD_ONLY_FACTS``) take their
-defaults. One draw in ``D64_ODDS`` of a dense gptoss stratum takes a
+defaults. A deterministic THD draw may stretch its longest sequence
+(``contended``: the dQ relay's race needs KV tiles that contend). One draw in ``D64_ODDS`` of a dense gptoss stratum takes a
 geometry of the backward's dedicated d=64 kernel, which the forward pools
 rarely reach (``D64_GEOMETRIES``).
 """
@@ -36,6 +37,15 @@ D64_GEOMETRIES = (DenseGeometry(d_qk=64, d_v=64, batch=1, h_q=2, h_kv=2, s_q=128
                   DenseGeometry(d_qk=64, d_v=64, batch=2, h_q=1, h_kv=1, s_q=192, s_kv=256))  # fmt: skip
 D64_ODDS = 6
 D64_FLAVOR = "gptoss"
+
+# deterministic=True orders the fp32 dQ atomics of a q tile across the KV tiles that visit it (bprop_f16.py's
+# relay). A relay that stops ordering them shows only when three or more KV tiles add into one q tile (two adds onto
+# 0 commute) and their arrival order differs between the two launches. Measured on 300 ci draws (llama fp16):
+# deterministic dense draws had at most 3 visitors per q tile (dense lengths are compile keys, so the pools stay
+# short), THD ones 4+ in 16 of 110; bwd_dq_relay_no_acquire survived 92 dense examples on the H200 and was killed
+# at S_kv = 1024. THD lengths are runtime values, so a drawn boolean (False first: it shrinks away) stretches the
+# longest sequence of a deterministic THD draw to CONTENDED tokens on both sides at no compile.
+CONTENDED = max(pools.THD_LONG)  # 1000 tokens: 16 KV tiles of 64 visit its last q tile (top-left causal included)
 
 
 def to_backward(c: Case, deterministic: bool, inputs_from: str, per_batch_bias: bool = False) -> Case:
@@ -63,6 +73,17 @@ def to_backward(c: Case, deterministic: bool, inputs_from: str, per_batch_bias: 
     return c.replace(**changes)
 
 
+def contended(c: Case, stretch: bool) -> Case:
+    """``c`` with its longest THD sequence stretched to ``CONTENDED`` Q and K/V
+    tokens where ``stretch`` and ``c`` is a deterministic THD backward Case
+    (the relay's race needs KV tiles that contend); otherwise ``c``."""
+    if not (stretch and c.is_thd and c.deterministic):
+        return c
+    i = max(range(len(c.kv_lens)), key=lambda n: (c.kv_lens[n], c.q_lens[n]))
+    grow = lambda lens: tuple(max(n, CONTENDED) if k == i else n for k, n in enumerate(lens))  # noqa: E731
+    return c.replace(q_lens=grow(c.q_lens), kv_lens=grow(c.kv_lens))
+
+
 def backward_cases(*, layouts: Sequence[str] = ("dense", "thd"), deterministic: Optional[bool] = None, inputs_from: Optional[str] = None,
                    **options) -> st.SearchStrategy[Case]:  # fmt: skip
     """Valid backward Cases over ``layouts``; ``deterministic``/``inputs_from``
@@ -70,6 +91,8 @@ def backward_cases(*, layouts: Sequence[str] = ("dense", "thd"), deterministic: 
     det = st.booleans() if deterministic is None else st.just(deterministic)
     src = st.sampled_from(INPUT_SOURCES) if inputs_from is None else st.just(inputs_from)
     mapped = st.builds(to_backward, cases(layouts=layouts, **options), det, src, st.booleans())  # the bias batch: broadcast first
+    if "thd" in layouts:
+        mapped = st.builds(contended, mapped, st.booleans())
     restricted = set(options) - {"flavors", "dtypes", "geometry"}  # an option that asks for a feature: no d=64 draws
     if "dense" not in layouts or deterministic or restricted or D64_FLAVOR not in options.get("flavors", pools.FLAVORS):
         return mapped

@@ -411,3 +411,40 @@ def test_the_ci_search_reaches_the_rows_the_rope_mutant_fails_on():
                        adapter_factory=lambda rewrites: None)  # fmt: skip
     assert rec["verdict"] == "killed" and rec["killed_by"] == rope.expected_killer
     assert rec["kinds"][0]["examples"] <= 40, rec["kinds"][0]  # within one stratum's base count (10 on 2026-12-03)
+
+
+def _relay_visitors(case: Case, tile_q: int = 64, tile_kv: int = 64) -> int:
+    """The most KV tiles that add into one q tile's dQ (smallest backward
+    tiles: the fewest visitors any flavor has)."""
+    import torch
+
+    from reference.masks import band
+
+    most = 0
+    for q, kv in zip(case.q_lengths(), case.kv_lengths()):
+        if q and kv:
+            vis = band(torch.arange(q)[:, None], torch.arange(kv)[None, :], q, kv, causal=case.causal, bottom_right=case.bottom_right,
+                       window_left=case.window_left, window_right=case.window_right)  # fmt: skip
+            for row in range(0, q, tile_q):
+                most = max(most, len(set((vis[row : row + tile_q].any(0).nonzero().flatten() // tile_kv).tolist())))
+    return most
+
+
+def test_the_ci_search_reaches_contended_relays():
+    """bwd_dq_relay_no_acquire makes deterministic dQ depend on the order its
+    KV tiles arrive in, which only shows with three or more of them adding
+    into one q tile (two adds onto 0 commute): it survived 92 dense examples
+    on the H200 (dense pools reach at most 3 visitors) and died at S_kv = 1024.
+    A stand-in failing on deterministic Cases with 4+ visitors: the ci search
+    of its expected killer must reach one within a few draws."""
+    relay = {m.name: m for m in MUTANTS}["bwd_dq_relay_no_acquire"]
+
+    def fails_where_the_race_can_show(kind, case, adapter):
+        if case.deterministic and _relay_visitors(case) >= 4:
+            raise PropertyFailure(kind.property, case, "dQ atomics of one q tile in another order")
+        return Observation(kind.property, case)
+
+    rec = M.run_mutant(relay, check=fails_where_the_race_can_show, profile="ci", budget_s=120, shrink_s=1, kinds=(relay.expected_killer,),
+                       adapter_factory=lambda rewrites: None)  # fmt: skip
+    assert rec["verdict"] == "killed" and rec["killed_by"] == relay.expected_killer == "backward_thd"
+    assert rec["kinds"][0]["examples"] <= 10, rec["kinds"][0]
