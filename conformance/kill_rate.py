@@ -63,6 +63,14 @@ LARGE_BUDGET = "large"  # the example budget (strategies.profiles) of the large 
 # designed catcher; the rest still looks for other killers.
 EXPECTED_SHARE = 0.5
 GRACE_S = 150  # a worker's start-up, first compiles and overshoot past its budget
+# A survivor whose expected killer drew fewer examples than this per stratum
+# is marked "starved": its verdict says more about the budget than about the
+# property. Seen on the H200 (2026-12-03): 10 backward mutants at --jobs 16,
+# budget 130 s: compiles under 16-way CPU contention left backward_dense 15
+# examples over 8 strata, the first two of each its simplest (B=1 S=1x1);
+# bwd_dsink_log2_units survived there and died at --jobs 2 on the stratum's
+# 3rd example (7.8 s).
+STARVED_PER_STRATUM = 3
 
 
 # ------------------------------------------------------------------ kinds
@@ -347,7 +355,7 @@ def _search_kinds(rec: dict, chosen, adapter, flavors, *, profile, deadline, t0,
             if one.first is not None:
                 break
         rec["kinds"].append({"name": kind.name, "examples": s.examples, "shrinks": s.shrinks, "excused": s.excused, "cut": s.cut,
-                             "seconds": round(time.perf_counter() - now, 1), "failed": s.first is not None})  # fmt: skip
+                             "strata": len(strata), "seconds": round(time.perf_counter() - now, 1), "failed": s.first is not None})  # fmt: skip
         rec["complete"] &= not s.cut
         if s.first is not None:
             case, failure, _ = s.last
@@ -452,11 +460,23 @@ def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print) ->
     return [records[m.name] for m in mutants]
 
 
+def starved(rec: dict) -> Optional[str]:
+    """For a survivor whose expected killer drew fewer than STARVED_PER_STRATUM
+    examples per stratum: what it drew (None otherwise)."""
+    if rec["verdict"] != "survived":
+        return None
+    for k in rec.get("kinds", ()):
+        if k["name"] == rec.get("expected_killer") and k.get("strata") and k["examples"] < STARVED_PER_STRATUM * k["strata"]:
+            return f"starved: {k['name']} drew {k['examples']} examples over {k['strata']} strata; lower --jobs or raise --budget-s"
+    return None
+
+
 def _progress_line(rec: dict, done: int, total: int) -> str:
     how = f" by {rec['killed_by']} after {rec['first_failure_s']} s" if rec.get("killed_by") else ""
     # An error's message tells a crash of the kernel from a bug of the harness.
     text = rec.get("error") or rec.get("summary")
     why = f" ({text})" if text and rec["verdict"] != "killed" else ""
+    why = f" ({starved(rec)})" if starved(rec) else why
     return f"[{done}/{total}] {rec['verdict']:<9} {rec['name']}{how}{why}"
 
 
@@ -508,6 +528,7 @@ def render_markdown(doc: dict) -> str:
     lines += ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in ([doc["control"]] if doc.get("control") else []) + doc["mutants"]:
         cut = "" if r.get("complete", True) or r["verdict"] != "survived" else " (budget)"
+        cut += f" ({starved(r)})" if starved(r) else ""
         case = r.get("first_case") if r["verdict"] == "error" else r.get("case")
         text = Case.from_dict(case).describe() if case else (r.get("error") or "-")
         cells = (r["name"], r.get("bug_class", "-"), "/".join(r.get("targets") or []) or "-", r["verdict"] + cut, r.get("killed_by") or "-",

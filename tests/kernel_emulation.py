@@ -431,6 +431,7 @@ class BwdPlant:
     mask_off: bool = False  # the causal/window mask not applied when P is recomputed
     ds_unscaled: bool = False  # dS = dS' (the softmax scale not applied to dQ/dK)
     dsink_log2: bool = False  # dSink in log2 units (times log2 e)
+    dsink_exp2_natural: bool = False  # the sink weight as ex2(sink - LSE): the natural-log argument without its log2 e factor
     dbias_batch0: bool = False  # a broadcast bias' gradient from batch entry 0 only
     dbias_per_batch: bool = False  # a broadcast bias' gradient not reduced over the batch (each entry overwrites: the last one wins)
     dbias_io: bool = False  # dBias rounded to the I/O dtype before it is stored (one I/O ulp off an fp32 dBias)
@@ -499,7 +500,8 @@ def emulate_backward(case, inputs, o, lse, do, plant: BwdPlant = BwdPlant(), lau
     if inputs.sinks is not None:
         sink = inputs.sinks.to(f32).view(1, -1, 1)
         row = it.q_live[:, None, :] & torch.isfinite(lse32)
-        term = torch.where(row, torch.exp(sink - torch.where(torch.isfinite(lse32), lse32, 0.0)) * d, torch.zeros((), dtype=f32))
+        weight = torch.exp2 if plant.dsink_exp2_natural else torch.exp
+        term = torch.where(row, weight(sink - torch.where(torch.isfinite(lse32), lse32, 0.0)) * d, torch.zeros((), dtype=f32))
         out["dsink"] = -term.sum((0, 2)) * (1.4426950408889634 if plant.dsink_log2 else 1.0)
     return out
 

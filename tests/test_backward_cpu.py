@@ -69,6 +69,7 @@ POWER = [
     (BwdPlant(mask_off=True), CASES[2], "dq"),
     (BwdPlant(ds_unscaled=True), CASES[0], "dq"),
     (BwdPlant(dsink_log2=True), CASES[6], "dsink"),
+    (BwdPlant(dsink_exp2_natural=True), CASES[6], "dsink"),  # bwd_dsink_log2_units' arithmetic
     (BwdPlant(dbias_batch0=True), CASES[4], "dbias"),
     (BwdPlant(dbias_per_batch=True), CASES[4], "dbias"),
     (BwdPlant(dbias_io=True), CASES[4], "dbias"),

@@ -232,6 +232,12 @@ def test_markdown_table():
     assert "| " + " | ".join(M.COLUMNS) + " |" in md and "INVALID" not in md
     assert "| a | bias | f16 | killed | numerics_dense | numerics_dense | 3.5 | 60 | dense B=2 S=3x5 bshd fp16 H=2/1 D=64 mask=none seed=0 |" in md
     assert "| c | bias | f16 | survived (budget) |" in md and "| d | bias | f16 | stale |" in md
+    starved = _rec("e", "survived", complete=False, kinds=[{"name": "numerics_dense", "examples": 15, "strata": 8}, {"name": "tails_dense", "examples": 1, "strata": 8}])
+    fed = _rec("f", "survived", kinds=[{"name": "numerics_dense", "examples": 24, "strata": 8}])
+    md = M.render_markdown(dict(doc, mutants=[starved, fed]))
+    assert "| e | bias | f16 | survived (budget) (starved: numerics_dense drew 15 examples over 8 strata; lower --jobs or raise --budget-s) |" in md
+    assert "| f | bias | f16 | survived |" in md and M.starved(dict(starved, verdict="killed")) is None
+    assert "starved" in M._progress_line(starved, 1, 2) and "starved" not in M._progress_line(fed, 2, 2)
     doc["control"] = _rec("control", "killed", killed_by="padding_poison", summary="NaN", case_text="B=1")
     assert "**INVALID RUN**: the control (no rewrites) failed padding_poison on B=1: NaN" in M.render_markdown(doc)
 
