@@ -475,8 +475,8 @@ def _progress_line(rec: dict, done: int, total: int) -> str:
     how = f" by {rec['killed_by']} after {rec['first_failure_s']} s" if rec.get("killed_by") else ""
     # An error's message tells a crash of the kernel from a bug of the harness.
     text = rec.get("error") or rec.get("summary")
-    why = f" ({text})" if text and rec["verdict"] != "killed" else ""
-    why = f" ({starved(rec)})" if starved(rec) else why
+    why = starved(rec) or (text if rec["verdict"] != "killed" else None)
+    why = f" ({why})" if why else ""
     return f"[{done}/{total}] {rec['verdict']:<9} {rec['name']}{how}{why}"
 
 
@@ -527,8 +527,8 @@ def render_markdown(doc: dict) -> str:
     lines += [f"**INVALID RUN**: {problem}", ""] if problem else []
     lines += ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in ([doc["control"]] if doc.get("control") else []) + doc["mutants"]:
-        cut = "" if r.get("complete", True) or r["verdict"] != "survived" else " (budget)"
-        cut += f" ({starved(r)})" if starved(r) else ""
+        short = starved(r)
+        cut = ("" if r.get("complete", True) or r["verdict"] != "survived" else " (budget)") + (f" ({short})" if short else "")
         case = r.get("first_case") if r["verdict"] == "error" else r.get("case")
         text = Case.from_dict(case).describe() if case else (r.get("error") or "-")
         cells = (r["name"], r.get("bug_class", "-"), "/".join(r.get("targets") or []) or "-", r["verdict"] + cut, r.get("killed_by") or "-",

@@ -11,9 +11,10 @@ cut to d_qk where it is wider (SdpaBwdDslSm80.check_support); THD gets one
 slack token on a side with no capacity (the adapters bind real rows); the
 forward-only kernel features (``case.FORWARD_ONLY_FACTS``) take their
 defaults. A deterministic THD draw may stretch its longest sequence
-(``contended``: the dQ relay's race needs KV tiles that contend). One draw in ``D64_ODDS`` of a dense gptoss stratum takes a
-geometry of the backward's dedicated d=64 kernel, which the forward pools
-rarely reach (``D64_GEOMETRIES``).
+(``contended``: the dQ relay's race needs KV tiles that contend). One draw
+in ``D64_ODDS`` of a dense gptoss stratum takes a geometry of the
+backward's dedicated d=64 kernel, which the forward pools rarely reach
+(``D64_GEOMETRIES``).
 """
 
 from __future__ import annotations
