@@ -249,3 +249,17 @@ def test_each_relation_catches_a_bug_the_reference_comparison_lets_through(relat
     with pytest.raises(PropertyFailure, match=relation):
         metamorphic(case, relation, plant, second=second)
     metamorphic(case, relation)  # the honest emulation holds the relation at this shape
+
+
+# Seen on the H200 on the unmodified kernels (a kill-rate control search): fp16,
+# scale 0 (O averages V), one O element a subnormal midpoint (-6.10054e-5) that the
+# first launch rounds up to -2^-14, fp16's smallest normal, while V * 2^12 keeps
+# it exact (-0.249878). The emulation rounds the same way.
+SMALLEST_NORMAL = Case(layout="thd", q_lens=(300, 1), kv_lens=(300, 1), q_slack=1, kv_slack=8, h_q=3, h_kv=1, bottom_right=True,
+                       window_left=64, sinks=True, lse_layout="token_major", sink_dtype="bfloat16", sink_layout="broadcast",
+                       prefix_dtype="int64", scale=0.0, seed=0)  # fmt: skip
+
+
+def test_v_pow2_judges_the_smallest_normal_as_rounded_on_the_subnormal_grid():
+    obs = metamorphic(SMALLEST_NORMAL, "v_pow2")
+    assert obs.outcome == "passed"

@@ -173,6 +173,10 @@ RECORD_MARGIN = 2.0**-10
 # 2^-14) the first launch rounds to the subnormal grid and the second to the
 # normal grid: 2^-k of the second, rounded to the subnormal grid again, may
 # differ from the first by this many subnormal ulps (double rounding), never more.
+# A rounded O of exactly the smallest normal may come from a subnormal value
+# rounded up (seen on the H200: fp16 -6.10054e-5, a midpoint, rounded to -2^-14
+# while the second launch kept -0.249878 = -6.10054e-5 * 2^12), so |O| <= tiny
+# is judged this way too.
 SUBNORMAL_RESCALE_ULPS = 1
 
 @dataclass(frozen=True)
