@@ -181,9 +181,10 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
         "tests": {o: totals[o] for o in OUTCOMES} | {"total": sum(totals.values())},
         "properties": properties,
         "coverage": coverage(c for _, c in begun),
-        "compile": _compile(sum((p["compile"] for p in props.values()), Counter()), sum(p["seconds"] for p in props.values()))
-        | {"keys": len(keys_seen), "compiled_keys": sum(1 for n in compiled.values() if n), "repeat_compiles": sum(max(0, n - 1) for n in compiled.values()),
-           "repeats": _repeats(compiling),
+        "compile": (comp := _compile(sum((p["compile"] for p in props.values()), Counter()), sum(p["seconds"] for p in props.values())))
+        | {"keys": len(keys_seen), "compiled_keys": (n_compiled := sum(1 for n in compiled.values() if n)),
+           "repeat_compiles": sum(max(0, n - 1) for n in compiled.values()), "repeats": _repeats(compiling),
+           "floor": _floor(comp, n_compiled, sum(1 for w in workers.values() if w["examples"]), wall),
            "cache": session.get("environment", {}).get("compile_cache_note")},
         "profile": _profile(workers, props),
         "slowest": [
@@ -272,6 +273,16 @@ def _profile(workers: Dict[str, dict], props: Dict[str, dict]) -> dict:
     example_seconds = sum(w["example_seconds"] for w in workers.values())
     return {"workers": rows, "phases": _phases(total, example_seconds), "example_seconds": round(example_seconds, 3),
             "span_seconds": round(sum(r["span_seconds"] or 0.0 for r in rows), 3)}
+
+
+def _floor(comp: dict, compiled_keys: int, workers: int, wall: Optional[float]) -> dict:
+    """The compile floor: the least wall time a run that must compile its
+    ``compiled_keys`` can take on ``workers`` processes (keys x mean seconds
+    per compile / workers), and the run's wall time over it (a cold run's
+    overhead beyond compiling; a warm run compiles little, so its floor is 0)."""
+    per = comp["seconds"] / comp["compiles"] if comp.get("compiles") else 0.0
+    seconds = compiled_keys * per / workers if workers else 0.0
+    return {"seconds": seconds, "per_compile": per, "workers": workers, "ratio": (wall / seconds) if seconds and wall else None}
 
 
 def _compile(c: Counter, example_seconds: float = 0.0) -> dict:

@@ -1,0 +1,145 @@
+"""``sdpa-conformance gate``: the suite on the local GPU, N runs in a row, one summary per run.
+
+    sdpa-conformance gate                           # one run, ci profile, the prepared adapter
+    sdpa-conformance gate --runs 3 --cold           # cold (a fresh compiled cache), then warm twice
+    sdpa-conformance gate --adapter wrapper --sm80-compat --junitxml gate.xml
+
+Each run is ``python -m pytest -n WORKERS <the properties> --hypothesis-profile=PROFILE``
+with its own report directory (``REPORT_DIR/run-<i>``); the summary is read
+back from that run's report.json. Exit status: 0 when every run passed, else
+the first failing run's pytest status (1 a property failed or a known finding
+went stale; 2-4 usage or internal errors); 2 when there is no GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import List, Optional
+
+from conformance.ground.tables import ADAPTERS, NO_GPU
+from strategies.profiles import MAX_EXAMPLES
+
+PROFILES = tuple(MAX_EXAMPLES)
+ROOT = Path(__file__).resolve().parent.parent  # the checkout: pytest's rootdir (known_findings.toml, findings/)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--adapter", choices=ADAPTERS, default=None, help="entry point under test (default: $SDPA_ADAPTER, else prepared)")
+    p.add_argument("--sm80-compat", action="store_true", help="run the SM80 code on a newer GPU (the public wrapper needs it off SM80)")
+    p.add_argument("--profile", choices=PROFILES, default="ci", help="Hypothesis profile: example counts (default ci)")
+    p.add_argument("--runs", type=int, default=1, metavar="N", help="runs in a row (default 1)")
+    p.add_argument("--cold", action="store_true", help="run 1 on a fresh, empty compiled cache; later runs reuse it (warm)")
+    p.add_argument("--workers", default="auto", metavar="N", help="pytest-xdist workers (default auto: one per core)")
+    p.add_argument("--report-dir", default="sdpa-report", metavar="DIR", help="run i writes DIR/run-<i> (default sdpa-report)")
+    p.add_argument("--compile-cache", default=None, metavar="DIR",
+                   help="on-disk compiled cache (default: the suite's, see --help of pytest; --cold makes a fresh one in DIR)")
+    p.add_argument("--junitxml", default=None, metavar="FILE", help="JUnit XML per run (FILE, or FILE with -<i> before the suffix for N > 1)")
+    p.add_argument("--deadline", type=float, default=0, metavar="SECONDS",
+                   help="stop starting runs, and interrupt the one running, this long after the gate began (0: none)")
+    p.add_argument("pytest_args", nargs=argparse.REMAINDER, metavar="-- PYTEST_ARGS", help="passed to every pytest run, after --")
+
+
+def _junit(path: Optional[str], i: int, runs: int) -> Optional[str]:
+    if not path or runs == 1:
+        return path
+    stem, dot, suffix = path.rpartition(".")
+    return f"{stem}-{i}.{suffix}" if dot else f"{path}-{i}"
+
+
+def command(args, i: int, cache: Optional[str]) -> List[str]:
+    """The pytest command line of run ``i``."""
+    report = Path(args.report_dir).resolve() / f"run-{i}"
+    cmd = [sys.executable, "-m", "pytest", "-n", str(args.workers), str(ROOT / "conformance"), f"--rootdir={ROOT}",
+           f"--hypothesis-profile={args.profile}", "-p", "no:cacheprovider", "-q", f"--report-dir={report}"]  # fmt: skip
+    if args.adapter:
+        cmd.append(f"--adapter={args.adapter}")
+    if args.sm80_compat:
+        cmd.append("--sm80-compat")
+    if cache:
+        cmd.append(f"--compile-cache={cache}")
+    junit = _junit(args.junitxml, i, args.runs)
+    if junit:
+        cmd.append(f"--junitxml={Path(junit).resolve()}")
+    extra = list(args.pytest_args or ())
+    return cmd + (extra[1:] if extra[:1] == ["--"] else extra)
+
+
+def summarize(report: dict, i: int) -> List[str]:
+    """The lines printed for run ``i`` from its report.json."""
+    t, r, c = report["tests"], report["run"], report["compile"]
+    tests = ", ".join(f"{n} {k}" for k, n in t.items() if n and k != "total")
+    wall = r.get("wall_seconds") or 0.0
+    lines = [f"run {i}: {tests or 'no tests'} | {r['examples']} examples in {wall:.0f} s ({(r.get('examples_per_minute') or 0):.0f}/min)"]
+    floor = c.get("floor") or {}
+    ratio = f", wall / floor {floor['ratio']:.2f}" if floor.get("ratio") else ""
+    lines.append(f"  compiles {c.get('compiles')} over {c.get('compiled_keys')} keys ({c.get('repeat_compiles')} repeats), hits {c.get('hits')}; "
+                 f"compile floor {floor.get('seconds', 0):.0f} s{ratio}")  # fmt: skip
+    for prop, p in sorted(report["properties"].items()):
+        for q, s in sorted((p.get("ratios_by_dtype") or {}).items()):
+            if s.get("count"):
+                lines.append(f"  {prop} error/bound {q}: p99 {s['p99']:.3f} max {s['max']:.3f} ({s['count']} examples)")
+    f = report.get("findings") or {}
+    counts = {}
+    for e in f.get("entries") or ():
+        counts[e["status"]] = counts.get(e["status"], 0) + 1
+    lines.append("  known findings: " + (", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none") + (f"; stale: {', '.join(f['stale'])}" if f.get("stale") else ""))
+    return lines
+
+
+def _has_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def run(args) -> int:
+    if args.runs < 1:
+        print("sdpa-conformance gate: error: --runs must be >= 1", file=sys.stderr)
+        return 2
+    if not _has_gpu():
+        print(f"sdpa-conformance gate: error: {NO_GPU}; the gate launches the kernels (run pytest for the CPU tiers)", file=sys.stderr)
+        return 2
+    began, status = time.monotonic(), 0
+    cache = args.compile_cache
+    if args.cold:
+        Path(args.report_dir).mkdir(parents=True, exist_ok=True)
+        cache = tempfile.mkdtemp(prefix="compile-cache-", dir=args.report_dir)
+    for i in range(1, args.runs + 1):
+        left = args.deadline - (time.monotonic() - began) if args.deadline else None
+        if left is not None and left < 60:
+            print(f"run {i}: not started, {left:.0f} s left before --deadline")
+            break
+        cmd = command(args, i, cache)
+        print("$ " + " ".join(cmd), flush=True)
+        try:
+            rc = subprocess.run(cmd, cwd=ROOT, timeout=left).returncode
+        except subprocess.TimeoutExpired:
+            rc = 1
+            print(f"run {i}: cut at --deadline")
+        status = status or rc
+        report = Path(args.report_dir) / f"run-{i}" / "report.json"
+        if not report.is_file():  # a run cut short leaves its shards: render them
+            subprocess.run([sys.executable, "-m", "conformance.cli", "report", str(report.parent)], cwd=ROOT, capture_output=True)
+        try:
+            lines = summarize(json.loads(report.read_text()), i)
+        except (OSError, ValueError, KeyError) as e:
+            lines = [f"run {i}: no report ({e})"]
+        print("\n".join(lines) + f"\n  pytest exit status {rc}", flush=True)
+    return status
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="sdpa-conformance gate", description=__doc__.split("\n\n")[0])
+    add_arguments(p)
+    return run(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""``sdpa-conformance gate``: its pytest command lines, its per-run summary, and no GPU."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from conformance import gate
+
+
+def _args(*argv):
+    p = argparse.ArgumentParser()
+    gate.add_arguments(p)
+    return p.parse_args(list(argv))
+
+
+def test_command_carries_every_option_to_pytest(tmp_path):
+    args = _args("--adapter", "wrapper", "--sm80-compat", "--profile", "dev", "--runs", "2", "--workers", "16",
+                 "--report-dir", str(tmp_path), "--junitxml", "gate.xml", "--", "-k", "numerics")  # fmt: skip
+    cmd = gate.command(args, 2, "/tmp/cache")
+    assert cmd[1:5] == ["-m", "pytest", "-n", "16"]
+    assert "--adapter=wrapper" in cmd and "--sm80-compat" in cmd and "--hypothesis-profile=dev" in cmd
+    assert f"--report-dir={tmp_path.resolve() / 'run-2'}" in cmd and "--compile-cache=/tmp/cache" in cmd
+    assert any(c.startswith("--junitxml=") and c.endswith("gate-2.xml") for c in cmd)
+    assert cmd[-2:] == ["-k", "numerics"]
+
+
+def test_one_run_keeps_the_junit_name():
+    assert gate._junit("out/gate.xml", 1, 1) == "out/gate.xml" and gate._junit("gate", 3, 4) == "gate-3"
+
+
+REPORT = {
+    "tests": {"passed": 320, "failed": 1, "skipped": 22, "total": 343},
+    "run": {"examples": 8000, "wall_seconds": 200.0, "examples_per_minute": 2400.0},
+    "compile": {"compiles": 600, "compiled_keys": 580, "repeat_compiles": 20, "hits": 900, "floor": {"seconds": 100.0, "ratio": 2.0}},
+    "properties": {"numerics": {"ratios_by_dtype": {"o fp16": {"p99": 0.91, "max": 0.99, "count": 1200}}}},
+    "findings": {"entries": [{"id": "a", "status": "reproduced"}, {"id": "b", "status": "stale"}], "stale": ["b"]},
+}
+
+
+def test_summary_names_counts_floor_ratios_and_findings():
+    text = "\n".join(gate.summarize(REPORT, 1))
+    assert "320 passed, 1 failed, 22 skipped" in text and "8000 examples in 200 s (2400/min)" in text
+    assert "compiles 600 over 580 keys (20 repeats)" in text and "compile floor 100 s, wall / floor 2.00" in text
+    assert "numerics error/bound o fp16: p99 0.910 max 0.990 (1200 examples)" in text
+    assert "1 reproduced, 1 stale; stale: b" in text
+
+
+def test_no_gpu_is_a_usage_error(monkeypatch, capsys):
+    monkeypatch.setattr(gate, "_has_gpu", lambda: False)
+    assert gate.run(_args()) == 2
+    assert "no CUDA GPU" in capsys.readouterr().err
+
+
+def test_runs_must_be_positive(capsys):
+    assert gate.run(_args("--runs", "0")) == 2
+
+
+@pytest.mark.parametrize("bad", [["--profile", "weekly"], ["--adapter", "other"]])
+def test_unknown_choices_exit_2(bad):
+    with pytest.raises(SystemExit) as e:
+        _args(*bad)
+    assert e.value.code == 2
