@@ -87,8 +87,11 @@ def parser() -> argparse.ArgumentParser:
 
     m = sub.add_parser("mutants", help="plant the bug catalogue in the kernels and measure the suite's kill rate (GPU)",
                        description="Plant each mutant of kernels/mutants.py (a source rewrite of the installed SM80 "
-                       "templates or host) and search the suite's properties for a failure; report killed/survived "
-                       "per mutant and the kill rate. The unmutated control must survive.")
+                       "templates or host) and search the suite's properties for a failure, each property kind drawing "
+                       "its example count per stratum (times --examples-scale), so a verdict means the same on every "
+                       "machine and --jobs; --budget-s only caps a mutant's wall clock. Report per mutant killed/error/"
+                       "survived/incomplete (the cap stopped it)/stale with each kind's examples drawn / planned, and "
+                       "the kill rate. The unmutated control must fully survive. Arguments as python -m conformance.kill_rate.")
     mutants.add_arguments(m)
     return p
 

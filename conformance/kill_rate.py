@@ -1,31 +1,40 @@
 """The mutant harness: how many planted bugs the suite's properties catch.
 
-    python -m conformance.kill_rate --jobs 16 --budget-s 240     (a CUDA GPU; the defaults)
+    python -m conformance.kill_rate --jobs 16                    (a CUDA GPU; the defaults)
+    python -m conformance.kill_rate --examples-scale 10          (a long control search)
     python -m conformance.kill_rate --list                       (any machine)
 
 Every mutant of ``kernels.mutants.MUTANTS`` (and the control: no rewrites)
 runs in its own process on ``PreparedAdapter(rewrites=...)``. For each
 property kind of ``KINDS`` in order (derived from the test matrix,
-conformance.properties.matrix), a Hypothesis search over the strategies the
-pytest tests use (flavors restricted to the templates the mutant rewrites)
-runs until a property fails; Hypothesis shrinks the failing case. A kind is
-searched as a ci run tests it: one search per stratum of the mutant's
-flavors (``search_strata``), each drawing the kind's base example count
-(times its transform values, ``gate_tests``; the ci run's tests scale
-numerics and tails up further), within the kind's share of the time budget
-split over its strata.
+conformance.properties.matrix; the mutant's expected killer first), a
+Hypothesis search over the strategies the pytest tests use (flavors
+restricted to the templates the mutant rewrites) runs until a property
+fails; Hypothesis shrinks the failing case within its own count limits. A
+kind is searched as a ci run tests it: one search per stratum of the
+mutant's flavors (``search_strata``), each drawing exactly the kind's
+example count (``planned_examples``: the profile's count for the kind times
+its transform values, ``gate_tests``, times ``--examples-scale``). Example
+counts, never time, decide how much is searched, so a verdict means the same
+on every machine and at every ``--jobs``. ``--budget-s`` is only a safety
+cap on a mutant's wall clock (searching and shrinking); the table says per
+kind how many examples were drawn of how many planned.
 Verdicts: ``killed`` (a PropertyFailure), ``error`` (the mutated kernel
 raised or crashed: killed by crash, listed apart), ``harness_error`` (an
-exception raised in the suite's own code: never a kill), ``survived`` (nothing
-failed within the budget), ``stale`` (a rewrite does not match exactly once:
-never counted). Known findings (the file's, conformance.ground.findings)
-excuse exactly the failures they describe, as in a pytest run: a property
-whose failed checks are all excused returns an ``xfailed`` observation; any
-other failure of the same example kills. The control must survive
-everything, else the run is invalid. Kill rate = (killed + error) /
-(mutants - stale). Writes mutants.json and mutants.md to --report-dir.
-Exit: 0 control survived and kill rate >= --goal; 1 otherwise (or --list
-finds a stale mutant); 2 bad arguments or no CUDA GPU.
+exception raised in the suite's own code: never a kill), ``survived`` (every
+searched kind drew its full count in every stratum and nothing failed),
+``incomplete`` (the cap stopped the search before the counts were drawn:
+neither killed nor survived, listed apart), ``stale`` (a rewrite does not
+match exactly once: never counted). Known findings (the file's,
+conformance.ground.findings) excuse exactly the failures they describe, as
+in a pytest run: a property whose failed checks are all excused returns an
+``xfailed`` observation; any other failure of the same example kills. The
+control must survive everything (an incomplete control too makes the run
+invalid). Kill rate = (killed + error) / (mutants - stale - incomplete).
+Writes mutants.json and mutants.md to --report-dir.
+Exit: 0 control survived, no mutant incomplete, no harness error and kill
+rate >= --goal; 1 otherwise (or --list finds a stale mutant); 2 bad
+arguments or no CUDA GPU.
 """
 
 from __future__ import annotations
@@ -58,19 +67,11 @@ FAMILY_FLAVORS = {"f16": ("gptoss", "llama", "dsv3"), "d256": ("qwen",), "host":
                   "bwd_f16": ("gptoss", "llama", "dsv3", "qwen"), "bwd_d64": ("gptoss",), "bwd_host": ("gptoss", "llama", "dsv3", "qwen"),
                   "bwd_spec": ("gptoss", "llama", "dsv3", "qwen")}  # fmt: skip
 LARGE_BUDGET = "large"  # the example budget (strategies.profiles) of the large tier's families
-# The kind a mutant was written for searches first with this share of its budget:
-# an equal slice of ~20 kinds is one or two compiles, too little for the
-# designed catcher; the rest still looks for other killers.
-EXPECTED_SHARE = 0.5
-GRACE_S = 150  # a worker's start-up, first compiles and overshoot past its budget
-# A survivor whose expected killer drew fewer examples than this per stratum
-# is marked "starved": its verdict says more about the budget than about the
-# property. Seen on the H200 (2026-12-03): 10 backward mutants at --jobs 16,
-# budget 130 s: compiles under 16-way CPU contention left backward_dense 15
-# examples over 8 strata, the first two of each its simplest (B=1 S=1x1);
-# bwd_dsink_log2_units survived there and died at --jobs 2 on the stratum's
-# 3rd example (7.8 s).
-STARVED_PER_STRATUM = 3
+# The safety cap on one mutant's wall clock (--budget-s): searching and shrinking. Never
+# what decides how many examples a kind draws (its count does); a search it stops is
+# "incomplete", not survived. Generous: a full control search on the H200 takes minutes.
+CAP_S = 3600.0
+GRACE_S = 150  # a worker's start-up, first compiles and one last example past its cap
 
 
 # ------------------------------------------------------------------ kinds
@@ -158,8 +159,7 @@ def searched(mutant: Mutant, kinds: Sequence[str] = KIND_NAMES, *, explicit: boo
         return k.examples != LARGE_BUDGET
 
     chosen = [k for k in KINDS if k.name in kinds and wanted(k)]
-    # The expected killer first: a mutant meant for a late kind (a metamorphic relation) would
-    # otherwise reach it with only its equal share of what the earlier kinds left.
+    # The expected killer first: a kill there ends the mutant soonest, long before the cap.
     return sorted(chosen, key=lambda k: k.name != mutant.expected_killer)
 
 
@@ -216,47 +216,64 @@ def gate_tests(kind: Kind) -> int:
     return n
 
 
-def _settings(profile: str, kind: Kind, tests: int = 1):
-    from hypothesis import HealthCheck, Verbosity, settings
+def planned_examples(profile: str, kind: Kind, scale: float = 1.0) -> int:
+    """The examples one stratum's search of ``kind`` draws: the profile's
+    count for the kind's example budget (strategies.profiles.KIND_SCALE,
+    unloaded: one test's) times its transform values (``gate_tests``) times
+    ``scale`` (--examples-scale). A count, the same on every machine."""
+    from hypothesis import settings
 
     from strategies.profiles import KIND_SCALE
 
     base = settings.get_profile(profile)
-    n = max(1, round(base.max_examples * KIND_SCALE[kind.examples])) * tests  # strategies.profiles.examples(), unloaded, per test
-    return settings(base, max_examples=n, database=None, deadline=None, report_multiple_bugs=False,
-                    suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet)  # fmt: skip
+    per_test = max(1, round(base.max_examples * KIND_SCALE[kind.examples]))  # strategies.profiles.examples(), unloaded, per test
+    return max(1, round(per_test * gate_tests(kind) * scale))
+
+
+def _settings(profile: str, kind: Kind, scale: float = 1.0):
+    from hypothesis import HealthCheck, Verbosity, settings
+
+    return settings(settings.get_profile(profile), max_examples=planned_examples(profile, kind, scale), database=None, deadline=None,
+                    report_multiple_bugs=False, suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet)  # fmt: skip
 
 
 @dataclass
 class _Search:
-    examples: int = 0  # checked before the first failure
+    examples: int = 0  # checked before the first failure (drawn)
+    planned: int = 0  # the count the search was to draw (planned_examples per stratum)
     shrinks: int = 0  # checked after it (Hypothesis shrinking)
     excused: int = 0  # xfailed observations: every failed check excused by a known finding
-    cut: bool = False
+    cut: bool = False  # the cap stopped it before Hypothesis ended it by its count
+    shrink_capped: bool = False  # the cap, not Hypothesis' count limits, ended shrinking
     first: Optional[tuple] = None  # (case, failure, seconds since the mutant started)
     last: Optional[tuple] = None  # the shrunk one: Hypothesis replays it last
 
     def add(self, other: "_Search") -> None:
         """Fold one stratum's search into a kind's (its failure, if any, is the kind's)."""
         self.examples, self.shrinks, self.excused = self.examples + other.examples, self.shrinks + other.shrinks, self.excused + other.excused
+        self.planned += other.planned
         self.cut |= other.cut
+        self.shrink_capped |= other.shrink_capped
         if other.first is not None:
             self.first, self.last = other.first, other.last
 
 
 def search(kind: Kind, adapter, flavors, *, profile: str, until: float, t0: float, check=check_property,
-           stratum: Optional[Tuple[str, str]] = None) -> _Search:  # fmt: skip
+           stratum: Optional[Tuple[str, str]] = None, scale: float = 1.0) -> _Search:  # fmt: skip
     """One Hypothesis search of ``kind`` (in ``stratum``: one (flavor, dtype),
-    as one pytest test; None: over ``flavors``); stops drawing at ``until``
-    unless a failure was seen (then Hypothesis shrinks, within MAX_SHRINKING_SECONDS)."""
+    as one pytest test; None: over ``flavors``): ``planned_examples`` draws,
+    unless a failure is seen (then Hypothesis shrinks it, within its own
+    count limits) or the clock passes ``until``, the safety cap (then the
+    search is ``cut``: it checks nothing more, and shrinking stops)."""
     from hypothesis import given, seed, strategies as st, target
     from hypothesis.errors import UnsatisfiedAssumption
+    from hypothesis.internal.conjecture import engine
 
     from conformance.ground.outcome import Unsupported
     from conformance.properties import NoGPU
 
-    state = _Search()
-    if time.perf_counter() > until:  # no time left: skip, do not draw a single example
+    state = _Search(planned=planned_examples(profile, kind, scale))
+    if time.perf_counter() > until:  # past the cap: skip, do not draw a single example
         state.cut = True
         return state
     strategy = kind.strategy(flavors) if stratum is None else kind.strategy((stratum[0],), (stratum[1],))
@@ -267,7 +284,7 @@ def search(kind: Kind, adapter, flavors, *, profile: str, until: float, t0: floa
     salt = seed(zlib.crc32(f"{kind.name}[{stratum[0]}-{stratum[1]}]".encode())) if stratum else (lambda f: f)
 
     @salt
-    @_settings(profile, kind, gate_tests(kind))
+    @_settings(profile, kind, scale)
     @given(data=st.data())
     def probe(data):
         drawn, case = data.draw(strategy, label="case")  # always: a draw-less example confuses Hypothesis
@@ -296,6 +313,9 @@ def search(kind: Kind, adapter, flavors, *, profile: str, until: float, t0: floa
             if isinstance(ratio, (int, float)) and math.isfinite(ratio):
                 target(float(ratio), label=f"error/bound {quantity}")
 
+    # Shrinking ends by Hypothesis' own count limits (MAX_SHRINKS, its stall counts); its
+    # time limit, read when shrinking starts, only keeps it within the mutant's cap.
+    was, engine.MAX_SHRINKING_SECONDS = engine.MAX_SHRINKING_SECONDS, max(0.0, until - time.perf_counter())
     try:
         probe()
     except (NoGPU, Unsupported):
@@ -303,59 +323,56 @@ def search(kind: Kind, adapter, flavors, *, profile: str, until: float, t0: floa
     except Exception:  # noqa: BLE001 - recorded in state (Flaky and groups included)
         if state.first is None:
             raise
+    finally:
+        engine.MAX_SHRINKING_SECONDS = was
+    state.shrink_capped = state.first is not None and time.perf_counter() > until
     return state
 
 
-def run_mutant(mutant: Mutant, *, profile: str = "ci", budget_s: float = 240.0, shrink_s: float = 45.0,
-               kinds: Sequence[str] = KIND_NAMES, explicit: bool = False, check=check_property, adapter_factory=None) -> dict:  # fmt: skip
-    """Run one mutant through the property kinds; returns its verdict record.
-    The expected killer searches first with EXPECTED_SHARE of ``budget_s``;
-    each other kind gets an equal share of what is left."""
-    from hypothesis.internal.conjecture import engine
-
+def run_mutant(mutant: Mutant, *, profile: str = "ci", budget_s: float = CAP_S, examples_scale: float = 1.0, kinds: Sequence[str] = KIND_NAMES,
+               explicit: bool = False, check=check_property, adapter_factory=None) -> dict:  # fmt: skip
+    """Run one mutant through the property kinds (the expected killer first);
+    returns its verdict record. Each kind draws its planned example count per
+    stratum; ``budget_s`` only caps the mutant's wall clock (a search it cuts
+    makes the verdict ``incomplete``, unless a failure was found)."""
     from kernels.source import StaleMutant
 
     t0 = time.perf_counter()
     rec = {"name": mutant.name, "bug_class": mutant.bug_class, "targets": list(mutant.targets), "expected_killer": mutant.expected_killer,
            "change": change_line(mutant), "why": mutant.why, "verdict": "survived", "killed_by": None, "property": None, "summary": None, "first_failure_s": None,
-           "case": None, "failure_case": None, "first_case": None, "case_size": None, "complete": True, "error": None, "kinds": []}  # fmt: skip
+           "case": None, "failure_case": None, "first_case": None, "case_size": None, "shrink_capped": False, "complete": True, "error": None,
+           "examples_scale": examples_scale, "kinds": []}  # fmt: skip
     if adapter_factory is None:
         from kernels.prepared import PreparedAdapter as adapter_factory
     try:
         adapter = adapter_factory(rewrites=mutant.rewrites)
     except StaleMutant as e:
         return rec | {"verdict": "stale", "error": str(e), "wall_s": round(time.perf_counter() - t0, 1)}
-    flavors, deadline = flavors_for(mutant), t0 + budget_s
     chosen = searched(mutant, kinds, explicit=explicit)
-    shrink_cap = getattr(engine, "MAX_SHRINKING_SECONDS", None)
-    engine.MAX_SHRINKING_SECONDS = shrink_s  # Hypothesis reads it when shrinking starts
-    try:
-        _search_kinds(rec, chosen, adapter, flavors, profile=profile, deadline=deadline, t0=t0, check=check)
-    finally:
-        engine.MAX_SHRINKING_SECONDS = shrink_cap
+    _search_kinds(rec, chosen, adapter, flavors_for(mutant), profile=profile, deadline=t0 + budget_s, t0=t0, check=check, scale=examples_scale)
     rec["wall_s"] = round(time.perf_counter() - t0, 1)
     return rec
 
 
-def _search_kinds(rec: dict, chosen, adapter, flavors, *, profile, deadline, t0, check) -> None:
-    """Search each kind in order until one fails; the expected killer gets
-    EXPECTED_SHARE of the time, every other kind an equal share of the time
-    left. Fills ``rec`` with the verdict."""
+def _search_kinds(rec: dict, chosen, adapter, flavors, *, profile, deadline, t0, check, scale: float = 1.0) -> None:
+    """Search each kind in order, every stratum its planned count, until one
+    fails or the clock passes ``deadline`` (the cap: the kinds and strata
+    left are recorded as cut, with nothing drawn). Fills ``rec`` with the
+    verdict: the failure's, else ``survived`` when nothing was cut, else
+    ``incomplete``."""
     from conformance.ground.outcome import PropertyFailure
 
-    for i, kind in enumerate(chosen):
+    for kind in chosen:
         now = time.perf_counter()
-        share = EXPECTED_SHARE if kind.name == rec["expected_killer"] and len(chosen) > 1 else 1 / (len(chosen) - i)
-        until = now + max(0.0, deadline - now) * share
         s, strata = _Search(), search_strata(kind, flavors)
-        for j, stratum in enumerate(strata):  # each stratum an equal share of the time left (a fast one leaves more)
-            t = time.perf_counter()
-            one = search(kind, adapter, flavors, profile=profile, until=t + max(0.0, until - t) / (len(strata) - j), t0=t0, check=check, stratum=stratum)
+        for stratum in strata:
+            one = search(kind, adapter, flavors, profile=profile, until=deadline, t0=t0, check=check, stratum=stratum, scale=scale)
             s.add(one)
             if one.first is not None:
                 break
-        rec["kinds"].append({"name": kind.name, "examples": s.examples, "shrinks": s.shrinks, "excused": s.excused, "cut": s.cut,
-                             "strata": len(strata), "seconds": round(time.perf_counter() - now, 1), "failed": s.first is not None})  # fmt: skip
+        rec["kinds"].append({"name": kind.name, "examples": s.examples, "planned": planned_examples(profile, kind, scale) * len(strata), "shrinks": s.shrinks,
+                             "excused": s.excused, "cut": s.cut, "strata": len(strata), "seconds": round(time.perf_counter() - now, 1),
+                             "failed": s.first is not None})  # fmt: skip
         rec["complete"] &= not s.cut
         if s.first is not None:
             case, failure, _ = s.last
@@ -365,9 +382,11 @@ def _search_kinds(rec: dict, chosen, adapter, flavors, *, profile, deadline, t0,
                 verdict="killed" if killed else crash_or_harness(failure), killed_by=kind.name, property=kind.property, params=kind.params,
                 summary=failure.summary if killed else f"{type(failure).__name__}: {str(failure)[:300]}",
                 first_failure_s=round(s.first[2], 1), case=case.to_dict(), case_size=case_size(case), case_text=case.describe(),
-                first_case=s.first[0].to_dict(), failure_case=failing.to_dict() if killed and failing != case else None,
+                first_case=s.first[0].to_dict(), failure_case=failing.to_dict() if killed and failing != case else None, shrink_capped=s.shrink_capped,
             )  # fmt: skip
             return
+    if not rec["complete"]:
+        rec["verdict"] = "incomplete"
 
 
 def crash_or_harness(exc: BaseException) -> str:
@@ -401,7 +420,8 @@ def _worker(mutant: Mutant, opts: dict, out) -> None:
             from conformance.ground import findings
 
             findings.activate(findings.load(opts["findings"]))
-        rec = run_mutant(mutant, profile=opts["profile"], budget_s=opts["budget_s"], shrink_s=opts["shrink_s"], kinds=opts["kinds"], explicit=opts.get("explicit", False))
+        rec = run_mutant(mutant, profile=opts["profile"], budget_s=opts["budget_s"], examples_scale=opts.get("examples_scale", 1.0), kinds=opts["kinds"],
+                         explicit=opts.get("explicit", False))  # fmt: skip
     except BaseException as e:  # noqa: BLE001 - outside any property call: the harness, not the mutant
         traceback.print_exc()
         rec = {"name": mutant.name, "bug_class": mutant.bug_class, "targets": list(mutant.targets), "expected_killer": mutant.expected_killer,
@@ -411,7 +431,8 @@ def _worker(mutant: Mutant, opts: dict, out) -> None:
 
 def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print) -> List[dict]:
     """Every mutant in its own spawned process, ``jobs`` at a time; a worker
-    past its budget + shrink + GRACE_S is killed (verdict error: a hang)."""
+    past its cap (--budget-s: searching and shrinking) + GRACE_S is killed
+    (verdict error: a hang)."""
     import multiprocessing as mp
 
     from conformance.kill_rate import _worker  # by its module name even when run as __main__
@@ -419,7 +440,7 @@ def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print) ->
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     pending, running, records = list(mutants), {}, {}
-    limit = opts["budget_s"] + opts["shrink_s"] + GRACE_S
+    limit = opts["budget_s"] + GRACE_S
     while pending or running:
         while pending and len(running) < jobs:
             m = pending.pop(0)
@@ -460,31 +481,30 @@ def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print) ->
     return [records[m.name] for m in mutants]
 
 
-def starved(rec: dict) -> Optional[str]:
-    """For a survivor whose expected killer drew fewer than STARVED_PER_STRATUM
-    examples per stratum: what it drew (None otherwise)."""
-    if rec["verdict"] != "survived":
-        return None
-    for k in rec.get("kinds", ()):
-        if k["name"] == rec.get("expected_killer") and k.get("strata") and k["examples"] < STARVED_PER_STRATUM * k["strata"]:
-            return f"starved: {k['name']} drew {k['examples']} examples over {k['strata']} strata; lower --jobs or raise --budget-s"
-    return None
+def drew(rec: dict) -> str:
+    """What each searched kind drew: ``kind drawn/planned`` (``cut``: the
+    cap stopped it), joined by commas; ``-`` when none was searched."""
+    return ", ".join(f"{k['name']} {k['examples']}/{k.get('planned', '?')}" + (" cut" if k.get("cut") else "") for k in rec.get("kinds") or ()) or "-"
 
 
 def _progress_line(rec: dict, done: int, total: int) -> str:
     how = f" by {rec['killed_by']} after {rec['first_failure_s']} s" if rec.get("killed_by") else ""
     # An error's message tells a crash of the kernel from a bug of the harness.
     text = rec.get("error") or rec.get("summary")
-    why = starved(rec) or (text if rec["verdict"] != "killed" else None)
-    why = f" ({why})" if why else ""
-    return f"[{done}/{total}] {rec['verdict']:<9} {rec['name']}{how}{why}"
+    why = "the cap (--budget-s) stopped the search before its example counts" if rec["verdict"] == "incomplete" else text
+    why = f" ({why})" if why and rec["verdict"] != "killed" else ""
+    kinds = f" [drew {drew(rec)}]" if rec.get("kinds") else ""
+    return f"[{done}/{total}] {rec['verdict']:<9} {rec['name']}{how}{why}{kinds}"
 
 
 # ---------------------------------------------------------------- verdicts
+VERDICTS = ("killed", "error", "survived", "incomplete", "stale", "harness_error")
+
+
 def tally(mutant_records: Sequence[dict]) -> dict:
-    """Counts and the kill rate: (killed + error) / (total - stale)."""
-    n = {v: sum(r["verdict"] == v for r in mutant_records) for v in ("killed", "error", "survived", "stale", "harness_error")}
-    counted = len(mutant_records) - n["stale"]
+    """Counts and the kill rate: (killed + error) / (total - stale - incomplete)."""
+    n = {v: sum(r["verdict"] == v for r in mutant_records) for v in VERDICTS}
+    counted = len(mutant_records) - n["stale"] - n["incomplete"]
     rate = (n["killed"] + n["error"]) / counted if counted else None
     return {**n, "total": len(mutant_records), "counted": counted, "kill_rate": rate}
 
@@ -495,6 +515,9 @@ def control_problem(control: Optional[dict]) -> Optional[str]:
         return None
     if control["verdict"] == "survived":
         return None
+    if control["verdict"] == "incomplete":
+        return (f"the control's search was stopped by the cap (--budget-s) before its example counts ({drew(control)}): "
+                "raise --budget-s (or lower --examples-scale), the control must fully survive")  # fmt: skip
     if control["verdict"] == "harness_error":
         return f"the control's worker failed in the harness ({control.get('error')}), so mutant verdicts mean nothing"
     what = f"failed {control.get('killed_by')}" if control.get("killed_by") else control["verdict"]
@@ -504,35 +527,37 @@ def control_problem(control: Optional[dict]) -> Optional[str]:
 
 
 def exit_code(t: dict, control: Optional[dict], goal: float) -> int:
-    ok = control_problem(control) is None and not t["harness_error"] and t["kill_rate"] is not None and t["kill_rate"] >= goal
+    # An incomplete mutant fails the run: on a faster machine it might have been killed or survived.
+    ok = control_problem(control) is None and not t["harness_error"] and not t["incomplete"] and t["kill_rate"] is not None and t["kill_rate"] >= goal
     return 0 if ok else 1
 
 
 def kill_rate_line(t: dict, goal: float) -> str:
     if t["kill_rate"] is None:
-        return f"kill rate: n/a (no mutant to count; {t['stale']} stale)"
+        return f"kill rate: n/a (no mutant to count; {t['stale']} stale, {t['incomplete']} incomplete)"
     return (f"kill rate: {t['kill_rate']:.0%} ({t['killed']} killed + {t['error']} by crash of {t['counted']}; "
-            f"{t['survived']} survived, {t['stale']} stale) goal {goal:.0%}")  # fmt: skip
+            f"{t['survived']} survived, {t['stale']} stale, {t['incomplete']} incomplete) goal {goal:.0%}")  # fmt: skip
 
 
-COLUMNS = ("mutant", "bug class", "targets", "verdict", "killed by", "expected killer", "first failure (s)", "shrunk case size", "shrunk case")
+COLUMNS = ("mutant", "bug class", "targets", "verdict", "killed by", "expected killer", "first failure (s)", "shrunk case size", "shrunk case",
+           "examples drawn / planned")  # fmt: skip
 
 
 def render_markdown(doc: dict) -> str:
     run, t = doc["run"], doc["tally"]
-    lines = ["# Mutants", "", f"profile `{run['profile']}`, budget {run['budget_s']} s per mutant (+{run['shrink_s']} s shrinking), "
-             f"{run['jobs']} jobs, {run['wall_s']} s wall; {run.get('gpu') or 'no GPU'} ({run.get('mode') or '-'})", "",
+    lines = ["# Mutants", "", f"profile `{run['profile']}`, example counts x{run.get('examples_scale', 1):g} (per kind and stratum: the verdicts mean the same on "
+             f"every machine), cap {run['budget_s']:g} s per mutant, {run['jobs']} jobs, {run['wall_s']} s wall; {run.get('gpu') or 'no GPU'} ({run.get('mode') or '-'})", "",
              f"**{kill_rate_line(t, run['goal'])}**", ""]  # fmt: skip
     problem = control_problem(doc.get("control"))
     lines += [f"**INVALID RUN**: {problem}", ""] if problem else []
     lines += ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in ([doc["control"]] if doc.get("control") else []) + doc["mutants"]:
-        short = starved(r)
-        cut = ("" if r.get("complete", True) or r["verdict"] != "survived" else " (budget)") + (f" ({short})" if short else "")
         case = r.get("first_case") if r["verdict"] == "error" else r.get("case")
         text = Case.from_dict(case).describe() if case else (r.get("error") or "-")
-        cells = (r["name"], r.get("bug_class", "-"), "/".join(r.get("targets") or []) or "-", r["verdict"] + cut, r.get("killed_by") or "-",
-                 r.get("expected_killer") or "-", r.get("first_failure_s") or "-", r.get("case_size") if r.get("case_size") is not None else "-", text)  # fmt: skip
+        text += " (shrinking stopped by the cap)" if r.get("shrink_capped") else ""
+        cells = (r["name"], r.get("bug_class", "-"), "/".join(r.get("targets") or []) or "-", r["verdict"], r.get("killed_by") or "-",
+                 r.get("expected_killer") or "-", r.get("first_failure_s") or "-", r.get("case_size") if r.get("case_size") is not None else "-", text,
+                 drew(r))  # fmt: skip
         lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -557,8 +582,14 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--properties", metavar="KIND[,KIND]", default=None, help=f"property kinds to search, in this order: {', '.join(KIND_NAMES)} (default: all)")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="mutants run at once, one process each (default: the number of CPUs)")
     p.add_argument("--profile", default="ci", help="Hypothesis profile of strategies.profiles (default: ci)")
-    p.add_argument("--budget-s", type=float, default=240.0, help="search time per mutant: half for its expected killer, the rest shared equally by the other property kinds (default: 240)")
-    p.add_argument("--shrink-s", type=float, default=45.0, help="time Hypothesis may spend shrinking a failure (default: 45)")
+    p.add_argument("--examples-scale", type=float, default=1.0, metavar="X",
+                   help="multiply every kind's example count per stratum (the profile's count for the kind times its transform values) by X, "
+                   "e.g. 10 for a long control search (default: 1)")
+    p.add_argument("--budget-s", type=float, default=CAP_S, metavar="S",
+                   help=f"safety cap on one mutant's wall clock, searching and shrinking; example counts, not time, decide what is searched, and a search "
+                   f"the cap stops is 'incomplete', never 'survived' (default: {CAP_S:g})")
+    # Before example counts: a time to shrink. Shrinking now ends by Hypothesis' count limits
+    # within --budget-s; still accepted (and ignored) so that old command lines run.
     p.add_argument("--goal", type=float, default=0.9, help="kill rate for exit status 0 (default: 0.9)")
     p.add_argument("--report-dir", default=DEFAULT_REPORT_DIR, help=f"where mutants.json/.md and the worker logs go (default: ./{DEFAULT_REPORT_DIR})")
     p.add_argument("--known-findings", metavar="FILE", default=None, help=f"known findings file (default: {FINDINGS_FILE} of the repository, if present)")
@@ -579,8 +610,8 @@ def _names(raw: Optional[str], known: Sequence[str], what: str) -> Optional[List
 def _validate(args) -> dict:
     from strategies.profiles import profile_name
 
-    if args.jobs < 1 or args.budget_s <= 0 or args.shrink_s < 0 or not 0 <= args.goal <= 1:
-        raise Usage("--jobs >= 1, --budget-s > 0, --shrink-s >= 0 and 0 <= --goal <= 1")
+    if args.jobs < 1 or not args.budget_s > 0 or not args.examples_scale > 0 or not 0 <= args.goal <= 1:
+        raise Usage("--jobs >= 1, --budget-s > 0, --examples-scale > 0 and 0 <= --goal <= 1")
     try:
         profile = profile_name(args.profile)
     except ValueError as e:
@@ -635,13 +666,14 @@ def main(args) -> int:
     env, start = detect(), time.time()
     log_dir = Path(args.report_dir) / "mutants-logs"
     log_dir.mkdir(parents=True, exist_ok=True)
-    opts = {"profile": v["profile"], "budget_s": args.budget_s, "shrink_s": args.shrink_s, "kinds": v["kinds"], "explicit": v["explicit"],
+    opts = {"profile": v["profile"], "budget_s": args.budget_s, "examples_scale": args.examples_scale, "kinds": v["kinds"], "explicit": v["explicit"],
             "findings": v["findings"], "kernels_source": args.kernels_source, "log_dir": str(log_dir), "threads": max(1, (os.cpu_count() or 1) // args.jobs)}  # fmt: skip
-    print(f"{len(v['mutants'])} mutants + control, {args.jobs} jobs, budget {args.budget_s:g} s each, profile {v['profile']}, kinds {', '.join(v['kinds'])}")
+    print(f"{len(v['mutants'])} mutants + control, {args.jobs} jobs, profile {v['profile']} example counts x{args.examples_scale:g}, "
+          f"cap {args.budget_s:g} s each, kinds {', '.join(v['kinds'])}")  # fmt: skip
     records = run_all([CONTROL] + v["mutants"], opts, args.jobs)
     control, mutant_records = records[0], records[1:]
     t = tally(mutant_records)
-    run = {"profile": v["profile"], "budget_s": args.budget_s, "shrink_s": args.shrink_s, "jobs": args.jobs, "goal": args.goal, "kinds": v["kinds"],
+    run = {"profile": v["profile"], "examples_scale": args.examples_scale, "budget_s": args.budget_s, "jobs": args.jobs, "goal": args.goal, "kinds": v["kinds"],
            "known_findings": v["findings"], "wall_s": round(time.time() - start, 1), "gpu": env.gpu, "mode": env.mode, "versions": env.versions}  # fmt: skip
     doc = {"run": run, "control": control, "mutants": mutant_records, "tally": t, "valid": control_problem(control) is None}
     js, md = write_reports(doc, args.report_dir)
@@ -649,6 +681,8 @@ def main(args) -> int:
     problem = control_problem(control)
     if problem:
         print(f"INVALID RUN: {problem}", file=sys.stderr)
+    if t["incomplete"]:
+        print(f"{t['incomplete']} mutant(s) incomplete: the cap (--budget-s {args.budget_s:g}) stopped their search before its example counts", file=sys.stderr)
     if t["harness_error"]:
         print(f"harness errors in {t['harness_error']} worker(s): see {log_dir}", file=sys.stderr)
     print(f"{js}\n{md}")

@@ -29,7 +29,9 @@ from kernels.source import TARGETS, Rewrite, check_rewrites
 REQUIRED_CLASSES = ("bias", "off_envelope", "compile_key", "cu_seqlens", "causal_diagonal", "sliding_window", "bottom_right",
                     "kv_zero_fill", "lse_units", "sink_units", "last_partial_tile", "gqa_mapping", "output_tail",
                     "precision")  # fmt: skip  (precision: the error model's mutants, tests/test_error_model.py)
-FAST = dict(profile="dev", budget_s=30.0, shrink_s=10.0)
+# The dev profile's example counts (10 per numerics stratum): few draws, and no time limit
+# (the cap stays at its default): a verdict never depends on how fast this machine is.
+FAST = dict(profile="dev")
 
 
 # -------------------------------------------------------------- catalogue
@@ -83,12 +85,17 @@ def test_stale_mutant_is_stale_not_killed(pattern):
 
 
 def test_failure_kills_and_is_shrunk():
+    """Shrinking ends by Hypothesis' own count limits, not a time budget: the
+    case is fully shrunk on a busy machine too (a 10 s shrinking budget once
+    left case_size 256 on a loaded 2-core runner)."""
     check = _fails_on(lambda k, c: k.name == "numerics_thd" and c.h_q > 1 and len(c.q_lens) > 1)
     rec = M.run_mutant(MUTANTS[0], check=check, **FAST)
     assert rec["verdict"] == "killed" and rec["killed_by"] == "numerics_thd" and rec["property"] == "numerics"
     shrunk = Case.from_dict(rec["case"])
-    assert shrunk.h_q == 2 and len(shrunk.q_lens) == 2 and rec["case_size"] == M.case_size(shrunk) <= 2 * 2 * 2
+    assert shrunk.h_q == 2 and len(shrunk.q_lens) == 2 and rec["case_size"] == M.case_size(shrunk) <= 2 * 2 * 2 and not rec["shrink_capped"]
     assert [k["name"] for k in rec["kinds"]] == ["numerics_dense", "numerics_thd"] and rec["first_failure_s"] is not None
+    dense = rec["kinds"][0]  # searched in full before numerics_thd: every stratum its count
+    assert dense["examples"] == dense["planned"] == 8 * M.planned_examples("dev", M.KINDS[0]) and not dense["cut"]
     assert flavor_of(shrunk.d_qk, shrunk.d_v) in M.flavors_for(MUTANTS[0])
 
 
@@ -184,16 +191,56 @@ def test_the_large_tier_is_searched_only_by_its_mutants():
     assert set(large) <= {k.name for k in M.searched(by_name["bias_not_unscaled"], large, explicit=True)}
 
 
-def test_budget_stops_the_search():
+QWEN_ONLY = Mutant("qwen_only", "bias", (Rewrite("d256", "a", "b"),), "tails_dense", "w")  # 2 strata per kind; run with no adapter
+NO_ADAPTER = dict(adapter_factory=lambda rewrites: None)
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["survivor", "killed"])
+def test_verdicts_and_counts_do_not_depend_on_time(fails):
+    """The same mutant and property give the same verdict, the same examples
+    per kind (each kind's planned count per stratum) and the same shrunk case
+    with a fast check and a cap, or a slow check and a far larger cap: the
+    search is bounded by example counts, time only caps it (the H200: a
+    mutant survived 120 s at --jobs 16 and died in 11 s at --jobs 3)."""
+    fail = (lambda k, c: k.name == "numerics_dense" and c.batch > 1) if fails else (lambda k, c: False)
+
+    def run(delay, cap):
+        inner = _fails_on(fail)
+        check = lambda k, c, a: time.sleep(delay) or inner(k, c, a)  # noqa: E731
+        return M.run_mutant(QWEN_ONLY, check=check, profile="ci", budget_s=cap, kinds=("numerics_dense", "tails_dense"), **NO_ADAPTER)
+
+    fast, slow = run(0.0, 600.0), run(0.003, 1e6)
+    counts = lambda r: [(k["name"], k["examples"], k["planned"], k["cut"]) for k in r["kinds"]]  # noqa: E731
+    assert fast["verdict"] == slow["verdict"] == ("killed" if fails else "survived") and fast["complete"] and slow["complete"]
+    assert counts(fast) == counts(slow) and fast["case"] == slow["case"] and fast["killed_by"] == slow["killed_by"]
+    first = fast["kinds"][0]
+    assert first["name"] == "tails_dense" and first["examples"] == first["planned"] == 2 * M.planned_examples("ci", M.KINDS[3])  # the expected killer first, in full
+    if not fails:
+        assert [k["examples"] for k in fast["kinds"]] == [40, 80] and "tails_dense 40/40, numerics_dense 80/80" in M._progress_line(fast, 1, 1)
+    scaled = M.run_mutant(QWEN_ONLY, check=_fails_on(fail), profile="ci", examples_scale=2, kinds=("tails_dense",), **NO_ADAPTER)
+    assert scaled["kinds"][0]["examples"] == scaled["kinds"][0]["planned"] == 2 * first["planned"]  # --examples-scale
+
+
+def test_a_search_the_cap_stops_is_incomplete_not_survived():
+    """The cap (--budget-s) is only a safety net: a search it stops before the
+    counts were drawn is 'incomplete', counted neither as survived nor as
+    killed, and an incomplete control makes the run invalid."""
     slow = lambda k, c, a: time.sleep(0.05) or Observation(k.property, c)  # noqa: E731
-    rec = M.run_mutant(MUTANTS[0], check=slow, profile="dev", budget_s=0.3, shrink_s=1)
-    assert rec["verdict"] == "survived" and not rec["complete"] and len(rec["kinds"]) == len(M.searched(MUTANTS[0]))
-    assert any(k["cut"] for k in rec["kinds"]) and rec["wall_s"] < 5  # a search past its deadline is skipped, not drawn
+    rec = M.run_mutant(MUTANTS[0], check=slow, profile="dev", budget_s=0.3)
+    assert rec["verdict"] == "incomplete" and not rec["complete"] and len(rec["kinds"]) == len(M.searched(MUTANTS[0]))
+    assert rec["kinds"][-1] == {**rec["kinds"][-1], "examples": 0, "cut": True}  # a search past the cap is skipped, not drawn
+    assert any(k["cut"] for k in rec["kinds"]) and rec["wall_s"] < 5 and all(k["examples"] < k["planned"] for k in rec["kinds"] if k["cut"])
+    t = M.tally([rec, _rec("k", "killed")])
+    assert (t["incomplete"], t["survived"], t["counted"], t["kill_rate"]) == (1, 0, 1, 1.0)
+    assert M.exit_code(t, _rec("control", "survived"), goal=0.5) == 1  # elsewhere it might have been killed, or survived
+    control = dict(rec, name="control")
+    assert "stopped by the cap" in M.control_problem(control) and M.exit_code(M.tally([_rec("k", "killed")]), control, goal=0.5) == 1
+    assert "incomplete" in M._progress_line(rec, 1, 1) and " cut" in M._progress_line(rec, 1, 1)
 
 
 def test_worker_processes_report_verdicts(tmp_path):
     stale = Mutant("stale", "bias", (Rewrite("f16", "not in the file", "x"),), "numerics_dense", "w")
-    opts = dict(profile="dev", budget_s=5, shrink_s=1, kinds=["numerics_dense"], findings=None, log_dir=str(tmp_path), threads=1)
+    opts = dict(profile="dev", budget_s=5, kinds=["numerics_dense"], findings=None, log_dir=str(tmp_path), threads=1)
     lines = []
     (rec,) = M.run_all([stale], opts, jobs=1, progress=lines.append)
     assert rec["verdict"] == "stale" and lines == ["[1/1] stale     stale (" + rec["error"] + ")"]
@@ -209,37 +256,37 @@ CASE = Case(batch=2, h_q=2, s_q=3, s_kv=5)
 RECORDS = [
     _rec("a", "killed", killed_by="numerics_dense", first_failure_s=3.5, case=CASE.to_dict(), case_size=M.case_size(CASE)),
     _rec("b", "error", first_case=CASE.to_dict(), error="worker exited with code -11"),
-    _rec("c", "survived", complete=False),
+    _rec("c", "survived", kinds=[{"name": "numerics_dense", "examples": 80, "planned": 80, "cut": False}]),
     _rec("d", "stale", error="matched 0 times"),
+    _rec("e", "incomplete", complete=False, kinds=[{"name": "numerics_dense", "examples": 15, "planned": 80, "cut": True}]),
 ]
 
 
 def test_tally_and_exit_code():
     t = M.tally(RECORDS)
-    assert (t["killed"], t["error"], t["survived"], t["stale"], t["counted"]) == (1, 1, 1, 1, 3)
+    assert (t["killed"], t["error"], t["survived"], t["stale"], t["incomplete"], t["counted"]) == (1, 1, 1, 1, 1, 3)
     assert t["kill_rate"] == pytest.approx(2 / 3) and M.case_size(CASE) == 60
     control = _rec("control", "survived")
+    assert M.exit_code(t, control, goal=0.6) == 1  # an incomplete mutant: not a complete measurement
+    t = M.tally(RECORDS[:4])
     assert M.exit_code(t, control, goal=0.6) == 0 and M.exit_code(t, control, goal=0.9) == 1
     assert M.exit_code(t, _rec("control", "killed", killed_by="padding_poison"), goal=0.1) == 1
     assert M.exit_code(M.tally([RECORDS[3]]), control, goal=0.0) == 1  # nothing counted
-    assert "67% (1 killed + 1 by crash of 3; 1 survived, 1 stale)" in M.kill_rate_line(t, 0.9)
+    assert "67% (1 killed + 1 by crash of 3; 1 survived, 1 stale, 1 incomplete)" in M.kill_rate_line(M.tally(RECORDS), 0.9)
 
 
 def test_markdown_table():
-    run = dict(profile="ci", budget_s=120, shrink_s=60, jobs=16, goal=0.9, wall_s=400, gpu="NVIDIA H200", mode="sm80 code on sm_90")
+    run = dict(profile="ci", examples_scale=1.0, budget_s=3600, jobs=16, goal=0.9, wall_s=400, gpu="NVIDIA H200", mode="sm80 code on sm_90")
     doc = {"run": run, "control": _rec("control", "survived"), "mutants": RECORDS, "tally": M.tally(RECORDS)}
     md = M.render_markdown(doc)
-    assert "| " + " | ".join(M.COLUMNS) + " |" in md and "INVALID" not in md
-    assert "| a | bias | f16 | killed | numerics_dense | numerics_dense | 3.5 | 60 | dense B=2 S=3x5 bshd fp16 H=2/1 D=64 mask=none seed=0 |" in md
-    assert "| c | bias | f16 | survived (budget) |" in md and "| d | bias | f16 | stale |" in md
-    starved = _rec("e", "survived", complete=False, kinds=[{"name": "numerics_dense", "examples": 15, "strata": 8}, {"name": "tails_dense", "examples": 1, "strata": 8}])
-    fed = _rec("f", "survived", kinds=[{"name": "numerics_dense", "examples": 24, "strata": 8}])
-    md = M.render_markdown(dict(doc, mutants=[starved, fed]))
-    assert "| e | bias | f16 | survived (budget) (starved: numerics_dense drew 15 examples over 8 strata; lower --jobs or raise --budget-s) |" in md
-    assert "| f | bias | f16 | survived |" in md and M.starved(dict(starved, verdict="killed")) is None
-    assert "starved" in M._progress_line(starved, 1, 2) and "starved" not in M._progress_line(fed, 2, 2)
+    assert "| " + " | ".join(M.COLUMNS) + " |" in md and "INVALID" not in md and "example counts x1 " in md and "cap 3600 s per mutant" in md
+    assert "| a | bias | f16 | killed | numerics_dense | numerics_dense | 3.5 | 60 | dense B=2 S=3x5 bshd fp16 H=2/1 D=64 mask=none seed=0 | - |" in md
+    assert "| c | bias | f16 | survived | - | numerics_dense | - | - | - | numerics_dense 80/80 |" in md and "| d | bias | f16 | stale |" in md
+    assert "| e | bias | f16 | incomplete | - | numerics_dense | - | - | - | numerics_dense 15/80 cut |" in md
     doc["control"] = _rec("control", "killed", killed_by="padding_poison", summary="NaN", case_text="B=1")
     assert "**INVALID RUN**: the control (no rewrites) failed padding_poison on B=1: NaN" in M.render_markdown(doc)
+    doc["control"] = RECORDS[4] | {"name": "control"}
+    assert "**INVALID RUN**: the control's search was stopped by the cap (--budget-s) before its example counts (numerics_dense 15/80 cut)" in M.render_markdown(doc)
 
 
 # --------------------------------------------------------------------- CLI
@@ -257,7 +304,8 @@ def test_list_checks_the_catalogue(capsys, monkeypatch):
     assert code == 1 and "STALE" in out and "2 mutants, 1 stale" in out
 
 
-@pytest.mark.parametrize("argv", [["--only", "nope"], ["--properties", "numerics"], ["--goal", "1.5"], ["--jobs", "0"], ["--profile", "nope", "--list"]])
+@pytest.mark.parametrize("argv", [["--only", "nope"], ["--properties", "numerics"], ["--goal", "1.5"], ["--jobs", "0"], ["--examples-scale", "0"], ["--budget-s", "0"],
+                                  ["--profile", "nope", "--list"]])
 def test_bad_arguments_exit_2(argv, capsys):
     code, _, err = _main(argv, capsys)
     assert code == 2 and "sdpa-conformance mutants: error:" in err
@@ -328,25 +376,28 @@ def test_a_mutant_meets_its_expected_killer_first():
         assert kinds[0] == by_name[name].expected_killer and sorted(kinds) == sorted(set(kinds)), kinds
 
 
-def test_the_expected_killer_gets_half_the_budget(monkeypatch):
-    """The designed catcher searches first with EXPECTED_SHARE of the budget;
-    the others share what is left equally (a 100 s budget over 5 kinds: 50,
-    then 12.5 each), each split over its strata."""
+def test_every_search_runs_to_its_count_under_one_cap(monkeypatch):
+    """No time slicing: the expected killer searches first, and every kind's
+    every stratum gets the same deadline (the mutant's cap, a safety net) and
+    its planned count; a fast search passes nothing on, a slow one takes
+    nothing from the others."""
     m = {m.name: m for m in MUTANTS}["bias_not_unscaled"]
     chosen = M.searched(m)[:5]
-    slices, clock = {}, [0.0]
+    calls, clock = [], [0.0]
     monkeypatch.setattr(M.time, "perf_counter", lambda: clock[0])
 
-    def fake_search(kind, adapter, flavors, *, profile, until, t0, check, stratum=None):
-        slices[kind.name] = slices.get(kind.name, 0.0) + until - clock[0]
-        clock[0] = until
-        return M._Search()
+    def fake_search(kind, adapter, flavors, *, profile, until, t0, check, stratum=None, scale=1.0):
+        calls.append((kind.name, until))
+        clock[0] += 1.0
+        n = M.planned_examples(profile, kind, scale)
+        return M._Search(examples=n, planned=n)
 
     monkeypatch.setattr(M, "search", fake_search)
-    rec = {"expected_killer": m.expected_killer, "kinds": [], "complete": True}
-    M._search_kinds(rec, chosen, None, M.flavors_for(m), profile="ci", deadline=100.0, t0=0.0, check=None)
-    got = [round(slices[k.name], 6) for k in chosen]
-    assert chosen[0].name == m.expected_killer and got == [100.0 * M.EXPECTED_SHARE] + [12.5] * 4 and rec["complete"]
+    rec = {"expected_killer": m.expected_killer, "kinds": [], "complete": True, "verdict": "survived"}
+    M._search_kinds(rec, chosen, None, M.flavors_for(m), profile="ci", deadline=100.0, t0=0.0, check=None, scale=3)
+    assert chosen[0].name == m.expected_killer and {until for _, until in calls} == {100.0} and rec["verdict"] == "survived"
+    for k, kind in zip(rec["kinds"], chosen):
+        assert k["examples"] == k["planned"] == 3 * M.planned_examples("ci", kind) * len(M.search_strata(kind, M.flavors_for(m))), k
 
 
 def test_a_kind_is_searched_per_stratum_as_the_gate_tests_it(monkeypatch):
@@ -361,7 +412,7 @@ def test_a_kind_is_searched_per_stratum_as_the_gate_tests_it(monkeypatch):
     assert all(M.gate_tests(k) >= 1 for k in M.KINDS)
     calls = []
 
-    def fake_search(kind, adapter, flavors, *, profile, until, t0, check, stratum=None):
+    def fake_search(kind, adapter, flavors, *, profile, until, t0, check, stratum=None, scale=1.0):
         calls.append(stratum)
         s = M._Search(examples=3)
         if stratum == ("llama", "bfloat16"):
@@ -413,8 +464,7 @@ def test_the_ci_search_reaches_the_rows_the_rope_mutant_fails_on():
             raise PropertyFailure(kind.property, case, "keys past the first KV tile rotated with tile-local positions")
         return Observation(kind.property, case)
 
-    rec = M.run_mutant(rope, check=fails_where_the_mutant_does, profile="ci", budget_s=120, shrink_s=1, kinds=(rope.expected_killer,),
-                       adapter_factory=lambda rewrites: None)  # fmt: skip
+    rec = M.run_mutant(rope, check=fails_where_the_mutant_does, profile="ci", kinds=(rope.expected_killer,), **NO_ADAPTER)
     assert rec["verdict"] == "killed" and rec["killed_by"] == rope.expected_killer
     assert rec["kinds"][0]["examples"] <= 40, rec["kinds"][0]  # within one stratum's base count (10 on 2026-12-03)
 
@@ -450,7 +500,6 @@ def test_the_ci_search_reaches_contended_relays():
             raise PropertyFailure(kind.property, case, "dQ atomics of one q tile in another order")
         return Observation(kind.property, case)
 
-    rec = M.run_mutant(relay, check=fails_where_the_race_can_show, profile="ci", budget_s=120, shrink_s=1, kinds=(relay.expected_killer,),
-                       adapter_factory=lambda rewrites: None)  # fmt: skip
+    rec = M.run_mutant(relay, check=fails_where_the_race_can_show, profile="ci", kinds=(relay.expected_killer,), **NO_ADAPTER)
     assert rec["verdict"] == "killed" and rec["killed_by"] == relay.expected_killer == "backward_thd"
     assert rec["kinds"][0]["examples"] <= 10, rec["kinds"][0]
