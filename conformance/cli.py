@@ -93,6 +93,14 @@ def parser() -> argparse.ArgumentParser:
                        "survived/incomplete (the cap stopped it)/stale with each kind's examples drawn / planned, and "
                        "the kill rate. The unmutated control must fully survive. Arguments as python -m conformance.kill_rate.")
     mutants.add_arguments(m)
+    from conformance import gate
+
+    gt = sub.add_parser("gate", help="run the suite on the local GPU, N runs in a row, and print each run's summary",
+                        description="Run the properties on this machine's GPU (pytest -n WORKERS conformance), N times in a row "
+                        "(--cold: the first on an empty compiled cache), each into REPORT_DIR/run-<i>, and print per run: tests, "
+                        "examples, wall time, compiles against the compile floor, error/bound p99, known findings. Exit status: "
+                        "the first failing run's pytest status (1 a property failed or a finding went stale), 2 without a GPU.")
+    gate.add_arguments(gt)
     return p
 
 
@@ -447,10 +455,16 @@ def _mutants(args) -> int:
     return mutants.main(args)
 
 
+def _gate(args) -> int:
+    from conformance import gate
+
+    return gate.run(args)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = parser().parse_args(argv)
     try:
-        return {"repro": repro, "report": report, "facts": facts, "mutants": _mutants}[args.command](args)
+        return {"repro": repro, "report": report, "facts": facts, "mutants": _mutants, "gate": _gate}[args.command](args)
     except Usage as e:
         print(f"sdpa-conformance {args.command}: error: {e}", file=sys.stderr)
         return 2

@@ -1,4 +1,4 @@
-"""Does a mutant change the kernel on given Cases? (a device call, carry [".gpu"])
+"""Does a mutant change the kernel on given Cases? (needs a CUDA GPU)
 
     python3 tools/gpu_mutant_probe.py MUTANT [--pool-rope] [--case JSON ...]
 
