@@ -124,3 +124,192 @@ def test_report_tells_a_race_from_an_example_with_several_artifacts(tmp_path):
     s, _ = reports.build(tmp_path, run)
     assert s["compile"]["repeat_compiles"] == 2
     assert s["compile"]["repeats"]["by_class"] == {"one example, several artifacts": 1, "several workers": 1, "one worker": 0}
+
+
+# ------------------------------------------------------------ compile_reuse
+# The frontend's compiled cache with the compile faked: compile_cached, its
+# memo, record_entries() and the lrus in front of it are the real ones; only
+# the trip to the compiler (and the files) is replaced. The fake adapter asks
+# for what the THD wrappers' packed copy asks for (packed_copy_sm80._plan ->
+# staged_copy.compile_gather -> compile_cached), in gather shapes no real Case
+# uses: one keyed by the sequence count (a host's key), and, when the Case has
+# more than one Q token, one more (an operand a [1, 1, H, D] view hides: torch
+# counts a T = 1 view contiguous whatever its strides, packed_copy_sm80.py:58).
+GATHER = "frost_sdpa_sm80_staged_gather"
+FAKE_MANIFEST = {"schema": "v2", "cudnn_frontend": "fake", "device_name": "fake sm_80", "compute_capability": "8.0"}
+
+
+def _host_shapes(case: Case) -> tuple:
+    return ((1, -2, 2 + case.n_seq, 40, 48),)
+
+
+def _flip_shapes(case: Case) -> tuple:
+    return ((1, -1, 3, 40, 48),) if case.t_q > 1 else ()
+
+
+class GatherAdapter:
+    """compile_only(case): the packed-copy plans ``shapes_of(case)`` names, counters around them."""
+
+    name = "fake-gather"
+
+    def __init__(self, *shapes_of):
+        self.shapes_of = shapes_of
+
+    def compile_only(self, case: Case):
+        from cudnn.sdpa import packed_copy_sm80
+
+        from kernels.counters import measure
+
+        with measure() as box:
+            for shapes_of in self.shapes_of:
+                if shapes_of(case):
+                    packed_copy_sm80._plan(shapes_of(case))
+        return box.delta
+
+
+@pytest.fixture
+def frontend(monkeypatch, tmp_path):
+    """The real compiled cache with a fake compile; ``frontend("entries")``
+    gives it a device manifest and a cache directory (what a GPU has:
+    record_entries() records), ``frontend("keys")`` leaves the CPU's (none).
+    Afterwards the memo and the front lrus hold nothing of the fakes."""
+    import types
+
+    from cudnn.frost import compiled_cache as cc
+    from cudnn.sdpa import packed_copy_sm80
+    from cudnn.sdpa.fwd.kernels.sm80 import staged_copy
+
+    memo = dict(cc._MEMO)
+    lrus = (packed_copy_sm80._plan, staged_copy.compile_gather)
+
+    def artifact():
+        return types.SimpleNamespace(_compiled_cache_raw=lambda *args: None)
+
+    def compile_persistent(fn, args, kwargs, *, cache_key, symbol, options):
+        manifest = cc.environment_manifest()
+        if not cc.enabled() or any(v == "unknown" for v in manifest.values()):
+            cc._count("bypassed")
+            return artifact()
+        entry = cc._entry_dir(cc.get_cache_dir(), manifest, f"{cache_key}|{symbol}|{options}")
+        if (entry / "entry.json").is_file():
+            cc._count("hits")
+            return artifact()
+        entry.mkdir(parents=True)
+        (entry / "kernel.o").write_bytes(b"fake")
+        (entry / "entry.json").write_text(json.dumps({"schema": cc._SCHEMA, "key": cache_key, "symbol": symbol}))
+        cc._count("misses")
+        return artifact()
+
+    def use(mode: str):
+        monkeypatch.setattr(cc, "_compile_persistent", compile_persistent)
+        monkeypatch.delenv("CUDNN_FRONTEND_DISABLE_COMPILED_CACHE", raising=False)
+        if mode == "entries":
+            monkeypatch.setattr(cc, "environment_manifest", lambda device=None: dict(FAKE_MANIFEST))
+            monkeypatch.setattr(cc, "_dir_override", tmp_path / "compiled")
+        for lru in lrus:
+            lru.cache_clear()
+        return cc
+
+    yield use
+    for lru in lrus:
+        lru.cache_clear()
+    with cc._LOCK:
+        cc._MEMO.clear()
+        cc._MEMO.update(memo)
+
+
+def _verdict(case: Case, adapter):
+    from conformance.ground.outcome import PropertyFailure
+    from conformance.properties import check_compile_reuse
+
+    try:
+        return check_compile_reuse(case, adapter, launch=False), None
+    except PropertyFailure as failure:
+        return None, failure
+
+
+THD_ONE = Case(layout="thd", q_lens=(1,), kv_lens=(1,))
+
+
+@pytest.mark.parametrize("mode", ["keys", "entries"])
+def test_compile_reuse_verdict_is_the_same_in_a_warm_process(frontend, mode):
+    """The H200's flaky verdict: 'new token totals' asks for a gather the Case
+    did not. A cold process compiles it (counters: a miss); a process that
+    compiled that key before (an earlier example) serves it from the lru, and
+    the counters rule passed. Judged on what each call asks for, both fail."""
+    frontend(mode)
+    adapter = GatherAdapter(_host_shapes, _flip_shapes)
+    failures = []
+    for warm in (False, True):
+        if warm:  # an earlier example of this process compiled the variant's keys
+            adapter.compile_only(THD_ONE.replace(q_lens=(2,), kv_lens=(4,)))
+        failures.append(_verdict(THD_ONE, adapter)[1])
+    verdicts = ["passed" if f is None else f.summary.split(":")[0] for f in failures]
+    assert verdicts == ["new token totals", "new token totals"]  # cold, warm
+    for failure in failures:
+        assert GATHER in failure.summary and failure.check == "compile budget"
+        assert failure.detail["rule"] == mode and [n["symbol"] for n in failure.detail["new"]] == [GATHER]
+
+
+def test_compile_reuse_names_a_new_entry_already_on_disk_and_in_the_memo(frontend):
+    """The variant's gather is on disk and in compiled_cache's memo (and the
+    lrus) before the check: no counter moves, and still the variant asked for
+    an entry the Case did not: it fails, naming it."""
+    cc = frontend("entries")
+    adapter = GatherAdapter(_host_shapes, _flip_shapes)
+    adapter.compile_only(THD_ONE.replace(q_lens=(2,), kv_lens=(4,)))  # on disk, in the memo
+    assert any(GATHER in str(k) for k in cc._MEMO)
+    obs, failure = _verdict(THD_ONE, adapter)
+    assert failure is not None, obs.notes
+    assert failure.summary.startswith("new token totals: asked the compiled cache for 1 entry the Case did not (at most 0): " + GATHER)
+    assert failure.detail["delta"]["misses"] == 0  # the counters alone saw nothing
+    new = failure.detail["new"][0]
+    assert new["symbol"] == GATHER and "compile_gather" in new["key"] and (cc.get_cache_dir() / "v2").is_dir()
+    # every failing call is one the flip reaches (more than one Q token); the new sequence count asks for two
+    also = [x["summary"].split(":")[0] for x in failure.detail.get("also_failed", [])]
+    assert also == ["new capacities and first offsets", "a new sequence count"]
+
+
+@pytest.mark.parametrize("mode", ["keys", "entries"])
+def test_compile_reuse_passes_a_case_whose_variants_ask_for_nothing_new(frontend, mode):
+    """Variants that ask for the Case's entries only pass, cold or warm; a new
+    sequence count asks for one new entry (allowed), back to the seen count none."""
+    frontend(mode)
+    adapter = GatherAdapter(_host_shapes)
+    for _ in range(2):  # the second time every key is warm
+        obs, failure = _verdict(THD_ONE, adapter)
+        assert failure is None, failure
+        assert obs.outcome == "passed" and obs.notes["rule"] == mode and obs.notes["case_requests"] == 1
+        assert obs.notes["new_requests"] == {"new data and addresses": 0, "new token totals": 0, "new capacities and first offsets": 0,
+                                             "new scale of the same sign": 0, "a new sequence count": 1, "back to a seen sequence count": 0}  # fmt: skip
+
+
+def test_compile_reuse_falls_back_to_counters_where_nothing_can_be_observed(frontend, monkeypatch):
+    """A frontend with neither record_entries() nor its hook: today's counters
+    rule, said to be history-dependent in the notes."""
+    from kernels import counters
+
+    frontend("keys")
+    monkeypatch.setattr(counters, "can_observe_requests", lambda: False)
+    obs, failure = _verdict(THD_ONE, GatherAdapter(_host_shapes))
+    assert failure is None and obs.notes["rule"] == "counters" and "history-dependent" in obs.notes["why"]
+
+
+def test_forgotten_memos_cover_every_lru_in_front_of_compile_cached():
+    """Every lru of the SM80 modules whose function compiles (calls compile_cached or a
+    compiling function) is one forget_front_memos() clears (kernels.counters.FRONT_MEMOS)."""
+    import functools
+    import importlib
+
+    from kernels.counters import FRONT_MEMOS
+
+    modules = sorted({m for m, _ in FRONT_MEMOS} | {"cudnn.sdpa.fwd.prepared_sm80", "cudnn.sdpa.bwd.prepared_sm80", "cudnn.sdpa.bwd.staged_sm80",
+                                                      "cudnn.sdpa.rope_table_sm80"})  # fmt: skip
+    found = set()
+    for name in modules:
+        for attr, value in vars(importlib.import_module(name)).items():
+            compiles = isinstance(value, functools._lru_cache_wrapper) and value.__wrapped__.__module__ == name and \
+                any("compile" in n.lower() or n == "_plan" for n in value.__wrapped__.__code__.co_names)  # fmt: skip
+            if compiles:
+                found.add((name, attr))
+    assert found and found <= set(FRONT_MEMOS), sorted(found - set(FRONT_MEMOS))

@@ -38,21 +38,63 @@ def runtime_variants(case: Case):
 
 # Counters one runtime-only call may move: nothing compiled, no new module.
 NO_COMPILE = {"misses": 0, "thd_lru_misses": 0, "modules": 0}
+NEW_SEQUENCE_COUNT = {"misses": 1, "modules": 0}
+
+# How compile_reuse judges a call (the Observation's notes say which one ran).
+REUSE_RULES = {
+    "entries": "the compiled-cache entries each call asks for (cudnn.frost.compiled_cache.record_entries(), memo hits included), the memos "
+               "in front of compile_cached forgotten before each call: a function of the Case alone; counters (compiles, template modules) too",
+    "keys": "record_entries() recorded nothing (no device manifest: the CPU tier; or the compiled cache disabled): the compile_cached keys each "
+            "call asks for instead (compiled_cache._record, what record_entries() is built on), the memos in front forgotten before each call: "
+            "a function of the Case alone; counters (compiles, template modules) too",
+    "counters": "today's counters rule alone (no request could be observed): history-dependent, a key an earlier example of this process "
+                "compiled is answered by a memo and passes unseen",
+}  # fmt: skip
+
+
+@contextmanager
+def _asked(recording: bool):
+    """Around one adapter call: with ``recording``, the memos in front of
+    compile_cached forgotten (compiled_cache's own memo kept: its hits are
+    recorded, and nothing is reloaded or recompiled) and what the call asks
+    for recorded (``kernels.counters.Asked``); else nothing (None)."""
+    if not recording:
+        yield None
+        return
+    from kernels.counters import asking, memos_forgotten
+
+    with memos_forgotten(compiled=False), asking() as box:
+        yield box
+
+
+def _requests(box, rule: str) -> dict:
+    return {} if box is None else (box.entries if rule == "entries" else box.keys if rule == "keys" else {})
 
 
 def check_compile_reuse(case: Case, adapter, *, launch: bool = True) -> Observation:
-    """After ``case`` compiled once, runtime-only variants mint no compile and
-    no template module; for THD a new sequence count mints at most one
-    compile and returning to the seen count is a pure hit. ``launch=False``
-    checks compile_only (the CPU tier). Every launch must leave the guard
-    bands of its buffers intact."""
+    """After ``case`` compiled once, runtime-only variants ask the compiled
+    cache for nothing ``case`` itself did not ask for and mint no compile and
+    no template module; for THD a new sequence count asks for at most one new
+    entry (at most one compile) and returning to the seen count asks for none.
+    Each call runs with the memos in front of compile_cached forgotten, so the
+    verdict is a function of the Case, not of what the process compiled
+    before (``REUSE_RULES``: entries on a GPU, the frontend's own keys on the
+    CPU tier; counters alone only where no request can be observed).
+    ``launch=False`` checks compile_only (the CPU tier). Every launch must
+    leave the guard bands of its buffers intact."""
+    from kernels.counters import can_observe_requests, label
+
     recorder.begin("compile_reuse", case, launch=launch)
     start = time.perf_counter()
     unchecked = []  # (case, buffers) of the launches whose guard bands are still to check
+    recording = can_observe_requests()
 
     def call(c: Case):
+        """(CompileDelta, Asked or None) of the adapter's call on ``c``."""
         if not launch:
-            return adapter.compile_only(c)
+            with _asked(recording) as box:
+                delta = adapter.compile_only(c)
+            return delta, box
         dev = device()
         inputs, outputs = make_inputs(c, dev, poison=True), make_outputs(c, dev)
         if c.is_bwd:  # the backward on reference O/LSE (O and LSE stand for the forward's outputs)
@@ -60,35 +102,58 @@ def check_compile_reuse(case: Case, adapter, *, launch: bool = True) -> Observat
 
             o, lse, _ = handed_inputs(c.replace(inputs_from="reference"), adapter, inputs, dev)
             do, grads = make_grad_output(c, dev), make_grad_outputs(c, dev)
-            result = accepted("compile_reuse", c, start, lambda: adapter.backward(c, inputs, o, lse, do, grads))
+            with _asked(recording) as box:  # the backward's requests only
+                result = accepted("compile_reuse", c, start, lambda: adapter.backward(c, inputs, o, lse, do, grads))
             buffers = launched_buffers(inputs, (o, lse), result)
             buffers.update({f"{n} (caller)": t for n, t in grads.items()}, do=do)
             unchecked.append((c, buffers))
-            return result.compile
-        result = adapter.run(c, inputs, outputs)
+            return result.compile, box
+        with _asked(recording) as box:
+            result = adapter.run(c, inputs, outputs)
         unchecked.append((c, launched_buffers(inputs, outputs, result)))
-        return result.compile
+        return result.compile, box
 
     def guards():
         while unchecked:
             judge.guards_intact("compile_reuse", *unchecked.pop(0))
 
-    first = call(case)
+    first, seen = call(case)
+    rule = "entries" if seen is not None and seen.entries else "keys" if seen is not None and seen.keys else "counters"
+    base = _requests(seen, rule)
+    notes = {"rule": rule, "why": REUSE_RULES[rule], "case_requests": len(base)}
+    if rule == "counters" and recording:
+        notes["why"] += " (the Case asked compile_cached for no keyed artifact)"
+
+    def judge_call(c: Case, made, what: str, most: int, budget: dict):
+        delta, box = made
+        if rule != "counters":
+            new = {k: v for k, v in _requests(box, rule).items() if k not in base}
+            notes.setdefault("new_requests", {})[what] = len(new)
+            if len(new) > most:
+                names = "; ".join(label(v) for v in new.values())
+                judge.failed("compile_reuse", c,
+                             f"{what}: asked the compiled cache for {len(new)} {'entry' if len(new) == 1 else 'entries'} the Case did not "
+                             f"(at most {most}): {names}",
+                             {"what": what, "rule": rule, "new": list(new.values()), "case_requests": len(base), "delta": delta.to_dict()},
+                             check="compile budget")  # fmt: skip
+        if recording:  # the forgotten THD lrus miss by design (the requests stand for them)
+            budget = {k: v for k, v in budget.items() if k != "thd_lru_misses"}
+        judge.compile_delta("compile_reuse", c, delta, budget, what)
 
     def judged():
         guards()
         for what, variant in runtime_variants(case):
-            judge.compile_delta("compile_reuse", variant, call(variant), NO_COMPILE, what)
+            judge_call(variant, call(variant), what, 0, NO_COMPILE)
             guards()
         if case.is_thd:
             more = case.replace(q_lens=case.q_lens + (1,), kv_lens=case.kv_lens + (1,))
-            judge.compile_delta("compile_reuse", more, call(more), {"misses": 1, "modules": 0}, "a new sequence count")
+            judge_call(more, call(more), "a new sequence count", 1, NEW_SEQUENCE_COUNT)
             guards()
-            judge.compile_delta("compile_reuse", case, call(case), NO_COMPILE, "back to a seen sequence count")
+            judge_call(case, call(case), "back to a seen sequence count", 0, NO_COMPILE)
             guards()
         return {}
 
-    return finish("compile_reuse", case, start, judged, compile=first.to_dict())
+    return finish("compile_reuse", case, start, judged, compile=first.to_dict(), notes=notes)
 
 
 # The disk property is about the cache, not the shape: one small Case per layout.
