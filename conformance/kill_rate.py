@@ -99,19 +99,21 @@ class Kind:
     def property(self) -> str:
         return self.family.property
 
-    def strategy(self, flavors, dtypes=None):
-        """SearchStrategy of (the transform-axis values drawn, the Case checked)."""
+    def strategy(self, flavors, dtypes=None, adapter=None):
+        """SearchStrategy of (the transform-axis values drawn, the Case checked),
+        each Case served to the adapters its example launches as a pytest run
+        serves it (``Family.serve``: projected facts, crash findings steered)."""
         from hypothesis import strategies as st
 
         fam = self.family
         base = fam.strategy_for(self.fixed, flavors=flavors, **({"dtypes": dtypes} if dtypes else {}))
         drawn = [a for a in fam.axes if a.role == TRANSFORM]
-        if not drawn:
-            return base.map(lambda case: ({}, case))
 
         def checked(t):
-            values = {arg: v for axis, vals in zip(drawn, t[:-1]) for arg, v in zip(axis.args, vals)}
-            return values, fam.apply(t[-1], {**self.fixed, **values})
+            values = {**self.fixed, **{arg: v for axis, vals in zip(drawn, t[:-1]) for arg, v in zip(axis.args, vals)}}
+            case = fam.apply(t[-1], values)
+            drawn_values = {k: v for k, v in values.items() if k not in self.fixed}
+            return drawn_values, fam.serve(case, values, fam.launches(values, adapter)).case
 
         return st.tuples(*(st.sampled_from(a.values) for a in drawn), base).map(checked)
 
@@ -276,7 +278,7 @@ def search(kind: Kind, adapter, flavors, *, profile: str, until: float, t0: floa
     if time.perf_counter() > until:  # past the cap: skip, do not draw a single example
         state.cut = True
         return state
-    strategy = kind.strategy(flavors) if stratum is None else kind.strategy((stratum[0],), (stratum[1],))
+    strategy = kind.strategy(flavors, adapter=adapter) if stratum is None else kind.strategy((stratum[0],), (stratum[1],), adapter=adapter)
 
     # A derandomized profile seeds a search from its function, the same for every
     # stratum (pytest's parameters of one test draw different sequences): each

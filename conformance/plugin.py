@@ -558,11 +558,15 @@ class Recording:
         tr.write_sep("-", "sdpa-conformance")
         if s is not None:
             rate = s["run"]["examples_per_minute"]
-            counts = {k: sum(1 for e in s["findings"]["entries"] if e["status"] == k) for k in (findings.REPRODUCED, findings.STALE, findings.NOT_EXERCISED)}
+            counts = {k: sum(1 for e in s["findings"]["entries"] if e["status"] == k) for k in (findings.REPRODUCED, findings.STALE, findings.NOT_EXERCISED, findings.STEERED)}
             tr.write_line(f"{s['run']['examples']} examples" + (f" ({rate:.0f}/min)" if rate else "")
                           + f", {len(s['failures'])} failing case(s); known findings: " + ", ".join(f"{n} {k}" for k, n in counts.items())
                           + f"; report: {casefile.display_path(self.run.paths['html'])}")
             for f in s["failures"]:
                 tr.write_line(f"  {f['repro']}    # {f['property']}: {(f.get('summary') or '')[:100]}")
+            for e in s["findings"]["entries"]:  # crash findings: what the tests drew instead of the Cases that fault
+                if e.get("check") == findings.CRASH:
+                    steer = ", ".join(f"{k}={v!r}" for k, v in (e.get("steer") or {}).items())
+                    tr.write_line(f"  crash finding {e['id']} ({e.get('source') or '-'}): {e.get('steered', 0)} example(s) steered ({steer})")
         for e in self.errors:  # stale known findings: they failed the run
             tr.write_line(f"ERROR stale known finding: {e}", red=True)

@@ -8,10 +8,17 @@ else fails); replayed with the finding in force, the example is an xfailed
 observation naming exactly it. When the kernel is fixed this test fails,
 and the finding (entry and file) must go. (tests/test_known_findings.py
 checks on CPU that each file names an entry that selects its case.)
+
+A crash finding (check "crash") is replayed in a process of its own
+(``python -m conformance.cli repro FILE`` with the recorded adapter and
+mode): exit 1 with "CUDA context lost" is the fault still there; a replay
+that passes means the finding is stale.
 """
 
 import glob
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -40,6 +47,10 @@ def test_finding_reproduces_exactly(path, request):
     named = [doc["finding"]] if isinstance(doc["finding"], str) else list(doc["finding"])  # one discrepancy may fail two checks
     entries = [f for f in findings.load(os.path.join(ROOT, "known_findings.toml")) if f.id in named]
     assert sorted(f.id for f in entries) == sorted(named), named
+    if any(f.crash for f in entries):
+        (entry,) = entries  # a fault ends the example: one crash finding per case file
+        _replay_crash(path, doc, entry, request.config)
+        return
     # The entry point as recorded (the wrapper off SM80 in its compatibility mode, as the run had it).
     options = {"sm80_compat": True} if doc.get("sm80_compat") else {}
     check, adapter, params = PROPERTIES[doc["property"]], get_adapter(doc["adapter"], **options), doc["params"]
@@ -53,3 +64,33 @@ def test_finding_reproduces_exactly(path, request):
         obs = check(case, adapter, **params)
     assert obs.outcome == "xfailed" and obs.findings == sorted(named), (obs.outcome, obs.findings)  # each named one reproduced
     print(f"{', '.join(named)}: {failure.value.summary}")
+
+
+# A replay's fault: compile and one launch, in a fresh process (a lost CUDA context cannot be recovered in this one).
+CRASH_REPLAY_TIMEOUT_S = 900
+
+
+def _replay_crash(path, doc, entry, config):
+    """Replay a crash finding's case file in its own process, as recorded
+    (adapter, SM80-compatibility mode, the run's kernels source): still a
+    fault (exit 1, "CUDA context lost"), else the test fails; a pass says the
+    finding is stale."""
+    case, _ = load_case_file(path)
+    params = doc.get("params") or {}
+    assert entry.selects(doc["property"], case, doc["adapter"], params), f"{entry.id} does not select its case file {path}"
+    cmd = [sys.executable, "-m", "conformance.cli", "repro", path, "--adapter", doc["adapter"]]
+    if doc.get("sm80_compat"):
+        cmd.append("--sm80-compat")
+    source = config.getoption("kernels_source", default=None)
+    if source:
+        cmd += ["--kernels-source", source]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=CRASH_REPLAY_TIMEOUT_S)
+    out = done.stdout + done.stderr
+    tail = "\n".join(out.strip().splitlines()[-25:])
+    if done.returncode == 0:
+        pytest.fail(f"stale crash finding {entry.id!r} ({entry.source}): its case file {os.path.relpath(path, ROOT)} replays without a fault "
+                    f"through the {doc['adapter']} adapter (exit 0): the kernel changed; remove the entry and its case file (and the steer "
+                    f"around it) or correct them.\n{tail}")
+    assert done.returncode == 1 and "CUDA context lost" in out, \
+        f"{entry.id}: the replay did not fault as recorded (exit {done.returncode}, no 'CUDA context lost'):\n{tail}"
+    print(f"{entry.id}: still crashes ({' '.join(cmd[1:])})")

@@ -9,6 +9,14 @@ matrix declares them), Hypothesis' ``data`` (drawn families), the family's
 adapter fixture and, for ``gpu`` families, the ``gpu`` fixture (which skips
 without a device). It carries the family's markers and its ``property``
 marker, which the plugin reads to attribute the test to its property.
+
+Every drawn Case is served to the adapters its example launches (``drawn``,
+``Family.serve``): facts an adapter cannot express go to their defaults (a
+projection, never a filter: strategies bound dependent values by
+construction), and a Case an in-force crash finding selects is replaced by
+its steered Case. Both are Hypothesis events (``--hypothesis-show-statistics``)
+and every steered example is recorded for the report. A parameter whose fixed
+facts an adapter cannot express skips, naming fact and adapter.
 """
 
 from __future__ import annotations
@@ -16,10 +24,38 @@ from __future__ import annotations
 import inspect
 
 import pytest
-from hypothesis import given, settings, strategies as st, target
+from hypothesis import event, given, settings, strategies as st, target
 
+from conformance.ground.case import Case
+from conformance.properties import recorder
 from conformance.properties.matrix import FAMILIES, Family
 from strategies import examples
+
+
+def skip_unservable(fam: Family, values, entries) -> None:
+    """Skip (pytest.skip, with the reason) a parameter whose fixed facts one of
+    ``entries`` cannot express (``Family.unservable``)."""
+    why = fam.unservable(values, entries)
+    if why:
+        pytest.skip(why)
+
+
+def drawn(fam: Family, values, data, adapter=None) -> Case:
+    """One example's Case: drawn from the family's strategy, transformed,
+    then served to the adapters it launches (``Family.serve``). Each
+    projection and each steer is a Hypothesis event; each steer is also
+    recorded (a ``steered`` record: the report counts them per crash finding)."""
+    entries = fam.launches(values, adapter)
+    skip_unservable(fam, values, entries)
+    case = fam.apply(data.draw(fam.strategy_for(values), label="case"), values)
+    served = fam.serve(case, values, entries)
+    for entry, names in served.projected:
+        for name in names:
+            event(f"projected for the {entry} adapter: {name} -> its default")
+    for finding in served.steered:
+        event(f"steered by crash finding {finding.id}")
+        recorder.steered(finding.id, fam.property, case, entries)
+    return served.case
 
 
 def matrix_test(test: str):
@@ -35,9 +71,10 @@ def matrix_test(test: str):
         values = {a: kw[a] for a in argnames}
         adapter = kw[fam.adapter] if fam.adapter else None
         if fam.strategy is None:
+            skip_unservable(fam, values, fam.launches(values, adapter))
             fam.check(fam.fixed_case(values), adapter, values)
             return
-        case = fam.apply(kw["data"].draw(fam.strategy_for(values), label="case"), values)
+        case = drawn(fam, values, kw["data"], adapter)
         obs = fam.check(case, adapter, values)
         if fam.target:
             for quantity, ratio in obs.ratios.items():

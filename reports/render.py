@@ -81,11 +81,13 @@ def _findings(s: dict) -> list:
     out = [("h", 2, "Known findings" + (f" ({fnd['file']})" if fnd.get("file") else ""))]
     if not fnd["entries"]:
         return out + [("p", "No known findings in force.")]
-    rows = [[e["id"], e.get("source") or "-", e.get("selects") or "-", e["status"], e["exercised"], e["reproduced"], e["reason"], e.get("repro") or "-"]
-            for e in fnd["entries"]]
-    return out + [("table", ["id", "entry", "excuses", "status", "examples exercising it", "examples it excused", "reason", "repro"], rows),
+    rows = [[e["id"], e.get("source") or "-", e.get("selects") or "-", e["status"], e["exercised"], e["reproduced"], e.get("steered", "-"), e["reason"],
+             e.get("repro") or "-"] for e in fnd["entries"]]  # fmt: skip
+    return out + [("table", ["id", "entry", "excuses", "status", "examples exercising it", "examples it excused", "examples steered", "reason", "repro"], rows),
                   ("p", "reproduced: it excused the failure it describes; stale: examples exercised it and none failed so "
-                        "(the run fails: remove or correct the entry); not exercised: no example of this run could show it.")]
+                        "(the run fails: remove or correct the entry); not exercised: no example of this run could show it; "
+                        "steered (crash findings): the tests drew that many examples it selects as its steered Case instead "
+                        "(the entry point faults on them; conformance/test_findings.py replays its case file).")]
 
 
 def _properties(s: dict) -> list:

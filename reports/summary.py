@@ -9,6 +9,9 @@ Who writes what (so that nothing is counted twice):
 - known findings: each ``obs`` lists the findings it exercised and the ones
   that excused a failed check; conformance.ground.findings.statuses turns
   them into reproduced / stale / not exercised (the rule the plugin enforces).
+- ``steered``: the process that drew a Case an in-force crash finding
+  selects (conformance.testgen): one per steered example; a crash finding's
+  status is ``steered`` with their count.
 - ``test`` and ``session``: only the controller, which sees every test
   report exactly once (its own, or the one forwarded by a worker).
 """
@@ -55,7 +58,7 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
     failed_obs: Counter = Counter()  # (test, property) -> failed examples, classified once the test outcomes are known
     test_props: Dict[str, set] = defaultdict(set)
     last_begin: Dict[str, dict] = {}
-    begun, obs_list, collected = [], [], {}
+    begun, obs_list, collected, steered = [], [], {}, []
     tests: Dict[str, dict] = {}
     failures: Dict[tuple, dict] = {}
     times, faults = [], []
@@ -105,6 +108,8 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
             obs_list.append(r)
         elif kind == "collected":
             collected.update(r.get("tests", {}))
+        elif kind == "steered":
+            steered.append(r)
         elif kind == "test":
             tests[r["nodeid"]] = r  # the controller writes one per test; last wins if re-run
         elif kind == "failure":
@@ -166,7 +171,8 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
     for r in obs_list:
         for fid in r.get("findings") or ():
             first_xfailed.setdefault(fid, r)
-    findings = _findings(session, [o for o in obs_list if collected.get(o.get("test"))], warnings)  # property tests only (findings.property_test_observations)
+    steers = Counter(r.get("finding") for r in steered if collected.get(r.get("test")))  # property tests only, like the observations
+    findings = _findings(session, [o for o in obs_list if collected.get(o.get("test"))], warnings, steers)  # property tests only (findings.property_test_observations)
     return {
         "schema": 1,
         "environment": session.get("environment", {}),
@@ -293,12 +299,13 @@ def _compile(c: Counter, example_seconds: float = 0.0) -> dict:
             "modules": c.get("modules", 0), "seconds": seconds, "share": seconds / example_seconds if example_seconds else None}
 
 
-def _findings(session: dict, observations: list, warnings: list) -> dict:
+def _findings(session: dict, observations: list, warnings: list, steered: Optional[dict] = None) -> dict:
     """The run's known findings with their status (conformance.ground.findings.statuses):
     reproduced, stale (exercised, never reproduced: the plugin failed the
-    run), or not exercised (a subset or CPU-only run)."""
+    run), or not exercised (a subset or CPU-only run); a crash finding
+    steered (with how many examples) or not exercised."""
     from conformance.ground.findings import STALE, stale, statuses
 
-    entries = statuses(session.get("findings", []), observations)
+    entries = statuses(session.get("findings", []), observations, steered)
     warnings.extend(stale(entries))
     return {"file": session.get("findings_file"), "entries": entries, "stale": [e["id"] for e in entries if e["status"] == STALE]}

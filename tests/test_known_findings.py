@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import json
 import pathlib
 import re
 import time
@@ -199,7 +200,8 @@ def test_each_case_file_names_a_finding_that_selects_its_case(path):
     named = [doc["finding"]] if isinstance(doc["finding"], str) else doc["finding"]
     for entry in (BY_ID[n] for n in named):
         params, at = doc["params"], doc["params"].get("entry") or doc["adapter"]  # the entry point the example ran against
-        assert doc["property"] == entry.property and entry.exercised_by(doc["property"], case, at, params)
+        assert doc["property"] == entry.property or (entry.crash and entry.property is None)  # a crash finding: every property
+        assert entry.exercised_by(doc["property"], case, at, params)
         assert entry.entry is None or not entry.exercised_by(doc["property"], case, "wrapper" if at != "wrapper" else "prepared", params)  # only its entry point
         assert not entry.exercised_by(doc["property"], case, at, {**params, "initialize_outputs": not params.get("initialize_outputs", True)}) \
             or "initialize_outputs" not in entry.when  # a mode-specific finding selects only its mode
@@ -226,3 +228,143 @@ def test_the_checks_the_properties_report_are_the_vocabulary_findings_select():
         used |= set(re.findall(r'check="([^"]+)"', path.read_text()))
     declared = {c for checks in findings.CHECKS.values() for c in checks}
     assert used <= declared and {"no nan", "rejects", "compiles nothing"} <= used
+
+
+# ------------------------------------------------------- crash findings
+CRASH_ID = "wrapper-rope-table-overread"
+CRASH_FILE = ROOT / "findings" / f"{CRASH_ID}.json"
+
+
+def _crash_entry(**changes) -> dict:
+    entry = {"id": "c", "reason": "r", "check": "crash", "entry": "wrapper", "when": {"rope": True, "rope_table_overread": True}, "steer": {"rope": False}}
+    entry.update(changes)
+    return {k: v for k, v in entry.items() if v is not None}
+
+
+def test_the_crash_entry_parses_and_selects_its_case_file_on_its_entry_point_only():
+    crash = BY_ID[CRASH_ID]
+    assert crash.crash and (crash.check, crash.entry, crash.property) == ("crash", "wrapper", None)
+    assert dict(crash.when) == {"rope": True, "rope_table_overread": True} and dict(crash.steer) == {"rope": False}
+    assert "drawn instead: rope=False" in crash.describe() and crash.to_dict()["steer"] == {"rope": False}
+    case, doc = load_case_file(CRASH_FILE)
+    assert doc["finding"] == CRASH_ID and doc["adapter"] == "wrapper" and doc["sm80_compat"] is True
+    assert findings.DERIVED["rope_table_overread"][0](case)  # S_q 129 (Q tiles read 256 rows), S_kv 63: a table of 129 rows
+    for prop in ("metamorphic", "numerics", "tails"):  # no property: every property that launches the wrapper
+        assert crash.selects(prop, case, "wrapper", doc["params"])
+        assert not crash.selects(prop, case, "prepared", doc["params"])
+
+
+@pytest.mark.parametrize("s_q, s_kv, over", [(129, 63, True), (128, 64, False), (128, 63, False), (64, 63, True), (1, 1, True),
+                                             (256, 200, False), (200, 256, False), (130, 190, True)])  # fmt: skip
+def test_the_overread_is_the_tiles_reach_past_the_table(s_q, s_kv, over):
+    case = Case(s_q=s_q, s_kv=s_kv, rope=True)
+    assert findings.rope_table_overread(case) is over
+    assert not findings.rope_table_overread(case.replace(rope=False))
+
+
+def test_steering_moves_exactly_the_region():
+    crash = BY_ID[CRASH_ID]
+    case, doc = load_case_file(CRASH_FILE)
+    got, by = findings.steer(doc["property"], case, ("wrapper",), doc["params"], entries=[crash])
+    assert got == case.replace(rope=False) and by == [crash] and not crash.selects(doc["property"], got, "wrapper")
+    assert got.structural_problem() is None
+    for outside in (case.replace(s_q=128, s_kv=64), case.replace(rope=False), case.replace(s_q=128)):
+        assert findings.steer("numerics", outside, ("wrapper",), entries=[crash]) == (outside, [])
+    assert findings.steer("numerics", case, ("prepared",), entries=[crash]) == (case, [])  # another entry point: as drawn
+    assert findings.steer("numerics", case, ("prepared", "wrapper"), entries=[crash])[0] == got  # the entry relation launches both
+    with findings.applied([crash]):  # the findings in force by default
+        assert findings.steer("tails", case, ("wrapper",))[0] == got
+    with findings.applied([]):
+        assert findings.steer("tails", case, ("wrapper",)) == (case, [])
+
+
+def test_a_crash_finding_excuses_nothing_and_is_never_stale_in_a_run():
+    crash = _copy(CRASH_ID)
+    case, doc = load_case_file(CRASH_FILE)
+    failure = PropertyFailure("metamorphic", case, "x", {}, check="o")
+    verdict = findings.judge("metamorphic", case, [failure], entry="wrapper", params=doc["params"], entries=[crash])
+    assert verdict.unexcused == [failure] and verdict.exercised == []
+    got = {s["id"]: s for s in findings.statuses([crash], [{"exercised": [crash.id], "findings": []}], {crash.id: 7})}
+    assert (got[crash.id]["status"], got[crash.id]["steered"]) == (findings.STEERED, 7)
+    assert findings.statuses([crash], [])[0]["status"] == findings.NOT_EXERCISED and findings.stale(findings.statuses([crash], [])) == []
+
+
+def test_the_matrix_steers_a_drawn_case_and_the_report_counts_it(tmp_path):
+    """testgen.drawn through a family whose strategy draws the case file's
+    Case: under the wrapper it is steered (a Hypothesis event and a
+    ``steered`` record), under the prepared adapter it is served as drawn;
+    the report lists the crash finding with the count."""
+    from hypothesis import given, settings, strategies as st
+
+    from conformance import testgen
+    from conformance.properties import recorder
+    from conformance.properties.matrix import Family
+    from reports import summary
+
+    crash = _copy(CRASH_ID)
+    case, _ = load_case_file(CRASH_FILE)
+    fam = Family("test_rope", "conformance/test_numerics.py", "numerics", "numerics", (), (), lambda **_: st.just(case))
+    got = []
+
+    class StandIn:
+        def __init__(self, name):
+            self.name = name
+
+    def run(name):
+        given(st.data())(settings(max_examples=3, database=None)(lambda data: got.append(testgen.drawn(fam, {}, data, StandIn(name)))))()
+
+    shard = tmp_path / "main-1.jsonl"
+    previous = recorder.open_shard(str(shard))
+    try:
+        recorder.set_test("conformance/test_numerics.py::test_rope")
+        with findings.applied([crash]):
+            run("wrapper")
+            assert set(got) == {case.replace(rope=False)}
+            got.clear()
+            run("prepared")
+            assert set(got) == {case}
+        recorder.set_test(None)
+    finally:
+        recorder.close_shard(previous)
+    records = [json.loads(line) for line in shard.read_text().splitlines()]
+    steered = [r for r in records if r["kind"] == "steered"]
+    assert steered and {r["finding"] for r in steered} == {crash.id} and all(r["entries"] == ["wrapper"] for r in steered)
+    records += [{"kind": "collected", "tests": {"conformance/test_numerics.py::test_rope": "numerics"}},
+                {"kind": "session", "findings": [crash.to_dict()], "findings_file": "known_findings.toml"}]
+    entry = summary.merge(records)["findings"]["entries"][0]
+    assert (entry["id"], entry["status"], entry["steered"]) == (crash.id, findings.STEERED, len(steered))
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"steer": {"ropee": False}}, "key 'steer': 'ropee' is not a Case field"),
+    ({"steer": {"rope": True}}, "key 'steer': rope = True does not leave the region"),
+    ({"steer": {"s_q": 128}}, "does not leave the region: a steer must set a Case fact that 'when' names \\(rope\\)"),
+    ({"steer": {"rope": "no"}}, "key 'steer': case field 'rope': expected true/false"),
+    ({"steer": {"rope": False, "lse_log2": True}}, "key 'steer': lse_log2 = True: the wrapper adapter cannot express it"),
+    ({"steer": None}, "key 'steer' is required for a crash finding"),
+    ({"steer": {}}, "key 'steer' is required for a crash finding"),
+    ({"when": None}, "key 'when' is required for a crash finding"),
+    ({"entry": None}, "key 'entry' is required"),
+    ({"entry": "config"}, "key 'entry': 'config' is not one of prepared, wrapper"),
+    ({"region": "padded_q_rows"}, "key 'region': a crash finding has no region"),
+    ({"observed": "accepted"}, "key 'observed': a crash finding has no observed"),
+    ({"property": "numeric"}, "key 'property': 'numeric' is not one of"),
+    ({"stear": {"rope": False}}, "unknown key 'stear'"),
+])  # fmt: skip
+def test_a_malformed_crash_entry_is_refused(changes, message):
+    with pytest.raises(findings.FindingsError, match=message):
+        findings.parse({"finding": [_crash_entry(**changes)]}, "kf.toml", [4])
+
+
+def test_only_a_crash_finding_steers():
+    entry = {"id": "x", "reason": "r", "property": "tails", "check": "no nan", "quantity": "o", "region": "padded_q_rows", "steer": {"rope": False}}
+    with pytest.raises(findings.FindingsError, match="key 'steer': only a crash finding"):
+        findings.parse({"finding": [entry]}, "kf.toml", [4])
+    assert findings.parse({"finding": [_crash_entry(property="metamorphic")]})[0].property == "metamorphic"
+
+
+def test_a_steer_into_an_invalid_case_is_refused_when_it_steers():
+    crash = findings.parse({"finding": [_crash_entry(when={"sinks": True}, steer={"sinks": False})]}, "kf.toml", [4])[0]
+    case = Case(s_q=4, s_kv=4, sinks=True, sink_layout="broadcast")  # a sink layout needs sinks
+    with pytest.raises(findings.FindingsError, match="kf.toml:4: finding 'c': key 'steer': steering .* gives an invalid Case"):
+        findings.steer("numerics", case, ("wrapper",), entries=[crash])

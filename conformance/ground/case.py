@@ -88,8 +88,9 @@ class CaseFileError(ValueError):
 
 class Unexpressible(Exception):
     """An adapter was handed a Case with a fact value its entry point has no
-    way to express (``Fact.adapters``). Properties skip such examples
-    (conformance.properties.common.served); a direct call refuses with this."""
+    way to express (``Fact.adapters``). A test never draws one (it draws
+    the projection, ``Case.expressed``); a direct call (repro of a case file)
+    refuses with this (conformance.properties.common.served)."""
 
 
 # ------------------------------------------------------------------ facts
@@ -151,8 +152,9 @@ class Fact:
     data seed). shown: the part of ``Case.describe`` that shows it (None: shown
     as ``name`` / ``name=value`` when not the default). adapters: the adapters
     (``tables.ADAPTERS``) that can express a non-default value (None: every
-    one); the others refuse such a Case (``Unexpressible``) and properties
-    skip it. since: the case-file schema that introduced the fact.
+    one); the others refuse such a Case (``Unexpressible``), a test draws
+    its projection (``Case.expressed``: the fact at its default, which must
+    keep every Case valid). since: the case-file schema that introduced the fact.
     """
 
     name: str
@@ -447,6 +449,33 @@ class Case:
                 return (f"case field {f.name!r} = {value!r}: the {adapter} adapter ({ADAPTERS[adapter]}) cannot express it; "
                         f"only {', '.join(f.adapters)} can")  # fmt: skip
         return None
+
+    def unexpressed_facts(self, adapter: str) -> Tuple[str, ...]:
+        """The facts of this Case, off their defaults, that ``adapter`` has no
+        way to express (``Fact.adapters``); () for other entry names."""
+        if adapter not in ADAPTERS:
+            return ()
+        return tuple(f.name for f in FACTS.values() if f.adapters is not None and adapter not in f.adapters and getattr(self, f.name) != f.default)
+
+    def expressed(self, adapter: str) -> "Case":
+        """This Case as ``adapter`` can run it: every fact it cannot express
+        (``unexpressed_facts``) at its default, every other fact kept; the
+        Case itself when there is none. A default never makes a Case invalid
+        (a feature rule only bounds a non-default value: ``_feature_rules``,
+        forward/backward-only facts), so the projection is a valid Case of
+        the same contract rule; ValueError where that ever fails (a new fact
+        whose default depends on another). conformance.testgen projects
+        every drawn Case for the adapters its test launches: strategies
+        bound what an adapter takes by construction, never by filtering."""
+        names = self.unexpressed_facts(adapter)
+        if not names:
+            return self
+        out = self.replace(**{n: FACTS[n].default for n in names})
+        problem = out.structural_problem()
+        if problem:
+            raise ValueError(f"projecting {self.describe()} for the {adapter} adapter ({', '.join(names)} to their defaults) "
+                             f"gives an invalid Case: {problem}")  # fmt: skip
+        return out
 
     def require_expressible(self, adapter: str) -> None:
         """Raise Unexpressible where ``adapter`` cannot run this Case (adapters call it first)."""

@@ -35,6 +35,15 @@ finding that was exercised and never reproduced is *stale*: the run fails
 naming the entry and its line (the kernel changed: remove or fix the entry).
 A finding no example exercised (a subset or CPU-only run) is *not
 exercised*, which fails nothing.
+
+Crash findings (``check = "crash"``). Where the entry point faults (the
+CUDA context is lost) no check is judged, so a crash finding excuses
+nothing: it names the entry point, the Cases (``when``) and a ``steer``, Case
+facts the tests draw instead while it is in force (``steer``: exactly its
+region is replaced, conformance.testgen; parse insists that a steer leaves
+the region). Its status in a run is *steered* (with the count of steered
+examples) or not exercised, never stale: conformance/test_findings.py
+replays its case file in a subprocess and fails once it no longer crashes.
 """
 
 from __future__ import annotations
@@ -50,7 +59,7 @@ import torch
 
 from . import contracts
 from .case import FACTS, Case, CaseFileError, coerce_fact
-from .tables import FLAVORS, TILE_N, flavor_of, off_envelope
+from .tables import ADAPTERS, FLAVORS, TILE_M, TILE_N, flavor_of, off_envelope
 
 # ------------------------------------------------------------------- checks
 # How a check's failure says what failed, which is what a finding must bound:
@@ -287,7 +296,23 @@ DERIVED: Dict[str, Tuple[Callable[[Case], Any], Callable[[Any], bool], str]] = {
                                    lambda v: isinstance(v, bool), "true/false"),
     # Dense seq_kv_lens with a length short of the physical S_KV: padded K/V rows exist.
     "kv_padded": (lambda c: not c.is_thd and c.seq_kv_lens is not None and any(n < c.s_kv for n in c.seq_kv_lens), lambda v: isinstance(v, bool), "true/false"),
+    # Fused RoPE whose last partial Q tile (TILE_M rows) or K tile (TILE_N rows) reaches past the
+    # angle table the caller hands (rope_rows: max(S_q, S_kv) rows): the kernel rotates every row of a tile.
+    "rope_table_overread": (lambda c: rope_table_overread(c), lambda v: isinstance(v, bool), "true/false"),
 }
+
+
+def rope_table_overread(case: Case) -> bool:
+    """A dense RoPE Case whose tiles read (cos, sin) rows past a table of
+    max(S_q, S_kv) rows: the kernel rotates every row of a Q tile (TILE_M)
+    and a K tile (TILE_N), so it reads up to max(ceil(S_q / TILE_M) * TILE_M,
+    ceil(S_kv / TILE_N) * TILE_N) rows."""
+    from .data import rope_rows  # the table the suite's adapters hand: max(S_q, S_kv) rows
+
+    if not case.rope or case.is_thd:
+        return False
+    read = max(-(-case.s_q // TILE_M) * TILE_M, -(-case.s_kv // TILE_N) * TILE_N)
+    return read > rope_rows(case)
 
 
 # ``when`` keys naming a parameter of the property (not a Case fact): the
@@ -306,7 +331,11 @@ def _fact(case: Case, name: str, params: Mapping[str, Any]):
 
 
 # ------------------------------------------------------------------ entries
-KEYS = ("id", "reason", "property", "check", "quantity", "region", "observed", "rule", "entry", "when", "link")
+KEYS = ("id", "reason", "property", "check", "quantity", "region", "observed", "rule", "entry", "when", "steer", "link")
+# The check of a crash finding: the entry point faults (a lost CUDA context) on the
+# Cases it selects. No property judges it: a fault ends the process before any
+# verdict. While one is in force the tests draw around its region (``steer``).
+CRASH = "crash"
 
 
 class FindingsError(ValueError):
@@ -327,11 +356,19 @@ class Finding:
     when: Mapping[str, Any] = field(default_factory=dict)
     link: Optional[str] = None
     source: str = ""  # "<file>:<line>" of the entry
+    steer: Mapping[str, Any] = field(default_factory=dict)  # crash: Case facts drawn instead of its region
+
+    @property
+    def crash(self) -> bool:
+        """A crash finding: excuses nothing; the tests steer around its region."""
+        return self.check == CRASH
 
     # -- selection
     def selects(self, property: str, case: Case, entry: Optional[str] = None, params: Optional[Mapping[str, Any]] = None) -> bool:
-        """The example (property, Case, entry point, property parameters) is one this finding is about."""
-        if property != self.property:
+        """The example (property, Case, entry point, property parameters) is
+        one this finding is about (a crash finding without a property: every
+        property that launches its entry point)."""
+        if property != self.property and not (self.crash and self.property is None):
             return False
         if self.rule is not None and case.violation != self.rule:
             return False
@@ -340,17 +377,21 @@ class Finding:
         return all(_fact(case, k, params or {}) == v for k, v in self.when.items())
 
     def exercised_by(self, property: str, case: Case, entry: Optional[str] = None, params: Optional[Mapping[str, Any]] = None) -> bool:
-        """Selected, and the failure it describes can occur on this Case (its region has rows)."""
+        """Selected, and the failure it describes can occur on this Case (its
+        region has rows; a crash finding: selected is enough)."""
         if not self.selects(property, case, entry, params):
             return False
+        if self.crash:
+            return True
         if self.region in STORAGE_REGIONS:
             return STORAGE_REGIONS[self.region].applies(case)
         return self.region is None or bool(REGIONS[self.region].rows(case).any())
 
     # -- the rule
     def excuses(self, failure, entry: Optional[str] = None, params: Optional[Mapping[str, Any]] = None) -> bool:
-        """``failure`` (a PropertyFailure) is exactly the failure this finding describes."""
-        if not self.selects(failure.property, failure.case, entry, params) or getattr(failure, "check", None) != self.check:
+        """``failure`` (a PropertyFailure) is exactly the failure this finding
+        describes (a crash finding excuses nothing: its Cases are never run)."""
+        if self.crash or not self.selects(failure.property, failure.case, entry, params) or getattr(failure, "check", None) != self.check:
             return False
         if self.quantity is not None and failure.detail.get("quantity") != self.quantity:
             return False
@@ -366,7 +407,27 @@ class Finding:
             return rows is not None and bool(rows.any()) and not bool((rows & ~REGIONS[self.region].rows(failure.case)).any())
         return True  # a plain check, narrowed by its Case facts / rule (parse insists)
 
+    # -- steering (crash findings)
+    def steered(self, case: Case) -> Case:
+        """``case`` (one this crash finding selects) with its ``steer`` facts:
+        outside the region (parse insists), and still a valid Case of the same
+        contract rule; FindingsError naming the entry where it is not."""
+        out = case.replace(**self.steer)
+        where = f"{self.source or 'known findings'}: finding {self.id!r}: key 'steer'"
+        problem = out.structural_problem()
+        if problem:
+            raise FindingsError(f"{where}: steering {case.describe()} gives an invalid Case: {problem}")
+        if case.violation is not None and case.violation in contracts.RULES_BY_NAME and not contracts.RULES_BY_NAME[case.violation].broken_by(out):
+            raise FindingsError(f"{where}: steering {case.describe()} no longer breaks its contract rule {case.violation!r}")
+        return out
+
     def describe(self) -> str:
+        if self.crash:
+            parts = [f"{self.property or 'every property'}: {CRASH}", f"entry {self.entry}"]
+            if self.when:
+                parts.append(", ".join(f"{k}={v!r}" for k, v in self.when.items()))
+            parts.append("drawn instead: " + ", ".join(f"{k}={v!r}" for k, v in self.steer.items()))
+            return "; ".join(parts)
         parts = [f"{self.property}: {self.check}"]
         if self.quantity:
             parts.append(self.quantity.upper())
@@ -385,6 +446,8 @@ class Finding:
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in KEYS if getattr(self, k) not in (None, {})}
         out["when"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.when.items()}
+        if self.steer:
+            out["steer"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.steer.items()}
         return out | {"source": self.source, "selects": self.describe()}
 
 
@@ -435,6 +498,10 @@ def _entry(where: str, entry: dict, source: str) -> Finding:
     unknown = sorted(set(entry) - set(KEYS))
     if unknown:
         raise FindingsError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(KEYS)})")
+    if entry.get("check") == CRASH:
+        return _crash_entry(where, entry, source)
+    if "steer" in entry:
+        raise FindingsError(f"{where}: key 'steer': only a crash finding (check = {CRASH!r}) steers the tests' draws")
     fid = _string(where, entry, "id", required=True)
     reason = _string(where, entry, "reason", required=True)
     prop = _string(where, entry, "property", tuple(CHECKS), required=True)
@@ -478,6 +545,54 @@ def _entry(where: str, entry: dict, source: str) -> Finding:
         if entry_point not in contracts.RULES_BY_NAME[rule].expect:
             raise FindingsError(f"{where}: key 'entry': rule {rule!r} targets {', '.join(contracts.RULES_BY_NAME[rule].targets)}, not {entry_point!r}")
     return Finding(fid, reason, prop, check, quantity, region, observed, rule, entry_point, when, link, source)
+
+
+def _crash_entry(where: str, entry: dict, source: str) -> Finding:
+    """A crash finding: the entry point faults on the Cases ``when`` selects
+    (no property verdict: the process loses its CUDA context), and the tests
+    draw ``steer``'s facts instead while it is in force."""
+    fid = _string(where, entry, "id", required=True)
+    reason = _string(where, entry, "reason", required=True)
+    prop = _string(where, entry, "property", tuple(CHECKS))  # optional: absent, every property that launches the entry point
+    for key in ("quantity", "region", "observed", "rule"):
+        if key in entry:
+            raise FindingsError(f"{where}: key {key!r}: a crash finding has no {key} (the entry point faults: no check is judged)")
+    entry_point = _string(where, entry, "entry", tuple(ADAPTERS), required=True)
+    when = _when(where, entry)
+    if not when:
+        raise FindingsError(f"{where}: key 'when' is required for a crash finding: the Cases the entry point faults on (its tests draw around them)")
+    steer = _steer(where, entry, when, entry_point)
+    link = _string(where, entry, "link")
+    return Finding(fid, reason, prop, CRASH, None, None, None, None, entry_point, when, link, source, steer)
+
+
+def _steer(where: str, entry: dict, when: Mapping[str, Any], entry_point: str) -> dict:
+    """A crash finding's ``steer``: Case facts (of values ``entry_point`` can
+    express) of which at least one is a Case fact ``when`` names, set to
+    another value: every steered Case is provably outside the region."""
+    steer = entry.get("steer")
+    if not isinstance(steer, dict) or not steer:
+        raise FindingsError(f"{where}: key 'steer' is required for a crash finding: a table of Case facts the tests draw instead of "
+                            "the Cases it selects, e.g. steer = { rope = false }")  # fmt: skip
+    out = {}
+    for name, value in steer.items():
+        if name not in FACTS:
+            raise FindingsError(f"{where}: key 'steer': {name!r} is not a Case field (a steer sets Case facts; known: {', '.join(FACTS)})")
+        try:
+            out[name] = coerce_fact(name, value)
+        except CaseFileError as e:
+            raise FindingsError(f"{where}: key 'steer': {e}") from None
+        f = FACTS[name]
+        problem = f.problem(out[name])
+        if problem:
+            raise FindingsError(f"{where}: key 'steer': {problem}")
+        if f.adapters is not None and entry_point not in f.adapters and out[name] != f.default:
+            raise FindingsError(f"{where}: key 'steer': {name} = {value!r}: the {entry_point} adapter cannot express it (only {', '.join(f.adapters)})")
+    if not any(name in when and when[name] != value for name, value in out.items()):
+        named = [n for n in when if n in FACTS]
+        raise FindingsError(f"{where}: key 'steer': {', '.join(f'{k} = {v!r}' for k, v in out.items())} does not leave the region: a steer must set "
+                            f"a Case fact that 'when' names ({', '.join(named) or 'none: it names only derived facts or parameters'}) to another value")  # fmt: skip
+    return out
 
 
 def parse(doc: Any, source: str = "findings", lines: Sequence[int] = ()) -> List[Finding]:
@@ -580,7 +695,7 @@ def judge(property: str, case: Case, failures: Sequence, *, entry: Optional[str]
     """Partition the check failures of one example: each is excused by the
     first finding (in force, or ``entries``) that describes it exactly, or
     not at all. ``params``: the property parameters the example ran with."""
-    entries = _in_force if entries is None else entries
+    entries = [f for f in (_in_force if entries is None else entries) if not f.crash]  # crash findings judge nothing: their Cases never run
     excused, unexcused = [], []
     for failure in failures:
         known = next((f for f in entries if f.excuses(failure, entry, params)), None)
@@ -595,13 +710,39 @@ def judge(property: str, case: Case, failures: Sequence, *, entry: Optional[str]
     return Verdict(excused, unexcused, exercised)
 
 
+# ------------------------------------------------------- steering (crashes)
+def steer(property: str, case: Case, entries_launched: Sequence[str], params: Optional[Mapping[str, Any]] = None,
+          entries: Optional[Sequence[Finding]] = None) -> Tuple[Case, List[Finding]]:  # fmt: skip
+    """``case`` as a test draws it while crash findings are in force (or
+    ``entries``): each crash finding that selects it for one of the entry
+    points the example launches (``entries_launched``: adapter names) replaces
+    it with its steered Case, ``case.replace(**steer)``, until none selects
+    it; every other Case is returned as it is. Returns (Case, the findings
+    that steered it)."""
+    crashes = [f for f in (_in_force if entries is None else entries) if f.crash]
+    hit: List[Finding] = []
+    while True:
+        f = next((f for f in crashes for e in entries_launched if f.selects(property, case, e, params)), None)
+        if f is None:
+            return case, hit
+        if f in hit:  # parse makes a steer leave its own region; two findings may still send a Case back and forth
+            raise FindingsError(f"{f.source or 'known findings'}: finding {f.id!r}: key 'steer': the crash findings "
+                                f"{', '.join(repr(x.id) for x in hit)} steer {case.describe()} back into this one's region")  # fmt: skip
+        case = f.steered(case)
+        hit.append(f)
+
+
 # ------------------------------------------------------------ end of a run
-REPRODUCED, STALE, NOT_EXERCISED = "reproduced", "stale", "not exercised"
+REPRODUCED, STALE, NOT_EXERCISED, STEERED = "reproduced", "stale", "not exercised", "steered"
 
 
-def statuses(entries: Sequence[Any], observations: Iterable[dict]) -> List[dict]:
+def statuses(entries: Sequence[Any], observations: Iterable[dict], steered: Optional[Mapping[str, int]] = None) -> List[dict]:
     """Each entry (a Finding or its to_dict()) with its status over the
-    observation records of a run (``exercised`` / ``findings`` id lists)."""
+    observation records of a run (``exercised`` / ``findings`` id lists). A
+    crash finding's status is ``steered`` (with ``steered``: how many drawn
+    examples it steered, from the run's ``steered`` records) or not
+    exercised; it is never stale here (its Cases never run: its case file's
+    replay, conformance/test_findings.py, says whether it still crashes)."""
     exercised, reproduced = {}, {}
     for obs in observations:
         for fid in obs.get("exercised") or ():
@@ -611,6 +752,11 @@ def statuses(entries: Sequence[Any], observations: Iterable[dict]) -> List[dict]
     out = []
     for e in entries:
         d = e.to_dict() if isinstance(e, Finding) else dict(e)
+        if d.get("check") == CRASH:
+            n = (steered or {}).get(d["id"], 0)
+            d.update(status=STEERED if n else NOT_EXERCISED, exercised=0, reproduced=0, steered=n)
+            out.append(d)
+            continue
         n_ex, n_rep = exercised.get(d["id"], 0), reproduced.get(d["id"], 0)
         status = REPRODUCED if n_rep else (STALE if n_ex else NOT_EXERCISED)
         d.update(status=status, exercised=n_ex, reproduced=n_rep)

@@ -175,12 +175,15 @@ def launched_buffers(inputs, outputs=None, result=None) -> dict:
 
 
 def served(check):
-    """``check`` that skips a Case its adapter cannot express (a fact value
+    """``check`` that refuses a Case its adapter cannot express (a fact value
     the entry point has no argument for: ``Case.unexpressible``, from the fact
-    declarations). Inside a Hypothesis test the example is rejected (no
-    verdict: there is nothing to ask the entry point); a direct call (repro)
-    raises Unexpressible. The adapter is the rejection property's ``entry``
-    where it names one, else ``adapter``."""
+    declarations): a direct call (repro of a case file recorded on another
+    adapter) raises Unexpressible. A test of the matrix never hands one: it
+    draws the Case projected for its adapter (conformance.testgen,
+    ``Case.expressed``); any other Hypothesis test that does sees the
+    example rejected (no verdict: there is nothing to ask the entry point).
+    The adapter is the rejection property's ``entry`` where it names one,
+    else ``adapter``."""
 
     @functools.wraps(check)
     def run(case: Case, adapter=None, **params):

@@ -23,11 +23,13 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
-from conformance.ground.case import BACKWARD_FACTS, Case
-from conformance.ground.contracts import BWD_RULE_NAMES, BWD_RULES, CONFIG, PREPARED, RULES, WRAPPER
+from conformance.ground import findings
+from conformance.ground.case import BACKWARD_FACTS, FACTS, Case
+from conformance.ground.contracts import BWD_RULE_NAMES, BWD_RULES, CONFIG, PREPARED, RULES, RULES_BY_NAME, WRAPPER
 from conformance.ground.outcome import Observation
-from conformance.ground.tables import STRATA, STRATA_IDS, flavor_of
+from conformance.ground.tables import ADAPTERS, STRATA, STRATA_IDS, flavor_of
 from conformance.properties import COMPILED_FACTS, DENSE_RELATIONS, DISK_CASES, PROPERTIES, THD_RELATIONS
+from conformance.properties.metamorphic import entries_launched
 from strategies import backward_cases, based_thd_backward_cases, cases, dense_cases, thd_cases, violating_cases
 from strategies.large import GQA_SHAPES, LARGE_SHAPES, LSE_PAD_SHAPES, OFFSET_SHAPES, REPLAY_ROWS, SLICE_SHAPES, large_cases, replay_cases
 
@@ -108,6 +110,21 @@ def _disk_case(layout: str) -> Case:
     return DISK_CASES[layout]
 
 
+@dataclass(frozen=True)
+class Served:
+    """A drawn Case as its test runs it (``Family.serve``): projected for
+    every adapter the example launches, then steered around the crash
+    findings in force."""
+
+    case: Case
+    projected: Tuple[Tuple[str, Tuple[str, ...]], ...] = ()  # (adapter, the facts it cannot express, set to their defaults)
+    steered: Tuple[findings.Finding, ...] = ()  # the crash findings that moved it
+
+
+# A base Case per layout, to read which facts a contract rule's transform sets (Family.unservable).
+_RULE_BASES = {"dense": Case(), "thd": Case(layout="thd", q_lens=(1,), kv_lens=(1,))}
+
+
 @dataclass(frozen=True, eq=False)
 class Family:
     """One pytest test (its node ids: ``module::test[ids]``, the ids of its
@@ -180,6 +197,75 @@ class Family:
     def check(self, case: Case, adapter, values: Mapping) -> Observation:
         """The property of parameter ``values`` on ``case`` (transformed already)."""
         return PROPERTIES[self.property](case, adapter, **self.params_for(values))
+
+    # ------------------------------------------------ what an adapter serves
+    def launches(self, values: Mapping, adapter=None) -> Tuple[str, ...]:
+        """The adapters (tables.ADAPTERS names) an example of parameter
+        ``values`` launches: the property's ``entry`` where it names one, else
+        ``adapter``'s; and the other entry point too where the metamorphic
+        relation launches it (``entry``). Other entry names (config) express
+        every fact: none."""
+        params = self.params_for(values)
+        first = params.get("entry") or getattr(adapter, "name", None)
+        if first not in ADAPTERS:
+            return ()
+        if self.property == "metamorphic":
+            return entries_launched(params["relation"], first)
+        return (first,)
+
+    def unservable(self, values: Mapping, entries: Tuple[str, ...]) -> Optional[str]:
+        """Why parameter ``values`` cannot be tested on ``entries`` at all:
+        its fixed parameters demand a fact value one of them cannot express
+        (the compiled-in ``fact`` compile_distinct varies, a strategy option
+        or contract rule that sets such a fact, a fixed Case holding one). A
+        projection would drop the point of the test: it skips, naming the
+        fact and the adapter. None: every drawn Case can be projected."""
+        params = self.params_for(values)
+        source = self._args(values, SOURCE)
+        options = dict(getattr(self.strategy, "keywords", None) or {}, **source)
+        demanded = []  # (fact, where the parameters demand it)
+        if params.get("fact") in FACTS:
+            demanded.append((params["fact"], f"fact={params['fact']!r}: the compiled-in fact it varies"))
+        for name, value in options.items():
+            if name in FACTS and value not in (None, False, FACTS[name].default):
+                demanded.append((name, f"strategy option {name}={value!r}"))
+        rule = RULES_BY_NAME.get(source.get("rule")) if isinstance(source.get("rule"), str) else None
+        if rule is not None:
+            for layout in (rule.layout,) if rule.layout else tuple(_RULE_BASES):
+                base = _RULE_BASES[layout]
+                changed = rule.facts(base)
+                demanded += [(n, f"contract rule {rule.name!r}") for n in FACTS if getattr(changed, n) != getattr(base, n)]
+        if self.strategy is None:
+            case = self.fixed_case(values)
+            demanded += [(n, "its fixed Case") for e in entries for n in case.unexpressed_facts(e)]
+        for name, where in demanded:
+            restricted = FACTS[name].adapters
+            for e in entries:
+                if restricted is not None and e not in restricted:
+                    return (f"{self.test}: the {e} adapter ({ADAPTERS[e]}) cannot express the fact {name!r} ({where}); only "
+                            f"{', '.join(restricted)} can, and a Case projected without it would not test what this test is for")  # fmt: skip
+        return None
+
+    def serve(self, case: Case, values: Mapping, entries: Tuple[str, ...], known: Optional[List[findings.Finding]] = None) -> Served:
+        """The Case an example of parameter ``values`` runs for the drawn (and
+        transformed) ``case``, launched on ``entries`` (``launches``): every
+        fact an adapter cannot express at its default (``Case.expressed``),
+        then each crash finding in force (or ``known``) that selects it for
+        one of ``entries`` replaces it with its steered Case
+        (findings.steer). Any other Case is served as drawn."""
+        projected = []
+        for e in entries:
+            names = case.unexpressed_facts(e)
+            if names:
+                projected.append((e, names))
+                case = case.expressed(e)
+        if case.violation in RULES_BY_NAME and projected and not RULES_BY_NAME[case.violation].broken_by(case):
+            raise AssertionError(f"{self.test}: projecting for {', '.join(e for e, _ in projected)} undid the contract rule {case.violation!r} "
+                                 "(Family.unservable should have skipped it)")  # fmt: skip
+        case, steered = findings.steer(self.property, case, entries, self.params_for(values), entries=known)
+        for e in entries:
+            case.require_expressible(e)  # a steer keeps what its entry point expresses (findings.parse); never a filter
+        return Served(case, tuple(projected), tuple(steered))
 
 
 def stratum_of(case: Case) -> dict:

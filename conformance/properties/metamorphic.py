@@ -64,6 +64,7 @@ class Relation:
     # Whether the relation moves anything on this Case (a permutation of one batch
     # entry, head or sequence is the identity: only a determinism check).
     moves: Callable[[Case], bool] = lambda case: True
+    other_entry: bool = False  # the second launch runs on the other entry point (other_entry_name): its Case must be expressible there too
 
 
 def _fresh(case: Case, dev, **kw) -> CaseTensors:
@@ -299,12 +300,24 @@ def _determinism(case: Case, x1: CaseTensors, rng, adapter) -> Plan:
     return Plan(case, x2, lambda o1, lse1: _same(o1, lse1, x2, case), {})
 
 
+def other_entry_name(name: str) -> str:
+    """The other entry point than adapter ``name``: the public wrapper for the prepared adapter, and back."""
+    return "wrapper" if name == "prepared" else "prepared"
+
+
+def entries_launched(relation: str, entry: str) -> Tuple[str, ...]:
+    """The adapters (names) the two launches of ``relation`` run on when the
+    first runs on ``entry`` (conformance.testgen projects and steers a drawn
+    Case for each)."""
+    return (entry, other_entry_name(entry)) if RELATIONS[relation].other_entry else (entry,)
+
+
 def other_adapter(adapter):
     """The other entry point than ``adapter``'s: the public wrapper (in its
     SM80-compatibility mode off SM80) for the prepared adapter, and back."""
     from conformance.properties.common import entry_adapter
 
-    return entry_adapter("wrapper" if getattr(adapter, "name", "prepared") == "prepared" else "prepared")
+    return entry_adapter(other_entry_name(getattr(adapter, "name", "prepared")))
 
 
 def _entry(case: Case, x1: CaseTensors, rng, adapter) -> Plan:
@@ -314,9 +327,11 @@ def _entry(case: Case, x1: CaseTensors, rng, adapter) -> Plan:
 
 
 def _expressible(case: Case, other) -> None:
-    """Skip (a Hypothesis rejection; outside a test: Unexpressible) a Case the
-    second entry point cannot be asked for (e.g. lse_log2 through the wrapper):
-    there is nothing to compare with. Before anything is recorded."""
+    """Refuse (Unexpressible; a Hypothesis rejection inside a test, which
+    conformance.testgen never reaches: it draws the Case projected for both
+    entry points, ``entries_launched``) a Case the second entry point cannot
+    be asked for (e.g. lse_log2 through the wrapper): there is nothing to
+    compare with. Before anything is recorded."""
     why = case.unexpressible(getattr(other, "name", ""))
     if why:
         from hypothesis import currently_in_test_context, reject
@@ -361,7 +376,7 @@ RELATIONS: Dict[str, Relation] = {r.name: r for r in (
              "the public wrapper launches the same template arithmetic (same TemplateParams arithmetic, the same "
              "scale * log2(e) and 1 / scale launch arguments: api_dsl.py 7005-7031, kernels.prepared); its padding "
              "copies add zero columns (exact no-ops in q.k and P@V) and its scheduler only renames CTAs",
-             same_key=False),
+             same_key=False, other_entry=True),
 )}  # fmt: skip
 DENSE_RELATIONS = tuple(n for n, r in RELATIONS.items() if "dense" in r.layouts)
 THD_RELATIONS = tuple(n for n, r in RELATIONS.items() if "thd" in r.layouts)

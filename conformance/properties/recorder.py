@@ -66,6 +66,13 @@ def observe(observation: Observation) -> None:
     write({"kind": "obs", "test": _state.test, **observation.to_dict(), "params": params, "context": _state.context, "t_end": time.time()})
 
 
+def steered(finding: str, property: str, case: Case, entries) -> None:
+    """A drawn ``case`` that the crash finding ``finding`` steered before
+    ``property`` ran (conformance.testgen): the report counts these per finding."""
+    write({"kind": "steered", "test": _state.test, "finding": finding, "property": property, "entries": list(entries),
+           "case": case.to_dict(), "context": _state.context, "t": time.time()})  # fmt: skip
+
+
 def last_begun() -> Optional[Begun]:
     """The case begun last in the current test (None if none was)."""
     return _state.last
