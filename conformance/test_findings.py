@@ -55,15 +55,34 @@ def test_finding_reproduces_exactly(path, request):
     options = {"sm80_compat": True} if doc.get("sm80_compat") else {}
     check, adapter, params = PROPERTIES[doc["property"]], get_adapter(doc["adapter"], **options), doc["params"]
 
-    with findings.applied([]), pytest.raises(PropertyFailure) as failure:
-        check(case, adapter, **params)
-    verdict = findings.judge(doc["property"], case, failure.value.failures, entry=params.get("entry") or adapter.name, params=params, entries=entries)
+    tries = RACE_TRIES if any(f.race for f in entries) else 1  # a race: its case file is a near-certain shape, tried a few times
+    failure = _first_failure(lambda: check(case, adapter, **params), tries)
+    assert failure is not None, f"{', '.join(named)}: the case file passed {tries} time(s): the finding is stale (remove the entry and its file)"
+    verdict = findings.judge(doc["property"], case, failure.failures, entry=params.get("entry") or adapter.name, params=params, entries=entries)
     assert verdict.excused and not verdict.unexcused, [x.summary for x in verdict.unexcused]
 
-    with findings.applied(entries):
-        obs = check(case, adapter, **params)
+    for _ in range(tries):
+        with findings.applied(entries):
+            obs = check(case, adapter, **params)
+        if obs.outcome == "xfailed":
+            break
     assert obs.outcome == "xfailed" and obs.findings == sorted(named), (obs.outcome, obs.findings)  # each named one reproduced
-    print(f"{', '.join(named)}: {failure.value.summary}")
+    print(f"{', '.join(named)}: {failure.summary}")
+
+
+# Launch pairs a race finding's case file gets to differ (it differed in 3 of 3 gate runs).
+RACE_TRIES = 5
+
+
+def _first_failure(replay, tries: int):
+    """The PropertyFailure of the first of ``tries`` replays that fails, with no finding in force (None: all passed)."""
+    for _ in range(tries):
+        try:
+            with findings.applied([]):
+                replay()
+        except PropertyFailure as failure:
+            return failure
+    return None
 
 
 # A replay's fault: compile and one launch, in a fresh process (a lost CUDA context cannot be recovered in this one).

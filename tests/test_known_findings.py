@@ -368,3 +368,31 @@ def test_a_steer_into_an_invalid_case_is_refused_when_it_steers():
     case = Case(s_q=4, s_kv=4, sinks=True, sink_layout="broadcast")  # a sink layout needs sinks
     with pytest.raises(findings.FindingsError, match="kf.toml:4: finding 'c': key 'steer': steering .* gives an invalid Case"):
         findings.steer("numerics", case, ("wrapper",), entries=[crash])
+
+
+RACE = {"id": "r", "reason": "unordered atomics", "property": "determinism", "check": "bitwise", "quantity": "dsink",
+        "when": {"deterministic": True, "dsink_unordered_sum": True}, "race": True}  # fmt: skip
+
+
+def test_a_race_that_happened_to_agree_is_not_stale_but_its_twin_without_race_is():
+    race = findings.parse({"finding": [RACE]})[0]
+    plain = findings.parse({"finding": [{**RACE, "race": False}]})[0]
+    obs = [{"exercised": ["r"], "findings": []}]
+    assert [s["status"] for s in findings.statuses([race], obs)] == [findings.RACE_UNSEEN]
+    assert [s["status"] for s in findings.statuses([plain], obs)] == [findings.STALE]
+    assert [s["status"] for s in findings.statuses([race], [{"exercised": ["r"], "findings": ["r"]}])] == [findings.REPRODUCED]
+
+
+def test_only_a_plain_check_describes_a_race():
+    bad = {"id": "x", "reason": "r", "property": "numerics", "check": "error model", "quantity": "o", "region": "padded_q_rows", "race": True}
+    with pytest.raises(findings.FindingsError, match="race"):
+        findings.parse({"finding": [bad]})
+    with pytest.raises(findings.FindingsError, match="race"):
+        findings.parse({"finding": [{**RACE, "race": "yes"}]})
+
+
+def test_the_dsink_sum_is_unordered_from_three_row_groups():
+    f = findings.DERIVED["dsink_unordered_sum"][0]
+    thd = Case(layout="thd", q_lens=(1, 16, 0, 1), kv_lens=(63, 2, 65, 1), h_q=8, h_kv=2, sinks=True, direction="bwd", deterministic=True)
+    assert f(thd) and not f(thd.replace(q_lens=(1, 0, 0, 1))) and not f(thd.replace(sinks=False))
+    assert f(Case(batch=3, sinks=True)) and not f(Case(batch=2, sinks=True))

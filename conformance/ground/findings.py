@@ -299,6 +299,10 @@ DERIVED: Dict[str, Tuple[Callable[[Case], Any], Callable[[Any], bool], str]] = {
     # Fused RoPE whose last partial Q tile (TILE_M rows) or K tile (TILE_N rows) reaches past the
     # angle table the caller hands (rope_rows: max(S_q, S_kv) rows): the kernel rotates every row of a tile.
     "rope_table_overread": (lambda c: rope_table_overread(c), lambda v: isinstance(v, bool), "true/false"),
+    # Sinks and three or more batch entries / THD sequences with Q rows: dSink[h] sums their partials by
+    # fp32 atomics (two adds onto 0 commute; a third can land in either order).
+    "dsink_unordered_sum": (lambda c: c.sinks and sum(1 for n in (c.q_lens if c.is_thd else c.q_lengths()) if n > 0) >= 3,
+                            lambda v: isinstance(v, bool), "true/false"),
 }
 
 
@@ -331,7 +335,7 @@ def _fact(case: Case, name: str, params: Mapping[str, Any]):
 
 
 # ------------------------------------------------------------------ entries
-KEYS = ("id", "reason", "property", "check", "quantity", "region", "observed", "rule", "entry", "when", "steer", "link")
+KEYS = ("id", "reason", "property", "check", "quantity", "region", "observed", "rule", "entry", "when", "steer", "race", "link")
 # The check of a crash finding: the entry point faults (a lost CUDA context) on the
 # Cases it selects. No property judges it: a fault ends the process before any
 # verdict. While one is in force the tests draw around its region (``steer``).
@@ -357,6 +361,9 @@ class Finding:
     link: Optional[str] = None
     source: str = ""  # "<file>:<line>" of the entry
     steer: Mapping[str, Any] = field(default_factory=dict)  # crash: Case facts drawn instead of its region
+    # A race (e.g. unordered fp32 atomics): an example it selects may or may not fail, so a
+    # run that never sees it fail does not make it stale; its case file's replay does.
+    race: bool = False
 
     @property
     def crash(self) -> bool:
@@ -514,6 +521,11 @@ def _entry(where: str, entry: dict, source: str) -> Finding:
     entry_point = _string(where, entry, "entry", tuple(contracts.ENTRY_POINTS))
     when = _when(where, entry)
     link = _string(where, entry, "link")
+    race = entry.get("race", False)
+    if not isinstance(race, bool):
+        raise FindingsError(f"{where}: key 'race' must be true or false")
+    if race and kind not in (PLAIN,):
+        raise FindingsError(f"{where}: key 'race': only a plain check (e.g. determinism's bitwise) can describe a race")
     # Specific by construction: a finding bounds what failed.
     if kind == STORAGE and (region not in STORAGE_REGIONS or quantity is None):
         raise FindingsError(f"{where}: key 'check': {prop} check {check!r} judges whole storage; a finding must bound it with quantity and a "
@@ -544,7 +556,7 @@ def _entry(where: str, entry: dict, source: str) -> Finding:
             raise FindingsError(f"{where}: key 'rule': only the rejection property runs contract-violating Cases")
         if entry_point not in contracts.RULES_BY_NAME[rule].expect:
             raise FindingsError(f"{where}: key 'entry': rule {rule!r} targets {', '.join(contracts.RULES_BY_NAME[rule].targets)}, not {entry_point!r}")
-    return Finding(fid, reason, prop, check, quantity, region, observed, rule, entry_point, when, link, source)
+    return Finding(fid, reason, prop, check, quantity, region, observed, rule, entry_point, when, link, source, race=race)
 
 
 def _crash_entry(where: str, entry: dict, source: str) -> Finding:
@@ -734,6 +746,7 @@ def steer(property: str, case: Case, entries_launched: Sequence[str], params: Op
 
 # ------------------------------------------------------------ end of a run
 REPRODUCED, STALE, NOT_EXERCISED, STEERED = "reproduced", "stale", "not exercised", "steered"
+RACE_UNSEEN = "not seen (a race)"  # a race finding whose examples all happened to agree: its case file replays it
 
 
 def statuses(entries: Sequence[Any], observations: Iterable[dict], steered: Optional[Mapping[str, int]] = None) -> List[dict]:
@@ -758,7 +771,7 @@ def statuses(entries: Sequence[Any], observations: Iterable[dict], steered: Opti
             out.append(d)
             continue
         n_ex, n_rep = exercised.get(d["id"], 0), reproduced.get(d["id"], 0)
-        status = REPRODUCED if n_rep else (STALE if n_ex else NOT_EXERCISED)
+        status = REPRODUCED if n_rep else (RACE_UNSEEN if d.get("race") else STALE) if n_ex else NOT_EXERCISED
         d.update(status=status, exercised=n_ex, reproduced=n_rep)
         if status == STALE:
             d["message"] = (f"{d.get('source') or 'known findings'}: known finding {d['id']!r} did not reproduce: "
