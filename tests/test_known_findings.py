@@ -26,6 +26,7 @@ from conformance.ground.outcome import PropertyFailure
 from conformance.ground.tables import TILE_N
 from conformance.properties import check_rejection, judge
 from conformance.properties.common import finish
+from conformance.properties.compile_cache import runtime_variants
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FILE = findings.load(ROOT / "known_findings.toml")
@@ -201,8 +202,11 @@ def test_each_case_file_names_a_finding_that_selects_its_case(path):
     for entry in (BY_ID[n] for n in named):
         params, at = doc["params"], doc["params"].get("entry") or doc["adapter"]  # the entry point the example ran against
         assert doc["property"] == entry.property or (entry.crash and entry.property is None)  # a crash finding: every property
-        assert entry.exercised_by(doc["property"], case, at, params)
-        assert entry.entry is None or not entry.exercised_by(doc["property"], case, "wrapper" if at != "wrapper" else "prepared", params)  # only its entry point
+        # compile_reuse judges its runtime variants as Cases of their own (a refused variant is its failure)
+        judged = [case] + ([v for _, v in runtime_variants(case)] if doc["property"] == "compile_reuse" else [])
+        assert any(entry.exercised_by(doc["property"], c, at, params) for c in judged)
+        other = "wrapper" if at != "wrapper" else "prepared"
+        assert entry.entry is None or not any(entry.exercised_by(doc["property"], c, other, params) for c in judged)  # only its entry point
         assert not entry.exercised_by(doc["property"], case, at, {**params, "initialize_outputs": not params.get("initialize_outputs", True)}) \
             or "initialize_outputs" not in entry.when  # a mode-specific finding selects only its mode
         if entry.region in findings.STORAGE_REGIONS:  # the storage cells it bounds: excused there, not one cell past
