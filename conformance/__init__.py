@@ -1,6 +1,6 @@
 """sdpa-conformance: property-based conformance suite for cudnn-frontend's SM80 SDPA kernels.
 
-Kept free of imports: importing the ground layer (conformance.ground) pulls in
+Kept free of imports: importing the ground layer (ground) pulls in
 nothing above it.
 """
 

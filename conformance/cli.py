@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from conformance import __version__
-from conformance.ground.tables import ADAPTER_ENV, ADAPTERS, COMPAT_ENV, DEFAULT_ADAPTER, NO_GPU, PINNED
+from ground.tables import ADAPTER_ENV, ADAPTERS, COMPAT_ENV, DEFAULT_ADAPTER, NO_GPU, PINNED
 
 PACKAGES = ("nvidia-cudnn-frontend", "nvidia-cutlass-dsl", "torch")
 
@@ -78,8 +78,8 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
                    help="a replay with no verdict after this long is a hang: say so and exit 1 (default: 300; 0: wait forever)")
     sub.add_parser("facts", help="print the Case facts and the coverage axes (markdown), from their declarations",
-                   description="The facts a Case holds (conformance/ground/case.py) and the coverage axes that show them "
-                   "(conformance/ground/coverage.py), as markdown tables.")
+                   description="The facts a Case holds (ground/case.py) and the coverage axes that show them "
+                   "(ground/coverage.py), as markdown tables.")
     g = sub.add_parser("report", help="merge a report dir's shards and render report.json/.md/.html",
                        description="Re-render the reports of a run from the shards in its report dir.")
     g.add_argument("dir", metavar="DIR", help="a report dir (default name: sdpa-report)")
@@ -109,7 +109,7 @@ SHARD_LINE = re.compile(r"^(?P<path>.+\.jsonl)(?::(?P<line>\d+))?$")
 
 
 def _load(path: str):
-    from conformance.ground.case import CaseFileError, load_case_file
+    from ground.case import CaseFileError, load_case_file
 
     try:
         case, doc = _load_shard_line(path) if SHARD_LINE.match(path) else load_case_file(path)
@@ -129,7 +129,7 @@ def _load_shard_line(arg: str):
     """(Case, a case-file-like document) from a shard's ``begin`` record: the
     line given, else the last ``begin`` of the shard. The run's environment
     comes from its session record when the run finished (the controller's shard)."""
-    from conformance.ground.case import Case, CaseFileError
+    from ground.case import Case, CaseFileError
 
     m = SHARD_LINE.match(arg)
     path, line = m.group("path"), int(m.group("line")) if m.group("line") else None
@@ -182,7 +182,7 @@ def _session_environment(run_dir: str) -> dict:
 def _check_violation(path: str, case, prop: str, params: dict) -> None:
     """A contract-violating case names a known rule, and the rejection
     property gets an entry point the rule targets (else exit 2, naming the field)."""
-    from conformance.ground import contracts
+    from ground import contracts
 
     if case.violation is not None:
         try:
@@ -193,7 +193,7 @@ def _check_violation(path: str, case, prop: str, params: dict) -> None:
         return
     if case.violation is None:
         raise Usage(f"{path}: case file field 'case.violation': missing; the rejection property replays a contract-violating case "
-                    "and needs the rule it breaks (a name of conformance/ground/contracts.py)")
+                    "and needs the rule it breaks (a name of ground/contracts.py)")
     entry = params.get("entry")
     if entry not in rule.expect:
         got = "missing" if entry is None else repr(entry)
@@ -275,9 +275,9 @@ def repro(args) -> int:
         same = digest == doc["inputs_sha256"]
         print(f"inputs:    {'regenerated bit for bit' if same else 'DIFFER from the recorded run (torch RNG or data module changed)'} (sha256 {str(digest)[:16]})")
 
-    from conformance.ground.case import Unexpressible
-    from conformance.ground.outcome import PropertyFailure, Unsupported
-    from conformance.properties import PROPERTIES, NoGPU
+    from ground.case import Unexpressible
+    from ground.outcome import PropertyFailure, Unsupported
+    from properties import PROPERTIES, NoGPU
 
     if prop not in PROPERTIES:
         raise Usage(f"{args.file}: case file field 'property': {prop!r} is not one of {', '.join(PROPERTIES)}")
@@ -289,7 +289,7 @@ def repro(args) -> int:
         raise Usage(f"{args.file}: case file field 'params': {e} (the keyword arguments of the {prop} property)") from None
     import kernels
 
-    from conformance.ground import findings
+    from ground import findings
 
     adapter = kernels.get_adapter(adapter_name)
     _bound(args.timeout, prop)
@@ -310,7 +310,7 @@ def repro(args) -> int:
     except Exception as e:  # noqa: BLE001 - an exception from the kernel is the failure being replayed
         import traceback
 
-        from conformance.properties import watchdog
+        from properties import watchdog
 
         traceback.print_exc()
         lost = watchdog.context_lost(e)
@@ -325,14 +325,14 @@ def repro(args) -> int:
 
 def _shrink(args, doc: dict, prop: str, case, adapter, params: dict, failure: BaseException) -> int:
     """repro --shrink-geometry: shrink the still-failing case over free
-    geometry (conformance.properties.shrink) and write the simplest failing
+    geometry (properties.shrink) and write the simplest failing
     case next to the file. Exit 1: it still fails."""
     from functools import partial
     from pathlib import Path
 
-    from conformance.ground.outcome import PropertyFailure
-    from conformance.properties import PROPERTIES
-    from conformance.properties.shrink import shrink_geometry
+    from ground.outcome import PropertyFailure
+    from properties import PROPERTIES
+    from properties.shrink import shrink_geometry
     from reports.casefile import inputs_digest, repro_command, strict
 
     if case.violation:
@@ -377,7 +377,7 @@ def _planted_note(doc: dict) -> None:
 
 def _bound(seconds: float, prop: str) -> None:
     """A replay that hangs (a kernel that never finishes) says so and exits 1."""
-    from conformance.properties import watchdog
+    from properties import watchdog
 
     if seconds and seconds > 0:
         def hung(label, limit):
@@ -388,7 +388,7 @@ def _bound(seconds: float, prop: str) -> None:
 
 
 def _unbound() -> None:
-    from conformance.properties import watchdog
+    from properties import watchdog
 
     watchdog.disarm()
     watchdog.stop()
@@ -397,7 +397,7 @@ def _unbound() -> None:
 def _known_finding_note(failure, params: dict) -> bool:
     """Name the known finding (./known_findings.toml) that describes each
     failed check, if any; True when every failed check has one."""
-    from conformance.ground import findings
+    from ground import findings
 
     path = "known_findings.toml"
     if not os.path.isfile(path):
@@ -439,8 +439,8 @@ def report(args) -> int:
 
 
 def facts(args) -> int:
-    from conformance.ground.case import facts_markdown
-    from conformance.ground.coverage import AXES
+    from ground.case import facts_markdown
+    from ground.coverage import AXES
 
     print("## Case facts\n\n" + facts_markdown())
     print("## Coverage axes\n\n| axis | values a complete run reaches | what |\n|---|---|---|")

@@ -5,7 +5,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def prepared_adapter():
-    from conformance.properties import entry_adapter
+    from properties import entry_adapter
 
     return entry_adapter("prepared")
 
@@ -13,6 +13,6 @@ def prepared_adapter():
 @pytest.fixture(scope="session")
 def wrapper_adapter():
     """The public wrapper for contract checks (SM80-compatibility mode off SM80)."""
-    from conformance.properties import entry_adapter
+    from properties import entry_adapter
 
     return entry_adapter("wrapper")

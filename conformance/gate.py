@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
-from conformance.ground.tables import ADAPTERS, NO_GPU
+from ground.tables import ADAPTERS, NO_GPU
 from strategies.profiles import MAX_EXAMPLES
 
 PROFILES = tuple(MAX_EXAMPLES)

@@ -12,7 +12,7 @@ sees one ends, after leaving the case that did it on disk:
   ``sdpa-conformance repro SHARD[:LINE]`` replays such a line (default: the
   shard's last ``begin``), so even a process killed from outside leaves a
   replayable case; the end-of-run merge also turns it into a case file.
-- Each example runs armed (``conformance.properties.watchdog``): Hypothesis'
+- Each example runs armed (``properties.watchdog``): Hypothesis'
   test function is wrapped for the duration of the test, a plain test that
   uses the ``gpu`` fixture as a whole. After the example the device is
   synchronized, so an asynchronous fault surfaces in the example that
@@ -50,7 +50,7 @@ from typing import Callable, Optional
 
 import pytest
 
-from conformance.properties import recorder, watchdog
+from properties import recorder, watchdog
 from reports import casefile, shards
 
 TIMEOUT_ENV = "SDPA_TIMEOUT"

@@ -7,7 +7,7 @@
 Every mutant of ``kernels.mutants.MUTANTS`` (and the control: no rewrites)
 runs in its own process on ``PreparedAdapter(rewrites=...)``. For each
 property kind of ``KINDS`` in order (derived from the test matrix,
-conformance.properties.matrix; the mutant's expected killer first), a
+properties.matrix; the mutant's expected killer first), a
 Hypothesis search over the strategies the pytest tests use (flavors
 restricted to the templates the mutant rewrites) runs until a property
 fails; Hypothesis shrinks the failing case within its own count limits. A
@@ -26,7 +26,7 @@ searched kind drew its full count in every stratum and nothing failed),
 ``incomplete`` (the cap stopped the search before the counts were drawn:
 neither killed nor survived, listed apart), ``stale`` (a rewrite does not
 match exactly once: never counted). Known findings (the file's,
-conformance.ground.findings) excuse exactly the failures they describe, as
+ground.findings) excuse exactly the failures they describe, as
 in a pytest run: a property whose failed checks are all excused returns an
 ``xfailed`` observation; any other failure of the same example kills. The
 control must survive everything (an incomplete control too makes the run
@@ -53,10 +53,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from conformance.ground.case import Case
-from conformance.ground.tables import NO_GPU
-from conformance.properties.matrix import BACKWARD as BACKWARD_MODULE  # the backward's families: searched by backward mutants only
-from conformance.properties.matrix import MATRIX, PARAM, SOURCE, STRATUM, TRANSFORM, Family, stratum_of
+from ground.case import Case
+from ground.tables import NO_GPU
+from properties.matrix import BACKWARD as BACKWARD_MODULE  # the backward's families: searched by backward mutants only
+from properties.matrix import MATRIX, PARAM, SOURCE, STRATUM, TRANSFORM, Family, stratum_of
 from kernels.mutants import MUTANTS, Mutant
 
 DEFAULT_REPORT_DIR = "sdpa-report"
@@ -78,7 +78,7 @@ GRACE_S = 150  # a worker's start-up, first compiles and one last example past i
 @dataclass(frozen=True, eq=False)
 class Kind:
     """One property search, derived from a family of the test matrix
-    (conformance.properties.matrix) that names a ``kind``: its source and
+    (properties.matrix) that names a ``kind``: its source and
     property axes fixed to one value each (``fixed``; one Kind per value),
     its transform axes drawn per example, its strata widened to the
     mutant's flavors (every dtype)."""
@@ -271,8 +271,8 @@ def search(kind: Kind, adapter, flavors, *, profile: str, until: float, t0: floa
     from hypothesis.errors import UnsatisfiedAssumption
     from hypothesis.internal.conjecture import engine
 
-    from conformance.ground.outcome import Unsupported
-    from conformance.properties import NoGPU
+    from ground.outcome import Unsupported
+    from properties import NoGPU
 
     state = _Search(planned=planned_examples(profile, kind, scale))
     if time.perf_counter() > until:  # past the cap: skip, do not draw a single example
@@ -362,7 +362,7 @@ def _search_kinds(rec: dict, chosen, adapter, flavors, *, profile, deadline, t0,
     left are recorded as cut, with nothing drawn). Fills ``rec`` with the
     verdict: the failure's, else ``survived`` when nothing was cut, else
     ``incomplete``."""
-    from conformance.ground.outcome import PropertyFailure
+    from ground.outcome import PropertyFailure
 
     for kind in chosen:
         now = time.perf_counter()
@@ -395,7 +395,7 @@ def crash_or_harness(exc: BaseException) -> str:
     """``error`` (the mutated kernel crashed: a CUDA error, or an exception
     raised inside the kernel's own code) or ``harness_error`` (raised by the
     suite's code: a bug of the harness, which must not count as a kill)."""
-    from conformance.properties.watchdog import SUITE_PACKAGES, looks_like_cuda_error
+    from properties.watchdog import SUITE_PACKAGES, looks_like_cuda_error
 
     frames = traceback.extract_tb(exc.__traceback__)
     if looks_like_cuda_error(exc) or not frames:
@@ -419,7 +419,7 @@ def _worker(mutant: Mutant, opts: dict, out) -> None:
 
         torch.set_num_threads(opts.get("threads", 1))
         if opts.get("findings"):
-            from conformance.ground import findings
+            from ground import findings
 
             findings.activate(findings.load(opts["findings"]))
         rec = run_mutant(mutant, profile=opts["profile"], budget_s=opts["budget_s"], examples_scale=opts.get("examples_scale", 1.0), kinds=opts["kinds"],
@@ -622,7 +622,7 @@ def _validate(args) -> dict:
     kinds = _names(args.properties, KIND_NAMES, "--properties: kind") or list(KIND_NAMES)
     found = args.known_findings or next((str(p) for p in (Path.cwd() / FINDINGS_FILE, Path(__file__).resolve().parents[1] / FINDINGS_FILE) if p.is_file()), None)
     if found:
-        from conformance.ground import findings
+        from ground import findings
 
         try:
             findings.load(found)

@@ -1,11 +1,11 @@
 """The pytest plugin of sdpa-conformance (pytest11 entry point ``sdpa_conformance``).
 
 Options, the environment header, the ``adapter`` and ``gpu`` fixtures, the
-known findings in force (conformance.ground.findings), and the recording of
+known findings in force (ground.findings), and the recording of
 every run:
 
 - every process (xdist controller and workers) appends to its own shard
-  (conformance.properties.recorder); properties record their examples there;
+  (properties.recorder); properties record their examples there;
 - the process that runs a failing test writes the case file of the failing
   case and appends its one-line repro command to the failure report;
 - the controller alone records test outcomes (it sees every report exactly
@@ -30,10 +30,10 @@ from typing import Optional
 import pytest
 
 from conformance import __version__, isolation
-from conformance.ground import findings
-from conformance.ground.tables import ADAPTER_ENV, ADAPTERS, COMPAT_ENV, DEFAULT_ADAPTER, NO_GPU
-from conformance.properties import recorder
-from conformance.ground.outcome import PropertyFailure
+from ground import findings
+from ground.tables import ADAPTER_ENV, ADAPTERS, COMPAT_ENV, DEFAULT_ADAPTER, NO_GPU
+from properties import recorder
+from ground.outcome import PropertyFailure
 from reports import casefile, shards
 
 DEFAULT_REPORT_DIR = "sdpa-report"
@@ -372,7 +372,7 @@ def adapter(pytestconfig):
 # ------------------------------------------------------ run-time recording
 def _property_of(item) -> Optional[str]:
     """A test's property: its ``property`` marker (the test matrix,
-    conformance.properties.matrix, gives every property test one)."""
+    properties.matrix, gives every property test one)."""
     mark = item.get_closest_marker("property")
     return mark.args[0] if mark is not None and mark.args else None
 

@@ -1,9 +1,9 @@
 """The SM80 backward: gradients against the float64 closed form under the
 backward error model, bitwise determinism, NaN-poisoned dead inputs and
 gradient capacity tails, its CPU compile tier and compile reuse
-(conformance/properties/backward.py, backward_tails.py, compile_cache.py).
+(properties/backward.py, backward_tails.py, compile_cache.py).
 
-Declared in conformance.properties.matrix (strategies, strata, budgets)."""
+Declared in properties.matrix (strategies, strata, budgets)."""
 
 from conformance.testgen import matrix_test
 

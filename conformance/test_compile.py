@@ -9,7 +9,7 @@ The disk cache serves a second process (CUDNN_FRONTEND_COMPILED_CACHE); every
 valid Case compiles for sm_80 (CPU tier); a compiled-in fact gets a kernel
 per value (CPU tier, COMPILED_FACTS).
 
-Declared in conformance.properties.matrix."""
+Declared in properties.matrix."""
 
 from conformance.testgen import matrix_test
 

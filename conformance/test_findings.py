@@ -22,10 +22,10 @@ import sys
 
 import pytest
 
-from conformance.ground import findings
-from conformance.ground.case import load_case_file
-from conformance.ground.outcome import PropertyFailure
-from conformance.properties import PROPERTIES
+from ground import findings
+from ground.case import load_case_file
+from ground.outcome import PropertyFailure
+from properties import PROPERTIES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FILES = sorted(glob.glob(os.path.join(ROOT, "findings", "*.json")))

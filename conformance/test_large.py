@@ -3,7 +3,7 @@ row-chunked float64 reference under the same error model. Selected with
 ``--large`` (or ``-m large``) and by the nightly profile; ``test_large_slice``
 is the slice every run keeps.
 
-Declared in conformance.properties.matrix (shapes, budgets, markers)."""
+Declared in properties.matrix (shapes, budgets, markers)."""
 
 from conformance.testgen import matrix_test
 

@@ -2,8 +2,8 @@
 (batch, head and sequence permutations, isolation, position, V * 2^k,
 determinism, the two entry points); no reference, no tolerance.
 
-Declared in conformance.properties.matrix (relations, strata, budgets);
-the relations and why each is exact: conformance.properties.metamorphic."""
+Declared in properties.matrix (relations, strata, budgets);
+the relations and why each is exact: properties.metamorphic."""
 
 from conformance.testgen import matrix_test
 

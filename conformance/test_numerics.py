@@ -1,8 +1,8 @@
 """Numerics: O and LSE against the float64 reference under the error model of
-the kernel's arithmetic (conformance/ground/tolerances.py), with every input
+the kernel's arithmetic (ground/tolerances.py), with every input
 position outside the live tokens poisoned with NaN.
 
-Declared in conformance.properties.matrix (strategies, strata, budgets)."""
+Declared in properties.matrix (strategies, strata, budgets)."""
 
 from conformance.testgen import matrix_test
 

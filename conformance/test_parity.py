@@ -2,9 +2,9 @@
 on the spine: GQA groups 8:4, 8:2 and 8:1, padded-row LSE for tile-aligned
 and unaligned S_q at d 64 and 256, CUDA-graph capture and replay after the
 inputs changed in place, and a launch without host synchronization or
-allocation (conformance/properties/launch.py).
+allocation (properties/launch.py).
 
-Declared in conformance.properties.matrix (shapes, budgets, markers)."""
+Declared in properties.matrix (shapes, budgets, markers)."""
 
 from conformance.testgen import matrix_test
 

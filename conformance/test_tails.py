@@ -3,7 +3,7 @@ the contract says (zeroed by the THD host's initialisation, untouched
 otherwise), every live output was written, and NaN poisoned into all input
 storage outside the live tokens never reaches an output the contract defines.
 
-Declared in conformance.properties.matrix: test_tails_thd runs with and
+Declared in properties.matrix: test_tails_thd runs with and
 without the host initializing outputs, test_padding_poison with the NaN
 behind Q rows past seq_q_lens (``q``) or K/V rows past seq_kv_lens (``kv``)."""
 

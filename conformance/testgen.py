@@ -1,4 +1,4 @@
-"""The pytest tests of the test matrix (conformance.properties.matrix).
+"""The pytest tests of the test matrix (properties.matrix).
 
 A test module binds each of its families by name::
 
@@ -26,9 +26,9 @@ import inspect
 import pytest
 from hypothesis import event, given, settings, strategies as st, target
 
-from conformance.ground.case import Case
-from conformance.properties import recorder
-from conformance.properties.matrix import FAMILIES, Family
+from ground.case import Case
+from properties import recorder
+from properties.matrix import FAMILIES, Family
 from strategies import examples
 
 

@@ -11,16 +11,16 @@ import importlib
 import os
 from typing import Optional
 
-from conformance.ground import tables
+from ground import tables
 from kernels.base import Adapter  # noqa: F401  (the return type; imports no cudnn)
-from conformance.ground.tables import ADAPTER_ENV, DEFAULT_ADAPTER
+from ground.tables import ADAPTER_ENV, DEFAULT_ADAPTER
 
 # name -> (module, class)
 ADAPTERS = {
     "prepared": ("kernels.prepared", "PreparedAdapter"),  # prepared_host compile entry points
     "wrapper": ("kernels.wrapper", "WrapperAdapter"),  # public sdpa_fwd_wrapper_sm80
 }
-assert set(ADAPTERS) == set(tables.ADAPTERS), "kernels.ADAPTERS and conformance.ground.tables.ADAPTERS name the same adapters"
+assert set(ADAPTERS) == set(tables.ADAPTERS), "kernels.ADAPTERS and ground.tables.ADAPTERS name the same adapters"
 
 
 def adapter_name(name: Optional[str] = None) -> str:

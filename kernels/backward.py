@@ -32,8 +32,8 @@ from typing import Dict, Optional
 
 import torch
 
-from conformance.ground.case import Case
-from conformance.ground.data import TORCH_DTYPES, dense_view, guarded, guarded_copy, make_grad_outputs, make_outputs
+from ground.case import Case
+from ground.data import TORCH_DTYPES, dense_view, guarded, guarded_copy, make_grad_outputs, make_outputs
 from kernels.base import CompileDelta, KernelResult
 from kernels.counters import measure
 
@@ -406,7 +406,7 @@ def _at_origin(t: torch.Tensor, origin: int, tokens: int) -> torch.Tensor:
 
 def rejected_call(case: Case, inputs, o, lse, do, change) -> None:
     """Call ``sdpa_bwd_wrapper_sm80`` for ``case`` with a contract rule's
-    ``change`` (conformance.ground.contracts.BWD_CHANGES) applied; returns
+    ``change`` (ground.contracts.BWD_CHANGES) applied; returns
     what it returns, raises what it raises. Off a GPU, check_support's CUDA
     and SM80 checks answer yes to api_dsl (the rules sit before any device
     use, or in build_spec before any compile); off SM80 the SM80 check does."""

@@ -1,11 +1,11 @@
 """What every kernel adapter takes and returns.
 
-An adapter runs one ``Case`` (with the tensors ``conformance.ground.data`` made for
+An adapter runs one ``Case`` (with the tensors ``ground.data`` made for
 it) on one entry point of the kernels under test and hands back a
 ``KernelResult``: O and LSE in the suite's layouts plus a ``CompileDelta``
 read around that single call.
 
-Layouts (the same as ``conformance.ground.data.make_outputs``):
+Layouts (the same as ``ground.data.make_outputs``):
 - dense: O logical (B, H, SQ, D_V) over storage per ``case.memory``; LSE (B, H, SQ).
 - THD:   O packed (T_q, H, D_V); LSE head-major (H, T_q).
 
@@ -14,7 +14,7 @@ Layouts (the same as ``conformance.ground.data.make_outputs``):
 outputs), never a copy the adapter made afterwards; ``handed`` holds every
 buffer the kernel was handed, so the properties can check their guard bands.
 An adapter declares what it can be asked for beyond a plain launch in
-``supports`` (conformance.ground.tables.CAPABILITIES) and raises
+``supports`` (ground.tables.CAPABILITIES) and raises
 ``Unsupported`` for the rest.
 """
 
@@ -25,10 +25,10 @@ from typing import FrozenSet, Optional, Protocol, Tuple
 
 import torch
 
-from conformance.ground.case import Case
-from conformance.ground.data import CaseTensors
-from conformance.ground.outcome import Unsupported
-from conformance.ground.tables import CAPABILITIES
+from ground.case import Case
+from ground.data import CaseTensors
+from ground.outcome import Unsupported
+from ground.tables import CAPABILITIES
 
 
 @dataclass(frozen=True)
@@ -82,9 +82,9 @@ class Adapter(Protocol):
     """What every adapter offers (kernels.prepared.PreparedAdapter,
     kernels.wrapper.WrapperAdapter); ``kernels.get_adapter`` returns one."""
 
-    name: str  # a key of conformance.ground.tables.ADAPTERS
+    name: str  # a key of ground.tables.ADAPTERS
     label: str  # name plus mode, for headers and reports
-    supports: FrozenSet[str]  # keys of conformance.ground.tables.CAPABILITIES
+    supports: FrozenSet[str]  # keys of ground.tables.CAPABILITIES
     # capability -> why this adapter lacks it (for the skip reason)
     lacks: dict
 
@@ -102,7 +102,7 @@ class Adapter(Protocol):
         where the entry point accepts caller storage; ``initialize_outputs``
         selects the THD host's zero-initialisation mode where it has one;
         ``tamper`` names a call-level contract violation
-        (conformance.ground.contracts.TAMPERS). Contract violations raise the
+        (ground.contracts.TAMPERS). Contract violations raise the
         entry point's own exception."""
         ...
 
@@ -115,7 +115,7 @@ class Adapter(Protocol):
                  grads: Optional[dict] = None, *, initialize_outputs: bool = True) -> KernelResult:  # fmt: skip
         """Launch the backward of ``case`` (direction "bwd") on O, LSE and dO
         (O's layout); ``grads`` are caller-owned gradient buffers
-        (conformance.ground.data.make_grad_outputs) where the entry point takes
+        (ground.data.make_grad_outputs) where the entry point takes
         them. kernels/backward.py."""
         ...
 

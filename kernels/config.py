@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from conformance.ground.case import Case
-from conformance.ground.contracts import Rule
+from ground.case import Case
+from ground.contracts import Rule
 from kernels.specialize import specialize
 
 

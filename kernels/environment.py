@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
-from conformance.ground.tables import PINNED
+from ground.tables import PINNED
 
 # Set to 1 to run on versions other than conformance.PINNED (verdicts then
 # describe another build; the header still names what ran).

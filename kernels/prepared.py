@@ -17,10 +17,10 @@ from typing import Callable, List, Optional
 
 import torch
 
-from conformance.ground.case import Case
-from conformance.ground.phases import timed
-from conformance.ground.tables import NO_GPU
-from conformance.ground.data import CaseTensors, TORCH_DTYPES, dense_view, guarded, guarded_copy, make_outputs
+from ground.case import Case
+from ground.phases import timed
+from ground.tables import NO_GPU
+from ground.data import CaseTensors, TORCH_DTYPES, dense_view, guarded, guarded_copy, make_outputs
 from kernels.base import CompileDelta, KernelResult
 from kernels.counters import measure
 from kernels.specialize import specialize
@@ -36,7 +36,7 @@ def thd_host_args(case: Case) -> tuple:
     the Case's cu_seqlens and sink dtypes, and its Stats layout as the
     (batch, head, token) strides the host's lse_stride constexpr takes (None:
     the compact head-major default)."""
-    from conformance.ground.data import thd_lse_pitch
+    from ground.data import thd_lse_pitch
 
     prefix = (f"torch.{case.prefix_dtype}",) * 2
     lse_stride = {"compact": None, "padded": (0, thd_lse_pitch(case), 1), "token_major": (0, 1, case.h_q)}[case.lse_layout]
@@ -45,7 +45,7 @@ def thd_host_args(case: Case) -> tuple:
 
 def rope_geometry(case: Case, fdqk: int) -> tuple:
     """The RoPE table operand build_spec declares: (rows, d_qk/2, 2) float32 (cos, sin)."""
-    from conformance.ground.data import rope_rows
+    from ground.data import rope_rows
 
     return ((rope_rows(case), fdqk // 2, 2), (fdqk, 2, 1))
 

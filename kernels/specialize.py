@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
-from conformance.ground.case import Case
+from ground.case import Case
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Call-level contract violations the Case facts cannot state.
 
-``conformance.ground.contracts.TAMPERS`` names them; this table says how each one
+``ground.contracts.TAMPERS`` names them; this table says how each one
 changes the public wrapper's keyword arguments (``kw``) for a Case ``case``
 whose device tensors are ``x``. The prepared adapter honours only
 ``raw_right_bound`` (see ``kernels.prepared``).
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from conformance.ground.data import TORCH_DTYPES, guarded, guarded_copy
+from ground.data import TORCH_DTYPES, guarded, guarded_copy
 
-# Tampered operands sit inside guard bands too (conformance.ground.data.guarded).
+# Tampered operands sit inside guard bands too (ground.data.guarded).
 
 
 def _cu_k_length(kw, case, x):

@@ -18,14 +18,14 @@ from contextlib import ExitStack, contextmanager
 
 import torch
 
-from conformance.ground.case import Case
-from conformance.ground.phases import timed
-from conformance.ground.data import CaseTensors
+from ground.case import Case
+from ground.phases import timed
+from ground.data import CaseTensors
 from kernels.base import CompileDelta, KernelResult, require
 from kernels.counters import measure
 from kernels.tampers import apply_wrapper_tamper
 
-from conformance.ground.tables import COMPAT_ENV, NO_GPU
+from ground.tables import COMPAT_ENV, NO_GPU
 
 
 class UnsupportedDevice(RuntimeError):

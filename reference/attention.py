@@ -41,7 +41,7 @@ sibling prefill_d256_f16.py repeats every line cited; the mask itself is in
   operands the tensor cores multiply, up to the last bit of the fp32 rotation
   (an FFMA contraction, another trig's table): where that bit decides the I/O
   rounding, ``rotate(..., unsure=True)`` says by how much the kernel's operand
-  may differ (conformance.ground.tolerances.rotation_unsure), and the error
+  may differ (ground.tolerances.rotation_unsure), and the error
   model charges it.
 - LSE is natural log: LN2 * (row_max + log2(row_sum)) (f16:1386); a Case
   with ``lse_log2`` (TemplateParams.stats_log2) asks for base 2: natural LSE *
@@ -67,8 +67,8 @@ from typing import Callable, Dict, Optional, Sequence, Tuple, Union
 
 import torch
 
-from conformance.ground.phases import timed
-from conformance.ground.tolerances import rotation_unsure
+from ground.phases import timed
+from ground.tolerances import rotation_unsure
 
 from . import masks
 
@@ -105,7 +105,7 @@ def _full_fp32_matmul(device: torch.device):
 @dataclass
 class Internals:
     """What one float64 ``attention`` call computed on the way, for the error
-    model (``conformance.ground.tolerances.kernel_bounds``). Shapes: B batches, H q
+    model (``ground.tolerances.kernel_bounds``). Shapes: B batches, H q
     heads (``group`` q heads per kv head), SQ rows, SKV keys.
 
     - q (B,H,SQ,Dqk), k (B,Hkv,SKV,Dqk), v (B,Hkv,SKV,Dv): the inputs, dead rows 0.
@@ -266,7 +266,7 @@ Extra = Callable[[Internals], Dict[str, torch.Tensor]]
 
 def rope_width(case) -> int:
     """The head width RoPE rotates: the serving flavor's d_qk envelope."""
-    from conformance.ground.tables import FLAVOR_ENVELOPES, flavor_of
+    from ground.tables import FLAVOR_ENVELOPES, flavor_of
 
     return FLAVOR_ENVELOPES[flavor_of(case.d_qk, case.d_v)][0]
 
@@ -337,8 +337,8 @@ def chunked_attention(q, k, v, *, bias=None, q_lens: Lens = None, kv_lens: Lens 
 @timed("reference")
 def reference_for_case(case, tensors, compute_dtype: torch.dtype = torch.float32, *, extra: Optional[Extra] = None,
                        chunk_elems: Optional[int] = None):
-    """(O, LSE) of a ``conformance.ground.case.Case`` on the ``CaseTensors`` that
-    ``make_inputs`` made, in the layouts of ``conformance.ground.data.make_outputs``
+    """(O, LSE) of a ``ground.case.Case`` on the ``CaseTensors`` that
+    ``make_inputs`` made, in the layouts of ``ground.data.make_outputs``
     (dense O (B,H,SQ,Dv), LSE (B,H,SQ); THD O (T_q,H,Dv), LSE (H,T_q)), float32
     (float64 for compute_dtype float64). THD capacity rows outside every
     sequence are NaN: the tail property, not the reference, judges them.

@@ -3,7 +3,7 @@
 <report-dir>/cases/<property>-<hash>.json holds the Case (the tensors are
 regenerated from it bit for bit), the property and its keyword arguments,
 where and how it ran, the failure's summary and detail, and what Hypothesis
-offers to rerun the search. ``conformance.ground.case.load_case_file`` reads it.
+offers to rerun the search. ``ground.case.load_case_file`` reads it.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import re
 from pathlib import Path
 from typing import Optional
 
-from conformance.ground.case import SCHEMA_VERSION, Case
-from conformance.properties.recorder import jsonable
+from ground.case import SCHEMA_VERSION, Case
+from properties.recorder import jsonable
 
 from .shards import CASES
 
@@ -48,7 +48,7 @@ def inputs_digest(case: Case) -> Optional[str]:
     try:
         import torch
 
-        from conformance.ground.data import make_inputs
+        from ground.data import make_inputs
 
         t = make_inputs(case, "cpu")
     except Exception:  # noqa: BLE001 - a digest is a convenience, never a reason to lose the case file

@@ -1,6 +1,6 @@
 """Which facts the run exercised, counted over every begun example.
 
-The vocabulary is ``conformance.ground.coverage`` (the one the strategies'
+The vocabulary is ``ground.coverage`` (the one the strategies'
 coverage test checks): the axes list the values a complete run should reach
 even when none was seen, so an empty cell or a zero row is a visible gap, not
 a missing line, and ``gaps`` names every axis value no example exercised.
@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Iterable
 
-from conformance.ground.case import Case
-from conformance.ground.coverage import AXES, MASK_FAMILIES, MATRIX_COLUMNS, MATRIX_LAYOUTS, exercised, matrix_cell
-from conformance.ground.feature_space import OUT_OF_SCOPE, field_axes
+from ground.case import Case
+from ground.coverage import AXES, MASK_FAMILIES, MATRIX_COLUMNS, MATRIX_LAYOUTS, exercised, matrix_cell
+from ground.feature_space import OUT_OF_SCOPE, field_axes
 
 
 def coverage(cases: Iterable[Case]) -> dict:
@@ -44,7 +44,7 @@ def coverage(cases: Iterable[Case]) -> dict:
     return {
         "examples": total,
         # The kernels' degrees of freedom (TemplateParams fields, entry-point
-        # arguments: conformance.ground.feature_space) x the values of the
+        # arguments: ground.feature_space) x the values of the
         # coverage axes of the facts that draw them -> examples.
         "kernel_fields": fields,
         "kernel_field_gaps": [f"{field}: {value}" for field, counts in fields.items() for value, n in counts.items() if not n],

@@ -13,7 +13,7 @@ import html
 import json
 from pathlib import Path
 
-from conformance.ground.case import Case, CaseFileError
+from ground.case import Case, CaseFileError
 
 from .casefile import strict
 from .plots import ratio_histogram
@@ -127,7 +127,7 @@ def _coverage(s: dict) -> list:
     if fields:
         fgaps = cov.get("kernel_field_gaps", [])
         out += [("h", 3, f"kernel fields x values ({len(fgaps)} empty cells)"),
-                ("p", "Each TemplateParams field and entry-point argument (conformance/ground/feature_space.py), the values of the "
+                ("p", "Each TemplateParams field and entry-point argument (ground/feature_space.py), the values of the "
                       "coverage axes of the Case facts that draw it, and the examples that exercised each; an empty cell is a gap."),
                 ("table", ["field", "value", "examples"], [[f, v, n] for f, counts in fields.items() for v, n in counts.items()], "gaps"),
                 ("h", 3, "kernel field gaps"), ("list", fgaps) if fgaps else ("p", "None."),
@@ -173,7 +173,7 @@ def _profile(s: dict) -> list:
                  _fmt(prof["span_seconds"] - prof["example_seconds"])] + [_fmt(prof["phases"][k]) for k in names])
     return [("h", 2, "Per-worker profile (seconds)"),
             ("p", "Each process's span from its first example to its last verdict; 'between examples' is Hypothesis (generation, "
-                  "shrinking), pytest and fixtures; the phases are conformance.ground.phases (compile is the adapters' compile step)."),
+                  "shrinking), pytest and fixtures; the phases are ground.phases (compile is the adapters' compile step)."),
             ("table", ["worker", "examples", "span", "between examples"] + names, rows)]
 
 

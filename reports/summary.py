@@ -7,7 +7,7 @@ Who writes what (so that nothing is counted twice):
 - ``collected``: each process that collected tests (xdist workers all
   collect the same items: merged as a mapping, not summed).
 - known findings: each ``obs`` lists the findings it exercised and the ones
-  that excused a failed check; conformance.ground.findings.statuses turns
+  that excused a failed check; ground.findings.statuses turns
   them into reproduced / stale / not exercised (the rule the plugin enforces).
 - ``steered``: the process that drew a Case an in-force crash finding
   selects (conformance.testgen): one per steered example; a crash finding's
@@ -22,7 +22,7 @@ import math
 from collections import Counter, defaultdict
 from typing import Dict, List, Optional
 
-from conformance.ground.case import Case, CaseFileError
+from ground.case import Case, CaseFileError
 
 from .coverage import coverage
 
@@ -229,7 +229,7 @@ def _classify_failed(props, failed_obs: Counter, tests: Dict[str, dict], failure
 
 
 def _phases(c: Counter, example_seconds: float) -> dict:
-    """Seconds per phase (conformance.ground.phases) and the rest of the
+    """Seconds per phase (ground.phases) and the rest of the
     examples' seconds ("other": property code between the phases)."""
     out = {k: round(v, 3) for k, v in sorted(c.items(), key=lambda kv: -kv[1])}
     if example_seconds:
@@ -300,11 +300,11 @@ def _compile(c: Counter, example_seconds: float = 0.0) -> dict:
 
 
 def _findings(session: dict, observations: list, warnings: list, steered: Optional[dict] = None) -> dict:
-    """The run's known findings with their status (conformance.ground.findings.statuses):
+    """The run's known findings with their status (ground.findings.statuses):
     reproduced, stale (exercised, never reproduced: the plugin failed the
     run), or not exercised (a subset or CPU-only run); a crash finding
     steered (with how many examples) or not exercised."""
-    from conformance.ground.findings import STALE, stale, statuses
+    from ground.findings import STALE, stale, statuses
 
     entries = statuses(session.get("findings", []), observations, steered)
     warnings.extend(stale(entries))

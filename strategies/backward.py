@@ -23,7 +23,7 @@ from typing import Optional, Sequence
 
 from hypothesis import strategies as st
 
-from conformance.ground.case import DTYPES, FACTS, FORWARD_ONLY_FACTS, INPUT_SOURCES, Case
+from ground.case import DTYPES, FACTS, FORWARD_ONLY_FACTS, INPUT_SOURCES, Case
 
 from . import features, pools
 from .facts import cases

@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 
 from hypothesis import strategies as st
 
-from conformance.ground.case import MEMORY_ORDERS, Case
+from ground.case import MEMORY_ORDERS, Case
 
 from . import features, pools
 from .features import Common, maybe

@@ -14,8 +14,8 @@ from typing import Optional, Sequence, Tuple
 
 from hypothesis import strategies as st
 
-from conformance.ground.tables import flavor_of
-from conformance.ground.case import DTYPES, LSE_LAYOUTS, PREFIX_DTYPES, SCHEDULERS, SINK_DTYPES, SINK_LAYOUTS, Case
+from ground.tables import flavor_of
+from ground.case import DTYPES, LSE_LAYOUTS, PREFIX_DTYPES, SCHEDULERS, SINK_DTYPES, SINK_LAYOUTS, Case
 
 from . import pools
 

@@ -48,7 +48,7 @@ envelope, no feature) and a Case draws flavor, dtype, then the row index
 shrinks to the smallest geometry *of its pool* that still fails, with
 runtime facts minimal. ``sdpa-conformance repro --shrink-geometry`` then
 leaves the pool: it shrinks the case file's facts over free geometry
-(``simpler`` below, driven by conformance.properties.shrink).
+(``simpler`` below, driven by properties.shrink).
 
 Modes. ``pool`` (the ``ci`` and ``dev`` profiles, and any profile not named
 in ``PROFILE_MODES``) or ``free`` (``nightly``: every shape fact drawn from
@@ -76,8 +76,8 @@ from typing import Callable, Dict, Iterator, Optional, Sequence, Tuple
 
 from hypothesis import strategies as st
 
-from conformance.ground.case import FACTS, SCHEDULERS, Case
-from conformance.ground.tables import STRATA, flavor_of
+from ground.case import FACTS, SCHEDULERS, Case
+from ground.tables import STRATA, flavor_of
 
 from . import features, pools
 
@@ -538,8 +538,8 @@ def simpler(case: Case) -> Iterator[Case]:
     asks the kernels' validators: ``kernels.specialize``). ``sdpa-conformance
     repro --shrink-geometry`` keeps the first that still fails and asks again,
     until none does: a greedy shrink of the facts, blind to the pools a run
-    drew from (conformance.properties.shrink)."""
-    from conformance.ground.contracts import broken_rules
+    drew from (properties.shrink)."""
+    from ground.contracts import broken_rules
 
     seen = {case}
     for cand in _candidates(case):

@@ -22,9 +22,9 @@ from typing import Callable, Dict, Optional, Sequence, Tuple
 
 from hypothesis import strategies as st
 
-from conformance.ground.case import Case
-from conformance.ground.data import WRAP
-from conformance.ground.tables import FLAVOR_ENVELOPES
+from ground.case import Case
+from ground.data import WRAP
+from ground.tables import FLAVOR_ENVELOPES
 
 # Production-scale targets (issue 13): dense S up to 32k, THD >= 64 sequences
 # and >= 64k live tokens, H_q 64 with GQA 8:1.
@@ -115,7 +115,7 @@ def _dense_row(flavor: str, dtype: str, **facts) -> dict:
 
 
 # kv_base putting every live K/V element of a 64-wide, one-head row past 2^32
-# (the decoys of conformance.ground.data.wrapped_span sit 2^32 lower), and one
+# (the decoys of ground.data.wrapped_span sit 2^32 lower), and one
 # putting them in [2^31, 2^32) for a 128-wide row (a 32-bit signed offset goes
 # negative: out of the allocation).
 KV_PAST_2_32 = WRAP // 64 + 4096
@@ -184,7 +184,7 @@ SHAPES: Dict[str, Shape] = {
                                     _dense_runtime),  # fmt: skip
 }
 
-# Which shapes each test of conformance/properties/matrix.py draws.
+# Which shapes each test of properties/matrix.py draws.
 LARGE_SHAPES = ("long", "decode", "gqa64", "grid", "thd_seqs")
 OFFSET_SHAPES = ("offsets",)
 SLICE_SHAPES = ("decode_slice", "thd_seqs_slice")

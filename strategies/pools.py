@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Dict, List, Tuple
 
 # Flavor envelopes (d_qk, d_v), in the kernels' own pick order.
-from conformance.ground.tables import FLAVOR_ENVELOPES, FLAVORS, TILE_M, TILE_N  # noqa: F401  (re-exported)
+from ground.tables import FLAVOR_ENVELOPES, FLAVORS, TILE_M, TILE_N  # noqa: F401  (re-exported)
 
 # Lengths on and around the tile edges (behind a boolean draw: "edges").
 EDGE_LENGTHS = (1, 63, 64, 65, 127, 128, 129, 191, 192, 255, 256, 257)

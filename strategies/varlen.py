@@ -13,7 +13,7 @@ from typing import Optional, Tuple
 
 from hypothesis import strategies as st
 
-from conformance.ground.case import Case
+from ground.case import Case
 
 from . import features, pools
 from .features import Common, maybe

@@ -11,8 +11,8 @@ from typing import Iterable, Optional, Union
 
 from hypothesis import strategies as st
 
-from conformance.ground.case import Case
-from conformance.ground.contracts import RULES, Rule, rule as rule_named
+from ground.case import Case
+from ground.contracts import RULES, Rule, rule as rule_named
 
 from .facts import cases
 

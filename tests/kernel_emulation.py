@@ -29,8 +29,8 @@ from typing import Callable, Optional, Tuple
 
 import torch
 
-from conformance.ground.tolerances import LANE_TERMS, MMA_K, RESCALE_LOG2, TILE_N
-from conformance.ground.data import TORCH_DTYPES
+from ground.tolerances import LANE_TERMS, MMA_K, RESCALE_LOG2, TILE_N
+from ground.data import TORCH_DTYPES
 from reference import masks
 
 F32, F64 = torch.float32, torch.float64
@@ -64,7 +64,7 @@ class Plant:
     drift: float = 1.0  # p of the first walked tile scaled by this in rows spanning >= 2 tiles
     lse_log2: bool = False  # LSE written in log2 units
     row_sum_io: bool = False  # lane row sums rounded to the I/O dtype after every tile
-    # Bugs the metamorphic relations must see (conformance.properties.metamorphic):
+    # Bugs the metamorphic relations must see (properties.metamorphic):
     kv_heads_repeated: bool = False  # Q head h reads KV head h % H_kv (repeat) instead of h // group
     kv_lens_of_batch0: bool = False  # dense: every batch entry masks with batch 0's seq_kv_len
     v_offset: float = 0.0  # V + offset before P@V (a zero-point slip: O no longer scales with V)
@@ -254,7 +254,7 @@ def emulate_attention(q, k, v, *, scale, causal=False, bottom_right=False, windo
 
 def emulate_case(case, tensors, arith: Arith = Arith(), plant: Plant = Plant()) -> Tuple[torch.Tensor, torch.Tensor]:
     """(O, LSE) of the emulated kernel for a Case, in the layouts of
-    ``conformance.ground.data.make_outputs`` (THD rows outside every sequence: 0)."""
+    ``ground.data.make_outputs`` (THD rows outside every sequence: 0)."""
     io = getattr(torch, case.dtype)
     sinks = tensors.sinks
     if sinks is not None and plant.sink_stride_ignored:
@@ -440,7 +440,7 @@ class BwdPlant:
     dbias_scaled: bool = False  # dBias = scale dS' (the softmax scale applied)
     dq_relay_drop: bool = False  # dQ misses the last KV tile's contribution (a relay that stops early)
     noisy: bool = False  # each launch perturbs dQ by one ulp somewhere (a non-deterministic reduction)
-    # Tails (conformance.properties.backward_tails):
+    # Tails (properties.backward_tails):
     reads_padded_kv: bool = False  # dense K/V rows past seq_kv_len enter dP and dQ as handed, masked only by P = 0 (b16:378, 385)
     padded_q_rows_unwritten: bool = False  # dense dQ rows past seq_q_len never stored (the caller's bytes stay)
     pad_columns_written: bool = False  # the gradient stores cover the whole row pitch (bshd_padded pad columns zeroed)
@@ -548,7 +548,7 @@ class EmulatedBackward(EmulatedAdapter):
         self.bwd, self.launches = bwd, 0
 
     def backward(self, case, inputs, o, lse, do, grads=None, *, initialize_outputs=True):
-        from conformance.ground.data import body_storage
+        from ground.data import body_storage
         from kernels.base import KernelResult
 
         got = emulate_backward(case, inputs.to("cpu"), o.cpu(), lse.cpu(), do.cpu(), self.bwd, self.launches)

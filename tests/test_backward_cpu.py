@@ -15,10 +15,10 @@ import pytest
 import torch
 from hypothesis import given, settings, HealthCheck, strategies as st
 
-from conformance.ground.case import Case
-from conformance.ground.coverage import BACKWARD_REQUIRED, labels
-from conformance.ground.outcome import PropertyFailure
-from conformance.properties import backward as bwd_prop
+from ground.case import Case
+from ground.coverage import BACKWARD_REQUIRED, labels
+from ground.outcome import PropertyFailure
+from properties import backward as bwd_prop
 from strategies import backward_cases
 from tests.kernel_emulation import BwdPlant, EmulatedBackward
 
@@ -94,7 +94,7 @@ def test_every_planted_backward_bug_fails(plant, case, quantity):
 def test_the_dbias_flush_term_is_load_bearing(monkeypatch):
     """The emulated kernel flushes a subnormal dS' out of dBias as atom.add.f32
     does: within the model with its flush term, over the model without it."""
-    from conformance.ground import tolerances
+    from ground import tolerances
 
     case = CASES[8]
     assert backward(case).ratios["dbias"] <= 1.0
@@ -153,7 +153,7 @@ def test_the_backward_compile_key_mutant_is_killed_by_the_cpu_tier(tmp_path, mon
     """compile_reuse (launch=False) on the backward: the pristine packed chain
     reuses its artifact across token totals; the mutant whose key carries the
     Q token capacity recompiles and fails."""
-    from conformance.properties import check_compile_reuse
+    from properties import check_compile_reuse
     from kernels.mutants import by_name
     from kernels.prepared import PreparedAdapter
 
@@ -216,8 +216,8 @@ def test_backward_rejection_fails_on_a_wrapper_that_does_not_refuse_as_stated(im
     without naming the argument, or with another exception type, fails."""
     import cudnn.sdpa.bwd as bwd_pkg
 
-    from conformance.ground.contracts import BWD_RULES
-    from conformance.properties import check_backward_rejection
+    from ground.contracts import BWD_RULES
+    from properties import check_backward_rejection
 
     def wrapper(*args, **kwargs):
         if impostor == "other message":
@@ -295,7 +295,7 @@ TAIL_CASES = [
 
 
 def tails(case, adapter, **kw):
-    from conformance.properties import backward_tails
+    from properties import backward_tails
 
     with mock.patch.object(backward_tails, "device", lambda: torch.device("cpu")):
         return backward_tails.check_backward_tails(case, adapter, **kw)
@@ -322,7 +322,7 @@ TAIL_POWER = [
 
 @pytest.mark.parametrize("plant,case,check,quantity", TAIL_POWER, ids=lambda x: repr(x)[:60] if isinstance(x, BwdPlant) else None)
 def test_every_planted_tail_bug_fails(plant, case, check, quantity):
-    from conformance.ground import findings
+    from ground import findings
 
     with findings.applied([]), pytest.raises(PropertyFailure) as e:  # the property's power, no finding in force (the H200's kernel has two)
         tails(case, EmulatedBackward(bwd=plant))
@@ -464,7 +464,7 @@ def test_an_adapter_with_its_own_gradients_is_judged_on_them_without_caller_byte
 def test_the_tail_rules_cover_every_region_once():
     """Per (layout, gradient, mode, heads) no region has two rules; every
     rule cites source lines."""
-    from conformance.properties.backward_tails import REGIONS, TAIL_RULES
+    from properties.backward_tails import REGIONS, TAIL_RULES
 
     for layout, regions in (("dense", ("padded rows", "dead cells", "pad columns")), ("thd", ("head", "tail"))):
         for init in (True, False):
@@ -504,7 +504,7 @@ def test_the_forward_addressing_property_fails_on_a_chain_that_normalizes_cu_seq
     (the 1.32.0 backward) gives other gradients when handed the buffers as the
     forward takes them: fails naming the check; one that honours cu_seqlens[0]
     passes (the same deterministic bits both ways)."""
-    from conformance.ground import findings
+    from ground import findings
 
     case = THD_TAIL["mha"].replace(deterministic=True)
     with on_cpu():
@@ -540,14 +540,14 @@ STRIDED_STATS = _bwd(layout="thd", h_q=1, h_kv=1, s_q=1, s_kv=1, q_lens=(1,), kv
 
 
 def _refused(case, adapter, **kw):
-    from conformance.properties import PROPERTIES, backward_tails
+    from properties import PROPERTIES, backward_tails
 
     with mock.patch.object(backward_tails, "device", lambda: torch.device("cpu")):
         return PROPERTIES["backward_tails"](case, adapter, initialize_outputs=True, **kw)
 
 
 def test_a_refused_valid_case_fails_the_launch_check_and_only_its_finding_excuses_it():
-    from conformance.ground import findings
+    from ground import findings
 
     with findings.applied([]), pytest.raises(PropertyFailure) as e:
         _refused(STRIDED_STATS, _Refusing())
@@ -568,11 +568,11 @@ def test_a_refused_valid_case_fails_the_launch_check_and_only_its_finding_excuse
 def test_a_cuda_fault_or_the_suites_own_exception_is_not_a_refusal():
     with pytest.raises(RuntimeError, match="illegal memory access"):
         _refused(STRIDED_STATS, _Refusing(exc=lambda: RuntimeError("CUDA error: an illegal memory access was encountered")))
-    from conformance.ground import findings
+    from ground import findings
 
     with findings.applied([]), pytest.raises(ValueError, match="THD stats"):  # raised by the adapter's code: a bug of the suite, not a verdict
         _refused(STRIDED_STATS, _Refusing(in_suite=True))
-    from conformance.ground.outcome import Unsupported
+    from ground.outcome import Unsupported
 
     with pytest.raises(Unsupported):  # an adapter's missing capability still skips
         _refused(STRIDED_STATS, _Refusing(exc=lambda: Unsupported("wrapper", "no-init", "x", ""), in_suite=True))

@@ -11,8 +11,8 @@ import math
 import pytest
 import torch
 
-from conformance.ground.case import Case
-from conformance.ground.data import FINITE_PAD, make_grad_output, make_inputs
+from ground.case import Case
+from ground.data import FINITE_PAD, make_grad_output, make_inputs
 from reference.backward import backward_for_case
 
 F64 = torch.float64

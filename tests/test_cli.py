@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from conformance import cli
-from conformance.ground.case import Case
-from conformance.ground.outcome import Observation, PropertyFailure
+from ground.case import Case
+from ground.outcome import Observation, PropertyFailure
 from reports import casefile
 
 CASE = Case(s_q=5, s_kv=7, h_q=2, h_kv=1, seed=11)
@@ -119,7 +119,7 @@ def _toy(fails):
 @pytest.mark.parametrize("fails, code", [(True, 1), (False, 0)])
 def test_repro_replays_the_recorded_property(tmp_path, capsys, monkeypatch, fails, code):
     import kernels
-    from conformance import properties
+    import properties
 
     monkeypatch.setitem(properties.PROPERTIES, "toy", _toy(fails))
     monkeypatch.setattr(kernels, "get_adapter", lambda name=None, **kw: _Adapter())
@@ -143,7 +143,7 @@ def test_report_subcommand(tmp_path, capsys):
     assert "no shards" in capsys.readouterr().err and not (tmp_path / "report.json").exists()
     (tmp_path / "shards" / "20261202-120000-1").mkdir(parents=True)  # a run dir whose shards were removed
     assert cli.main(["report", str(tmp_path)]) == 2
-    from conformance.properties import recorder
+    from properties import recorder
 
     previous = recorder.open_shard(str(tmp_path / "shards" / "20261202-120000-1" / "main-1.jsonl"))
     recorder.write({"kind": "test", "nodeid": "t.py::test_x", "outcome": "passed", "duration": 0.1, "message": "", "findings": []})
@@ -156,8 +156,8 @@ def test_repro_applies_no_finding_but_names_the_one_describing_each_failed_check
     import torch
 
     import kernels
-    from conformance import properties
-    from conformance.ground import findings
+    import properties
+    from ground import findings
 
     padded = Case(s_q=3, s_kv=3, seq_q_lens=(1,))
 

@@ -15,9 +15,9 @@ import os
 import pytest
 
 import reports
-from conformance.ground.case import Case
-from conformance.ground.outcome import Observation
-from conformance.properties import recorder
+from ground.case import Case
+from ground.outcome import Observation
+from properties import recorder
 from kernels import cache
 from reports import shards
 
@@ -219,8 +219,8 @@ def frontend(monkeypatch, tmp_path):
 
 
 def _verdict(case: Case, adapter):
-    from conformance.ground.outcome import PropertyFailure
-    from conformance.properties import check_compile_reuse
+    from ground.outcome import PropertyFailure
+    from properties import check_compile_reuse
 
     try:
         return check_compile_reuse(case, adapter, launch=False), None

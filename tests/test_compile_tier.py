@@ -6,7 +6,7 @@ process by another test cannot turn an expected miss into a hit."""
 
 import pytest
 
-from conformance.ground.case import Case
+from ground.case import Case
 from kernels import get_adapter
 from kernels.source import Rewrite
 

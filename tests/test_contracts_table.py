@@ -11,8 +11,8 @@ import re
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from conformance.ground import contracts, findings
-from conformance.ground.contracts import CONFIG, ENTRY_POINTS, RULES, TAMPERS, WRAPPER, Rule, broken_rules
+from ground import contracts, findings
+from ground.contracts import CONFIG, ENTRY_POINTS, RULES, TAMPERS, WRAPPER, Rule, broken_rules
 from kernels.config import run_config
 from strategies import cases, violating_cases
 

@@ -21,10 +21,10 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conformance.ground import tolerances
-from conformance.properties import numerics as properties
-from conformance.ground.case import Case
-from conformance.ground.outcome import PropertyFailure
+from ground import tolerances
+from properties import numerics as properties
+from ground.case import Case
+from ground.outcome import PropertyFailure
 from kernels.mutants import MUTANTS
 from strategies import dense_cases, thd_cases
 from tests.kernel_emulation import PLANTS, TWINS, Arith, EmulatedAdapter, Plant, drop_key
@@ -269,7 +269,7 @@ def test_rope_operand_term_is_needed_and_enough(monkeypatch):
     (kernel_emulation.fused_rotate): it reproduces the H200's failure of the
     model without RoPE's operand term (LSE 2.97e-05 over 6.14e-06 at row 64,
     ratio 4.83, 11 rows) and passes with it."""
-    import conformance.ground.tolerances as T
+    import ground.tolerances as T
 
     case = EDGES["RoPE past a KV tile, fp16"]
     _sound(case, "ideal")

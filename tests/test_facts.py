@@ -1,4 +1,4 @@
-"""The Case facts are declared once (conformance/ground/case.py) and every
+"""The Case facts are declared once (ground/case.py) and every
 consumer derives from the declarations: case-file reading and validation, the
 findings file's ``when``, the describer, the coverage vocabulary, the
 adapters' refusal of facts they cannot express. Each test runs over every
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from conformance.ground import coverage, findings
-from conformance.ground.case import AUTO, FACTS, SCHEMA_VERSION, Case, CaseFileError, Unexpressible, coerce_fact, facts_markdown, load_case_file
-from conformance.ground.tables import ADAPTERS
+from ground import coverage, findings
+from ground.case import AUTO, FACTS, SCHEMA_VERSION, Case, CaseFileError, Unexpressible, coerce_fact, facts_markdown, load_case_file
+from ground.tables import ADAPTERS
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = Case(s_q=5, s_kv=7, h_q=2, h_kv=1, seed=11)
@@ -105,7 +105,7 @@ def _refused_by_the_others(name):
     from hypothesis import given, settings, strategies as st
     from hypothesis.errors import Unsatisfiable
 
-    from conformance.properties import PROPERTIES
+    from properties import PROPERTIES
 
     f = FACTS[name]
     case = BASE.replace(**{name: OTHERS[name]})

@@ -14,7 +14,7 @@ import json
 import pytest
 from hypothesis import settings
 
-from conformance.ground.case import Case
+from ground.case import Case
 from kernels import mutants
 from kernels.mutants import BUG_CLASSES, FAULTS, MUTANTS, PLANT_ENV
 from kernels.source import check_rewrites

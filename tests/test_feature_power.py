@@ -12,9 +12,9 @@ from unittest import mock
 import pytest
 import torch
 
-from conformance.properties import numerics as properties
-from conformance.ground.case import Case
-from conformance.ground.outcome import PropertyFailure
+from properties import numerics as properties
+from ground.case import Case
+from ground.outcome import PropertyFailure
 from reference.attention import rotate
 from tests.kernel_emulation import EmulatedAdapter, Plant
 
@@ -68,7 +68,7 @@ def test_rope_is_the_half_split_rotation():
 
 def test_lse_layouts_read_back_through_their_strides():
     """make_outputs' LSE views address distinct storage in their layout's order."""
-    from conformance.ground.data import body_storage, make_outputs, thd_lse_pitch
+    from ground.data import body_storage, make_outputs, thd_lse_pitch
 
     dense = Case(**DENSE, lse_layout="token_major")
     _, lse = make_outputs(dense)

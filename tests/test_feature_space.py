@@ -1,5 +1,5 @@
 """Every degree of freedom of the SM80 forward kernels is drawn or declared
-out of scope (conformance.ground.feature_space): the names come from the
+out of scope (ground.feature_space): the names come from the
 kernels' own objects, so a field or argument added upstream fails here."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import inspect
 
 import pytest
 
-from conformance.ground import feature_space as fs
-from conformance.ground.coverage import AXES, REQUIRED
+from ground import feature_space as fs
+from ground.coverage import AXES, REQUIRED
 
 
 def _template_params():
@@ -81,7 +81,7 @@ def test_drawn_fields_have_required_coverage():
 
 @pytest.mark.parametrize("fact", ["has_lse", "lse_layout", "sched", "sched_l2_mib", "rope", "sink_log2", "sink_dtype", "sink_layout", "prefix_dtype"])
 def test_new_features_are_required_axes(fact):
-    from conformance.ground.case import FACTS
+    from ground.case import FACTS
 
     f = FACTS[fact]
     values = ("no", "yes") if f.type is bool else tuple(map(str, f.choices))

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from conformance.ground.case import BIAS_DTYPES, MEMORY_ORDERS, Case
-from conformance.ground.contracts import broken_rules
-from conformance.ground.tables import STRATA
+from ground.case import BIAS_DTYPES, MEMORY_ORDERS, Case
+from ground.contracts import broken_rules
+from ground.tables import STRATA
 from strategies import cases, dense_cases, geometry, pools, thd_cases
-from conformance.ground.coverage import REQUIRED, labels
+from ground.coverage import REQUIRED, labels
 from strategies.features import Common
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,7 +71,7 @@ def _lpt_l2_blocks(c: Case, mib: int):
     """(groups per L2 block, block count, q tiles) as prefill_f16.py's
     SCHED_LPT_L2 decode sizes them (envelope dims, 2 bytes, TILE_M 128), written
     here from the kernel's comment, not imported."""
-    from conformance.ground.tables import flavor_of
+    from ground.tables import flavor_of
 
     d_qk, d_v = pools.FLAVOR_ENVELOPES[flavor_of(c.d_qk, c.d_v)]
     groups = c.batch * c.h_kv

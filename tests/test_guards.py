@@ -1,4 +1,4 @@
-"""Guard bands and poison (conformance.ground.data), the guard check every
+"""Guard bands and poison (ground.data), the guard check every
 launching property runs (judge.guards_intact), and adapter capabilities
 (Unsupported), all on the CPU: fake kernels that write or read out of bounds
 prove that the properties see it, with the buffer and the range named."""
@@ -11,8 +11,8 @@ import pytest
 import torch  # noqa: F401 - imported before the in-process pytester run (a C extension cannot be imported twice)
 from hypothesis import settings
 
-from conformance.ground.case import Case
-from conformance.ground.data import (
+from ground.case import Case
+from ground.data import (
     FINITE_PAD,
     GUARD_ALIGN,
     GUARD_MAX_BYTES,
@@ -26,8 +26,8 @@ from conformance.ground.data import (
     make_outputs,
     relocate,
 )
-from conformance.ground.outcome import PropertyFailure, Unsupported
-from conformance.ground.tables import TILE_M
+from ground.outcome import PropertyFailure, Unsupported
+from ground.tables import TILE_M
 from kernels.base import CompileDelta, KernelResult
 
 pytest_plugins = ["pytester"]
@@ -195,7 +195,7 @@ class FakeKernel:
 @pytest.fixture
 def on_cpu(monkeypatch):
     """The launching properties on the CPU (their device() refuses otherwise)."""
-    from conformance.properties import compile_cache, numerics, rejection, tails
+    from properties import compile_cache, numerics, rejection, tails
 
     for module in (numerics, tails, compile_cache, rejection):
         monkeypatch.setattr(module, "device", lambda: torch.device("cpu"))
@@ -206,7 +206,7 @@ NUMERIC_CASES = [Case(s_q=3, s_kv=5, memory="bshd_padded", bias="float32", seq_k
 
 @pytest.mark.parametrize("case", NUMERIC_CASES, ids=["dense", "thd"])
 def test_an_honest_fake_kernel_passes(case, on_cpu):
-    from conformance.properties import check_numerics, check_tails
+    from properties import check_numerics, check_tails
 
     assert check_numerics(case, FakeKernel()).outcome == "passed"
     assert check_tails(case, FakeKernel()).outcome == "passed"
@@ -214,7 +214,7 @@ def test_an_honest_fake_kernel_passes(case, on_cpu):
 
 @pytest.mark.parametrize("case", NUMERIC_CASES, ids=["dense", "thd"])
 def test_a_write_one_element_past_o_is_named(case, on_cpu):
-    from conformance.properties import check_numerics, check_tails
+    from properties import check_numerics, check_tails
 
     n = guard_bands(make_outputs(case)[0])[1]
     for check in (check_numerics, check_tails):
@@ -228,14 +228,14 @@ def test_a_write_one_element_past_o_is_named(case, on_cpu):
 
 
 def test_a_write_before_lse_is_named(on_cpu):
-    from conformance.properties import check_numerics
+    from properties import check_numerics
 
     with pytest.raises(PropertyFailure, match=r"lse: 1 element\(s\) before the start in elements \[-1, 0\) \(bytes -4\.\.\+0, 0x"):
         check_numerics(NUMERIC_CASES[0], FakeKernel("write before LSE"))
 
 
 def test_a_read_past_k_picks_up_the_guard_nan(on_cpu):
-    from conformance.properties import check_numerics
+    from properties import check_numerics
 
     case = Case(s_q=3, s_kv=5, memory="bhsd")
     assert check_numerics(case, FakeKernel()).outcome == "passed"
@@ -245,8 +245,8 @@ def test_a_read_past_k_picks_up_the_guard_nan(on_cpu):
 
 
 def test_compile_reuse_and_rejection_check_the_guards(on_cpu):
-    from conformance.ground.contracts import PREPARED, RULES_BY_NAME
-    from conformance.properties import check_compile_reuse, check_rejection
+    from ground.contracts import PREPARED, RULES_BY_NAME
+    from properties import check_compile_reuse, check_rejection
 
     class Writes(FakeKernel):
         def run(self, case, inputs, outputs=None, **kw):
@@ -272,7 +272,7 @@ def test_compile_reuse_and_rejection_check_the_guards(on_cpu):
 
 
 def test_a_buffer_without_guard_bands_is_a_suite_bug():
-    from conformance.properties import judge
+    from properties import judge
 
     with pytest.raises(ValueError, match="buffer 'x'.*no guard bands"):
         judge.guards_intact("numerics", Case(), {"x": torch.zeros(4)})
@@ -298,7 +298,7 @@ class OwnsItsOutputs(FakeKernel):
 
 
 def test_tails_refuses_a_mode_the_adapter_lacks_before_launching(on_cpu, monkeypatch):
-    from conformance.properties import check_tails, recorder
+    from properties import check_tails, recorder
 
     case = NUMERIC_CASES[1]
     adapter = OwnsItsOutputs()
@@ -309,7 +309,7 @@ def test_tails_refuses_a_mode_the_adapter_lacks_before_launching(on_cpu, monkeyp
 
 
 def test_tails_never_substitutes_the_mode_an_adapter_ran(on_cpu):
-    from conformance.properties import check_tails
+    from properties import check_tails
 
     class Liar(FakeKernel):
         def run(self, case, inputs, outputs=None, *, initialize_outputs=True, tamper=None):
@@ -320,7 +320,7 @@ def test_tails_never_substitutes_the_mode_an_adapter_ran(on_cpu):
 
 
 def test_tails_judges_the_memory_the_entry_point_returned(on_cpu):
-    from conformance.properties import check_tails
+    from properties import check_tails
 
     assert check_tails(NUMERIC_CASES[1], OwnsItsOutputs(tail=0.0)).outcome == "passed"
     # The caller's copy is clean; the returned buffer's tail is not zeroed.
@@ -329,7 +329,7 @@ def test_tails_judges_the_memory_the_entry_point_returned(on_cpu):
 
 
 def test_the_real_adapters_declare_their_capabilities():
-    from conformance.ground.tables import CAPABILITIES
+    from ground.tables import CAPABILITIES
     from kernels.prepared import PreparedAdapter
     from kernels.wrapper import WrapperAdapter
 
@@ -349,7 +349,7 @@ def pytest_addhooks(pluginmanager):
 
 SKIPPING = """
 from hypothesis import given, strategies as st
-from conformance.ground.outcome import Unsupported
+from ground.outcome import Unsupported
 
 CALLS = []
 

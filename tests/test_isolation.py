@@ -20,8 +20,8 @@ import pytest
 from hypothesis import settings
 
 from conformance import cli
-from conformance.ground.case import Case, load_case_file
-from conformance.properties import watchdog
+from ground.case import Case, load_case_file
+from properties import watchdog
 
 pytest_plugins = ["pytester"]
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,7 +39,7 @@ def pytest_addhooks(pluginmanager):
 # a launch that never returns.
 FAKECUDA = """
 import time
-from conformance.properties import watchdog
+from properties import watchdog
 
 DEAD = []
 
@@ -63,9 +63,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import fakecuda
-from conformance.ground.case import Case
-from conformance.ground.outcome import Observation
-from conformance.properties import recorder
+from ground.case import Case
+from ground.outcome import Observation
+from properties import recorder
 
 
 def check(case):
@@ -246,7 +246,7 @@ def test_bad_sdpa_timeout_is_a_usage_error(project, monkeypatch, args, env, mess
 def test_repro_of_a_shard_line_and_of_a_hang(tmp_path):
     """`sdpa-conformance repro SHARD[:LINE]` replays a begin record; a replay
     with no verdict within --timeout says so and exits 1."""
-    from conformance.properties import recorder
+    from properties import recorder
 
     shard = tmp_path / "shards" / "20261202-120000-1" / "gw0-7.jsonl"
     previous = recorder.open_shard(str(shard))
@@ -259,8 +259,9 @@ def test_repro_of_a_shard_line_and_of_a_hang(tmp_path):
     (shard.parent / "main-6.jsonl").write_text(json.dumps({"kind": "session", "environment": {"mode": "compile-only (no GPU)", "adapter": "prepared"}}) + "\n")
     script = f"""
 import sys, time
-from conformance import cli, properties
-from conformance.ground.outcome import Observation
+from conformance import cli
+import properties
+from ground.outcome import Observation
 import kernels
 def toy(case, adapter=None, *, scale):
     if case.s_kv == 77:

@@ -107,7 +107,7 @@ def test_stale_mutant_is_refused_against_the_real_file():
 
 
 def _params():
-    from conformance.ground.case import Case
+    from ground.case import Case
     from kernels.specialize import specialize
 
     return specialize(Case(d_qk=64, d_v=64, s_q=64, s_kv=64))
@@ -214,8 +214,8 @@ def test_wrapper_modes(monkeypatch):
 
 @no_gpu
 def test_adapters_refuse_to_launch_without_gpu():
-    from conformance.ground.case import Case
-    from conformance.ground.data import make_inputs
+    from ground.case import Case
+    from ground.data import make_inputs
     from kernels.wrapper import UnsupportedDevice
 
     case = Case()

@@ -1,4 +1,4 @@
-"""Known findings, the model (conformance.ground.findings) on CPU: a finding
+"""Known findings, the model (ground.findings) on CPU: a finding
 excuses exactly the failure it describes, the properties judge every check
 of an example, the regions of the padding findings, contract findings
 through the real rejection property, run statuses, and the repository's
@@ -19,14 +19,14 @@ import time
 import pytest
 import torch
 
-from conformance.ground import data, findings
-from conformance.ground.case import Case, load_case_file
-from conformance.ground.contracts import CONFIG, rule
-from conformance.ground.outcome import PropertyFailure
-from conformance.ground.tables import TILE_N
-from conformance.properties import check_rejection, judge
-from conformance.properties.common import finish
-from conformance.properties.compile_cache import runtime_variants
+from ground import data, findings
+from ground.case import Case, load_case_file
+from ground.contracts import CONFIG, rule
+from ground.outcome import PropertyFailure
+from ground.tables import TILE_N
+from properties import check_rejection, judge
+from properties.common import finish
+from properties.compile_cache import runtime_variants
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FILE = findings.load(ROOT / "known_findings.toml")
@@ -228,7 +228,7 @@ def test_each_case_file_names_a_finding_that_selects_its_case(path):
 
 def test_the_checks_the_properties_report_are_the_vocabulary_findings_select():
     used = set()
-    for path in (ROOT / "conformance" / "properties").glob("*.py"):
+    for path in (ROOT / "properties").glob("*.py"):
         used |= set(re.findall(r'check="([^"]+)"', path.read_text()))
     declared = {c for checks in findings.CHECKS.values() for c in checks}
     assert used <= declared and {"no nan", "rejects", "compiles nothing"} <= used
@@ -301,8 +301,8 @@ def test_the_matrix_steers_a_drawn_case_and_the_report_counts_it(tmp_path):
     from hypothesis import given, settings, strategies as st
 
     from conformance import testgen
-    from conformance.properties import recorder
-    from conformance.properties.matrix import Family
+    from properties import recorder
+    from properties.matrix import Family
     from reports import summary
 
     crash = _copy(CRASH_ID)

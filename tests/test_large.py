@@ -12,13 +12,13 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 
-from conformance.ground import data
-from conformance.ground.case import Case
-from conformance.ground.contracts import broken_rules
-from conformance.ground.data import make_inputs, wrapped_span
-from conformance.ground.tolerances import kernel_bounds
-from conformance.properties.launch import host_touches, replay_variant
-from conformance.properties.matrix import FAMILIES
+from ground import data
+from ground.case import Case
+from ground.contracts import broken_rules
+from ground.data import make_inputs, wrapped_span
+from ground.tolerances import kernel_bounds
+from properties.launch import host_touches, replay_variant
+from properties.matrix import FAMILIES
 from kernels.prepared import compile_key
 from reference.attention import reference_for_case
 from strategies import large
@@ -213,8 +213,8 @@ def test_numerics_with_a_chunked_reference_judges_the_emulated_kernel(monkeypatc
     32k case is) passes the emulated kernel and fails a planted bug."""
     from unittest import mock
 
-    from conformance.ground.outcome import PropertyFailure
-    from conformance.properties import numerics as properties
+    from ground.outcome import PropertyFailure
+    from properties import numerics as properties
     from reference import attention
     from tests.kernel_emulation import EmulatedAdapter, Plant, drop_key
 

@@ -1,5 +1,7 @@
-"""The import layers of pyproject.toml's [tool.importlinter] contract hold,
-and the check fails on a planted back-edge (so it can fail at all)."""
+"""The import structure: pyproject.toml's [tool.importlinter] layers hold
+(ground <- kernels | reference | strategies <- properties <- reports <-
+conformance), no module imports back into a cycle, and both checks fail on
+a planted back-edge / a planted cycle (so they can fail at all)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("conformance", "kernels", "strategies", "reference", "reports", "tests")
+PACKAGES = ("conformance", "reports", "properties", "kernels", "strategies", "reference", "ground")
 
 
 def _lint(root: Path) -> subprocess.CompletedProcess:
@@ -19,6 +21,49 @@ def _lint(root: Path) -> subprocess.CompletedProcess:
     code = "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
     return subprocess.run([sys.executable, "-c", code, "--no-cache"], cwd=root, capture_output=True, text=True, timeout=300,
                           env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})  # fmt: skip
+
+
+def _cycles(root: Path) -> list:
+    """The import cycles among the suite's modules (every import, inside functions too),
+    as sorted module lists: the strongly connected components of more than one module."""
+    code = f"""
+import grimp, json, sys
+sys.setrecursionlimit(100000)
+g = grimp.build_graph(*{PACKAGES!r}, cache_dir=None)
+index, low, stack, on, out = {{}}, {{}}, [], set(), []
+def visit(v):
+    index[v] = low[v] = len(index); stack.append(v); on.add(v)
+    for w in g.find_modules_directly_imported_by(v):
+        if w not in index:
+            visit(w); low[v] = min(low[v], low[w])
+        elif w in on:
+            low[v] = min(low[v], index[w])
+    if low[v] == index[v]:
+        comp = []
+        while True:
+            w = stack.pop(); on.discard(w); comp.append(w)
+            if w == v: break
+        if len(comp) > 1: out.append(sorted(comp))
+for m in sorted(g.modules):
+    if m not in index: visit(m)
+print(json.dumps(out))
+"""
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    import json
+
+    return json.loads(done.stdout)
+
+
+def _copy(tmp_path: Path) -> Path:
+    for name in PACKAGES + ("tests",):
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    return tmp_path
+
+
+def _plant(path: Path, line: str) -> None:
+    path.write_text(path.read_text() + f"\n{line}  # planted\n")
 
 
 def test_import_layers_hold():
@@ -30,11 +75,20 @@ def test_import_layers_hold():
 
 def test_a_planted_back_edge_breaks_the_layers(tmp_path):
     pytest.importorskip("importlinter", reason="import-linter is a dependency of the suite (pip install -e .)")
-    for name in PACKAGES:
-        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    case = tmp_path / "conformance" / "ground" / "case.py"
-    case.write_text(case.read_text() + "\nfrom conformance.properties import judge  # planted back-edge\n")
-    done = _lint(tmp_path)
+    root = _copy(tmp_path)
+    _plant(root / "ground" / "case.py", "from properties import judge")
+    done = _lint(root)
     assert done.returncode != 0 and "BROKEN" in done.stdout, done.stdout[-3000:]
-    assert "conformance.ground.case -> conformance.properties.judge" in done.stdout
+    assert "ground.case -> properties.judge" in done.stdout
+
+
+def test_no_import_cycles():
+    pytest.importorskip("grimp", reason="grimp comes with import-linter, a dependency of the suite")
+    assert _cycles(ROOT) == []
+
+
+def test_a_planted_cycle_is_found(tmp_path):
+    pytest.importorskip("grimp", reason="grimp comes with import-linter, a dependency of the suite")
+    root = _copy(tmp_path)
+    _plant(root / "kernels" / "base.py", "import kernels.prepared")  # prepared imports base: a cycle inside one layer
+    assert ["kernels.base", "kernels.prepared"] in [[m for m in c if m in ("kernels.base", "kernels.prepared")] for c in _cycles(root)]

@@ -1,4 +1,4 @@
-"""The test matrix (conformance.properties.matrix) is what pytest collects:
+"""The test matrix (properties.matrix) is what pytest collects:
 every declared node id, in order, and nothing else in the property test
 modules; each test carries its family's markers, ``property`` included;
 every family names a known property, example budget, marker and fixture."""
@@ -9,8 +9,8 @@ import importlib
 import subprocess
 import sys
 
-from conformance.properties import PROPERTIES
-from conformance.properties.matrix import MATRIX, STRATUM, TRANSFORM
+from properties import PROPERTIES
+from properties.matrix import MATRIX, STRATUM, TRANSFORM
 from strategies.profiles import KIND_SCALE
 
 MODULES = sorted({f.module for f in MATRIX})
@@ -48,8 +48,8 @@ def test_generated_tests_call_their_property(monkeypatch):
     """Each generated test, called as pytest calls it (stand-in fixtures and
     properties), checks its family's property on the transformed Case with
     its adapter fixture and parameters (on CPU too: the GPU ones skip here)."""
-    from conformance.ground.outcome import Observation
-    from conformance.properties import matrix
+    from ground.outcome import Observation
+    from properties import matrix
 
     seen = []
 

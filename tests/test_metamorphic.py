@@ -22,12 +22,12 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conformance.ground.case import Case
-from conformance.ground.data import FINITE_PAD, make_inputs
-from conformance.ground.outcome import PropertyFailure
-from conformance.properties import check_metamorphic, check_numerics
-from conformance.properties import metamorphic as M
-from conformance.properties import numerics as N
+from ground.case import Case
+from ground.data import FINITE_PAD, make_inputs
+from ground.outcome import PropertyFailure
+from properties import check_metamorphic, check_numerics
+from properties import metamorphic as M
+from properties import numerics as N
 from strategies import dense_cases, thd_cases
 from tests.kernel_emulation import EmulatedAdapter, Plant
 
@@ -200,8 +200,8 @@ def test_relations_keep_the_compile_key(layout):
 def test_entry_skips_what_the_other_entry_point_cannot_express():
     """lse_log2 through the wrapper: no second launch to compare with (a
     Hypothesis rejection in a test, Unexpressible outside), nothing recorded."""
-    from conformance.ground.case import Unexpressible
-    from conformance.properties import recorder
+    from ground.case import Unexpressible
+    from properties import recorder
 
     class Wrapperish(EmulatedAdapter):
         name = "wrapper"
@@ -213,8 +213,8 @@ def test_entry_skips_what_the_other_entry_point_cannot_express():
 
 
 def test_the_matrix_binds_every_relation_per_stratum():
-    from conformance.properties.matrix import FAMILIES
-    from conformance.ground.tables import STRATA
+    from properties.matrix import FAMILIES
+    from ground.tables import STRATA
 
     for test, relations in (("test_metamorphic_dense", M.DENSE_RELATIONS), ("test_metamorphic_thd", M.THD_RELATIONS)):
         ids = FAMILIES[test].nodeids()

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from conformance.ground import findings
+from ground import findings
 from conformance import kill_rate as M
-from conformance.ground.case import Case
-from conformance.ground.tables import flavor_of
-from conformance.ground.outcome import Observation, PropertyFailure
-from conformance.properties.matrix import TRANSFORM
+from ground.case import Case
+from ground.tables import flavor_of
+from ground.outcome import Observation, PropertyFailure
+from properties.matrix import TRANSFORM
 from kernels import mutants as catalogue
 from kernels.mutants import MUTANTS, Mutant
 from kernels.source import TARGETS, Rewrite, check_rewrites
@@ -146,8 +146,8 @@ def _nan_rows(live_too: bool):
     ``live_too`` also in the first live row (a different failure)."""
     import torch
 
-    from conformance.properties import judge
-    from conformance.properties.common import finish
+    from properties import judge
+    from properties.common import finish
 
     def check(kind, case, adapter):
         o = torch.zeros(case.batch, case.h_q, case.s_q, 2)
@@ -329,7 +329,7 @@ def test_node_ids_name_the_collected_tests(tmp_path):
     collected = {line.strip() for line in r.stdout.splitlines() if "::" in line}
     from strategies.pools import FLAVOR_ENVELOPES
 
-    from conformance.properties.metamorphic import DENSE_RELATIONS, THD_RELATIONS
+    from properties.metamorphic import DENSE_RELATIONS, THD_RELATIONS
 
     assert [k.name for k in M.KINDS] == ["numerics_dense", "numerics_thd", "tails_thd_noinit", "tails_dense", "padding_poison",
                                          "compile_reuse_dense", "compile_reuse_thd", "numerics_large_offsets"] + [f"metamorphic_dense_{r}" for r in DENSE_RELATIONS] + \
@@ -416,7 +416,7 @@ def test_a_kind_is_searched_per_stratum_as_the_gate_tests_it(monkeypatch):
         calls.append(stratum)
         s = M._Search(examples=3)
         if stratum == ("llama", "bfloat16"):
-            from conformance.ground.case import Case
+            from ground.case import Case
 
             s.first = s.last = (Case(), RuntimeError("boom"), 1.0)
         return s
@@ -453,7 +453,7 @@ def test_the_ci_search_reaches_the_rows_the_rope_mutant_fails_on():
     scale 0), and survived 320 draws of the old one-search harness. A
     stand-in property failing exactly there: the per-stratum ci search of its
     expected killer must reach such a row early (drawing only: no kernel)."""
-    from conformance.ground.tables import TILE_N
+    from ground.tables import TILE_N
 
     rope = {m.name: m for m in MUTANTS}["rope_k_tile_local_positions"]
     seen = []

@@ -1,9 +1,9 @@
-"""The per-example phase timer (conformance.ground.phases) and the report's
+"""The per-example phase timer (ground.phases) and the report's
 per-worker profile built from it."""
 
 import time
 
-from conformance.ground import phases
+from ground import phases
 from reports.summary import merge
 
 

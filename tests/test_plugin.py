@@ -11,9 +11,9 @@ import pytest
 import torch  # noqa: F401 - imported before the in-process runs: pytester's module snapshot must keep it (a C extension cannot be imported twice)
 from hypothesis import settings
 
-from conformance.ground import findings
-from conformance.ground.case import Case, load_case_file
-from conformance.ground.tables import NO_GPU
+from ground import findings
+from ground.case import Case, load_case_file
+from ground.tables import NO_GPU
 
 pytest_plugins = ["pytester"]
 
@@ -31,10 +31,10 @@ import time
 import pytest
 import torch
 from hypothesis import Phase, given, settings, strategies as st
-from conformance.properties import judge, recorder
-from conformance.properties.common import finish
-from conformance.ground.case import Case
-from conformance.ground.outcome import PropertyFailure
+from properties import judge, recorder
+from properties.common import finish
+from ground.case import Case
+from ground.outcome import PropertyFailure
 
 def check(case):
     recorder.begin("toy", case, limit=3)

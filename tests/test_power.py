@@ -10,10 +10,10 @@ On a GPU: an on-disk cache whose key differs in every process.
 
 import pytest
 
-from conformance.ground.case import Case
-from conformance.ground.contracts import CONFIG, rule
-from conformance.ground.outcome import PropertyFailure
-from conformance.properties import DISK_CASES, check_compile_reuse, check_disk_reuse, check_rejection
+from ground.case import Case
+from ground.contracts import CONFIG, rule
+from ground.outcome import PropertyFailure
+from properties import DISK_CASES, check_compile_reuse, check_disk_reuse, check_rejection
 
 
 @pytest.mark.parametrize("name", ["params_tile_n", "params_num_warps", "bottom_right_without_causal_or_window"])
@@ -76,7 +76,7 @@ def _broken_prepared(kind: str):
     the device; ``alloc`` allocates a scratch buffer per launch."""
     import torch
 
-    from conformance.ground.data import relocate
+    from ground.data import relocate
     from kernels.prepared import PreparedAdapter
 
     class Broken(PreparedAdapter):
@@ -99,7 +99,7 @@ def _broken_prepared(kind: str):
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", ["dense", "thd"])
 def test_graph_replay_catches_a_launch_bound_to_stale_inputs(layout, gpu):
-    from conformance.properties import check_graph_replay
+    from properties import check_graph_replay
     from kernels.prepared import PreparedAdapter
 
     case = _replay_case(layout)
@@ -111,7 +111,7 @@ def test_graph_replay_catches_a_launch_bound_to_stale_inputs(layout, gpu):
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind, match", [("sync", "synchronizes"), ("alloc", "allocated")])
 def test_launch_hygiene_catches_a_sync_and_an_allocation(kind, match, gpu):
-    from conformance.properties import check_launch_hygiene
+    from properties import check_launch_hygiene
     from kernels.prepared import PreparedAdapter
 
     case = _replay_case("thd")

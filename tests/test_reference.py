@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from conformance.ground.case import BIAS_DTYPES, DTYPES, MEMORY_ORDERS, Case
-from conformance.ground.data import make_inputs
-from conformance.ground.tolerances import max_abs_error
+from ground.case import BIAS_DTYPES, DTYPES, MEMORY_ORDERS, Case
+from ground.data import make_inputs
+from ground.tolerances import max_abs_error
 from reference import masks
 from reference.attention import attention, reference_for_case
 from tests.oracles import naive_attention, naive_for_case, visible
@@ -240,7 +240,7 @@ def test_oracle_comparison_catches_mask_mutants(name, monkeypatch):
 
 # ------------------------------------------------------------ row chunking
 def _model(case):
-    from conformance.ground.tolerances import kernel_bounds
+    from ground.tolerances import kernel_bounds
 
     return lambda it: kernel_bounds(it, case.dtype)
 

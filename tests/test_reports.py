@@ -13,12 +13,12 @@ import json
 import pytest
 
 import reports
-from conformance.ground import findings
-from conformance.properties import recorder
-from conformance.ground.case import Case, load_case_file
-from conformance.ground.outcome import Observation
-from conformance.ground.coverage import REQUIRED
-from conformance.ground.tables import flavor_of
+from ground import findings
+from properties import recorder
+from ground.case import Case, load_case_file
+from ground.outcome import Observation
+from ground.coverage import REQUIRED
+from ground.tables import flavor_of
 from reports import casefile, coverage, render, shards, summary
 
 RUN = "20261202-120000-1"
@@ -200,7 +200,7 @@ def test_coverage_axes_show_gaps():
 
 
 def test_kernel_field_table_shows_each_field_value_and_its_gaps():
-    """The report's field x value table (conformance/ground/feature_space.py):
+    """The report's field x value table (ground/feature_space.py):
     every drawn kernel field has its facts' values, seen ones counted, unseen
     ones listed as gaps; out-of-scope fields are listed with their reason."""
     rope = Case(rope=True, d_qk=64, d_v=64, s_q=3, s_kv=3, sched="lpt")

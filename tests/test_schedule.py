@@ -38,6 +38,6 @@ def test_deal_is_deterministic_and_leaves_small_runs_alone():
 
 
 def test_every_property_has_a_weight():
-    from conformance.properties import PROPERTIES
+    from properties import PROPERTIES
 
     assert set(schedule.COLD_SECONDS) >= set(PROPERTIES)

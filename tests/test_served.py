@@ -18,10 +18,10 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from hypothesis.errors import FailedHealthCheck
 
 from conformance import testgen
-from conformance.ground.case import FACTS, Case
-from conformance.ground.contracts import RULES, broken_rules
-from conformance.properties.common import served
-from conformance.properties.matrix import FAMILIES, Family
+from ground.case import FACTS, Case
+from ground.contracts import RULES, broken_rules
+from properties.common import served
+from properties.matrix import FAMILIES, Family
 from strategies import backward_cases, cases, violating_cases
 
 FIXED = dict(derandomize=True, database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from conformance import cli
-from conformance.ground.case import Case, load_case_file
-from conformance.ground.contracts import broken_rules
-from conformance.ground.outcome import Observation, PropertyFailure
-from conformance.properties.shrink import shrink_geometry
+from ground.case import Case, load_case_file
+from ground.contracts import broken_rules
+from ground.outcome import Observation, PropertyFailure
+from properties.shrink import shrink_geometry
 from reports import casefile
 from strategies import cases, geometry
 
@@ -64,7 +64,7 @@ def test_shrink_stops_at_max_runs():
 
 def test_repro_shrink_geometry_writes_the_minimal_case_file(tmp_path, capsys, monkeypatch):
     import kernels
-    from conformance import properties
+    import properties
 
     monkeypatch.setitem(properties.PROPERTIES, "toy", _bug)
     monkeypatch.setattr(kernels, "get_adapter", lambda name=None, **kw: type("A", (), {"name": "prepared"})())

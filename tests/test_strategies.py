@@ -12,12 +12,12 @@ import re
 import pytest
 from hypothesis import HealthCheck, find, given, settings
 
-from conformance.ground.case import Case
-from conformance.ground.contracts import broken_rules
+from ground.case import Case
+from ground.contracts import broken_rules
 from strategies import cases, dense_cases, examples, load_profile, thd_cases
 from strategies import geometry, pools, profiles
-from conformance.ground.coverage import REQUIRED, labels
-from conformance.ground.tables import flavor_of
+from ground.coverage import REQUIRED, labels
+from ground.tables import flavor_of
 
 FIXED = dict(derandomize=True, database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -93,7 +93,7 @@ def test_every_feature_is_exercised(geometry):
 
 
 def test_pool_edges_are_the_vocabularys_tile_edges():
-    from conformance.ground.coverage import on_tile_edge
+    from ground.coverage import on_tile_edge
 
     assert [n for n in pools.EDGE_LENGTHS if on_tile_edge(n)] == [n for n in pools.EDGE_LENGTHS if n > 1]
     assert all(on_tile_edge(n) for n in pools.THD_EDGES) and not any(on_tile_edge(n) for n in pools.SMALL_LENGTHS + pools.THD_SMALL)

@@ -6,7 +6,7 @@
 Draws ``--per-stratum`` Cases for every (flavor, dtype, layout) stratum from
 the suite's strategies (``strategies.dense_cases`` / ``thd_cases``, the
 numerics tests' draws), runs each through the numerics property
-(``conformance.properties.check_numerics`` on ``kernels.get_adapter
+(``properties.check_numerics`` on ``kernels.get_adapter
 ("prepared")``, or on the emulated kernel), and prints error/bound p50 / p99
 / max for O and LSE per dtype under the new model and under the legacy rule it
 replaced, the failures (a correct kernel must have none), and which term
@@ -72,8 +72,8 @@ def _parts(case, inputs_device: str):
     """Median share of each term family of both bounds over the judged rows."""
     import torch
 
-    from conformance.ground.data import FINITE_PAD, make_inputs
-    from conformance.ground.tolerances import kernel_bounds
+    from ground.data import FINITE_PAD, make_inputs
+    from ground.tolerances import kernel_bounds
     from reference.attention import reference_for_case
 
     inputs = make_inputs(case, inputs_device, poison=True, pad_fill=FINITE_PAD)
@@ -97,8 +97,8 @@ def _stratum(job: dict) -> dict:
     """One worker: draw and check every Case of one stratum."""
     import torch
 
-    from conformance.properties import numerics as properties
-    from conformance.ground.outcome import PropertyFailure
+    from properties import numerics as properties
+    from ground.outcome import PropertyFailure
 
     if job["emulate"]:
         from tests.kernel_emulation import Arith, EmulatedAdapter
@@ -206,7 +206,7 @@ def render(summary: dict, meta: dict) -> str:
 
 
 def main(argv=None) -> int:
-    from conformance.ground.tables import FLAVORS
+    from ground.tables import FLAVORS
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--per-stratum", type=int, default=24, help="examples per (flavor, dtype, layout) stratum (default 24: 384 in all)")

@@ -54,7 +54,7 @@ class Recorder:
         self.calls = []  # (property, Case, params)
 
     def _stub(self, name):
-        from conformance.ground.outcome import Observation
+        from ground.outcome import Observation
 
         def check(case, adapter=None, **params):
             self.calls.append((name, case, params))
@@ -74,7 +74,7 @@ class Recorder:
             torch.cuda.is_available, torch.cuda.current_device = real
 
     def pytest_collection_finish(self, session):
-        from conformance import properties
+        import properties
 
         originals = dict(properties.PROPERTIES)
         stubs = {name: self._stub(name) for name in originals}
@@ -100,7 +100,7 @@ def keys_of(prop: str, case, params: dict) -> list:
     if prop not in LAUNCHING or case.violation:
         return []
     if prop in BACKWARD:
-        from conformance.properties.backward import forward_of
+        from properties.backward import forward_of
         from kernels.backward import compile_key as backward_key
 
         return [("bwd", backward_key(case))] + ([compile_key(forward_of(case))] if case.inputs_from == "kernel" else [])
@@ -113,7 +113,7 @@ def keys_of(prop: str, case, params: dict) -> list:
 
 def _unvisited_rows(examples) -> dict:
     """stratum -> the pool rows (dense "d<i>", THD "t<i>") no numerics example drew."""
-    from conformance.ground.tables import STRATA
+    from ground.tables import STRATA
     from kernels.prepared import compile_key
     from strategies import geometry
 
@@ -129,11 +129,11 @@ def _unvisited_rows(examples) -> dict:
 
 
 def _label_gaps(cases) -> dict:
-    """stratum -> feature labels (conformance.ground.coverage) of a pool that the
+    """stratum -> feature labels (ground.coverage) of a pool that the
     stratum's numerics examples never reached (runtime-only labels aside)."""
-    from conformance.ground.tables import STRATA, flavor_of
+    from ground.tables import STRATA, flavor_of
     from strategies import geometry
-    from conformance.ground.coverage import labels
+    from ground.coverage import labels
 
     out = {}
     for f, d in STRATA:

@@ -38,11 +38,11 @@ def main(paths) -> int:
     import kernels
     import kernels.backward as kb
     from conformance.cli import _load
-    from conformance.ground import data, findings
-    from conformance.ground.outcome import PropertyFailure
-    from conformance.properties import PROPERTIES
-    import conformance.properties.backward as pb
-    import conformance.properties.backward_tails as pt
+    from ground import data, findings
+    from ground.outcome import PropertyFailure
+    from properties import PROPERTIES
+    import properties.backward as pb
+    import properties.backward_tails as pt
 
     def unpoisoned(fn):
         return lambda *a, **k: fn(*a, **{**k, "poison": False})

@@ -52,9 +52,9 @@ HYPOTHESES = ("kernel", "dbias_io", "dbias_p_io", "dbias_from_ds", "dbias_scaled
 
 
 def probe(case, adapter, dbias_dtype: str, dev) -> dict:
-    from conformance.ground.data import FINITE_PAD, TORCH_DTYPES, make_grad_output, make_grad_outputs, make_inputs
-    from conformance.ground.tolerances import backward_bounds
-    from conformance.properties.backward import handed_inputs
+    from ground.data import FINITE_PAD, TORCH_DTYPES, make_grad_output, make_grad_outputs, make_inputs
+    from ground.tolerances import backward_bounds
+    from properties.backward import handed_inputs
     from reference.backward import backward_for_case, structural_zeros
     from tests.kernel_emulation import BwdPlant, emulate_backward
 
@@ -99,7 +99,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     # A private compile cache: the stale-artifact row below must not reach later runs' cache.
     os.environ["CUDNN_FRONTEND_COMPILED_CACHE"] = tempfile.mkdtemp(prefix="dbias-probe-")
-    from conformance.ground.case import Case
+    from ground.case import Case
 
     if args.emulate:
         from tests.kernel_emulation import BwdPlant, EmulatedBackward

@@ -50,12 +50,12 @@ from typing import Callable, Dict, Optional, Tuple
 
 import torch
 
-from conformance.ground.case import Case
-from conformance.ground.data import bits_of, body_storage, make_grad_output, make_grad_outputs, make_inputs
-from conformance.properties import judge, recorder
-from conformance.properties.backward import GRADS, _live, handed_inputs
-from conformance.properties.common import accepted, device, finish, launched_buffers
-from conformance.properties.tails import storage_outside_view
+from ground.case import Case
+from ground.data import bits_of, body_storage, make_grad_output, make_grad_outputs, make_inputs
+from properties import judge, recorder
+from properties.backward import GRADS, _live, handed_inputs
+from properties.common import accepted, device, finish, launched_buffers
+from properties.tails import storage_outside_view
 from kernels.base import require
 
 PROPERTY = "backward_tails"

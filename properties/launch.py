@@ -25,11 +25,11 @@ from typing import List
 
 import torch
 
-from conformance.ground.case import Case
-from conformance.ground.data import flat_storage, make_inputs, make_outputs
-from conformance.ground.outcome import Observation, PropertyFailure
-from conformance.properties import judge, recorder
-from conformance.properties.common import device, finish, launched_buffers
+from ground.case import Case
+from ground.data import flat_storage, make_inputs, make_outputs
+from ground.outcome import Observation, PropertyFailure
+from properties import judge, recorder
+from properties.common import device, finish, launched_buffers
 
 # A replayed or warm launch compiles nothing and loads no template module.
 NO_COMPILE = {"misses": 0, "thd_lru_misses": 0, "modules": 0}

@@ -5,7 +5,7 @@ one (``case.violation = rule.name``); ``expect`` maps each targeted entry point
 to the exception it must raise and a message fragment naming the offending
 argument: the contract, not what the installed kernels do. Where they break
 it, a known finding in known_findings.toml (``rule`` + ``entry``) says what
-happens instead, citing the installed source (conformance.ground.findings).
+happens instead, citing the installed source (ground.findings).
 ``unsafe_launch`` marks rules the kernels accept where a launch would
 address memory out of bounds or mis-map tiles: the rejection property checks
 acceptance by compiling only, never launching them.
@@ -50,8 +50,8 @@ TAMPERS = {
     "scale_output": "wrapper call with scale_output=2.0",
     "rope_freqs": "wrapper THD call with rope_freqs = any fp32 [max_s_q, d_qk // 2] tensor",
     "scheduler": 'wrapper THD call with scheduler="lpt"',
-    "thd_bias": "wrapper THD call with a [1, H_q, max_s_q, max_s_kv] bias of dtype case.bias (conformance.ground.data makes no THD bias)",
-    "thd_seq_lens": "wrapper THD call with seq_kv_lens / seq_len_q = int32 tensors of case.seq_kv_lens / case.seq_q_lens (conformance.ground.data makes none for THD)",
+    "thd_bias": "wrapper THD call with a [1, H_q, max_s_q, max_s_kv] bias of dtype case.bias (ground.data makes no THD bias)",
+    "thd_seq_lens": "wrapper THD call with seq_kv_lens / seq_len_q = int32 tensors of case.seq_kv_lens / case.seq_q_lens (ground.data makes none for THD)",
     "raw_right_bound": "prepared: pass case.window_right as right_bound (kernels.specialize.mask_runtime drops a band without causal); wrapper: window_size=(window_left, window_right) as the Case says",
 }
 
@@ -322,7 +322,7 @@ def broken_rules(case: Case) -> Tuple[str, ...]:
 # them; the prepared entry (SdpaBwdDslSm80 driven directly) shares those of
 # check_support and build_spec. Every row is refused before anything is
 # compiled or launched, most before any device is consulted, so the
-# rejection runs on the CPU (conformance.properties.backward.check_backward_rejection).
+# rejection runs on the CPU (properties.backward.check_backward_rejection).
 BWD_WRAPPER = "cudnn.sdpa.bwd.api_dsl.sdpa_bwd_wrapper_sm80"
 _BWD_API = "cudnn/sdpa/bwd/api_dsl.py"
 # What a BwdRule's ``change`` asks the call to do beyond its Case, by kind:

@@ -2,7 +2,7 @@
 
 A Case is the spine of the suite. A strategy draws it, a kernel adapter runs
 it, a property judges the result against the reference, and it ends in the
-report or in a repro file. The tensors are never stored: ``conformance.ground.data``
+report or in a repro file. The tensors are never stored: ``ground.data``
 regenerates them bit for bit from the facts and ``seed``.
 
 Every fact is declared ONCE, below, as a field of ``Case``: its type (the
@@ -11,7 +11,7 @@ descriptions and adapters (``fact(...)``). ``FACTS`` (name -> ``Fact``) is
 built from those declarations, and everything else derives from it: case-file
 reading (``Case.from_dict``: every fact of the file's schema must be present,
 with its type), ``structural_problem``, the findings file's ``when``
-(``coerce_fact``), the coverage vocabulary (``conformance.ground.coverage``),
+(``coerce_fact``), the coverage vocabulary (``ground.coverage``),
 the one-line description (``Case.describe``), the adapters' refusal of facts
 they cannot express (``Case.unexpressible``) and the facts table
 (``facts_markdown``; ``sdpa-conformance facts``). docs/CONTRIBUTING.md says
@@ -90,7 +90,7 @@ class Unexpressible(Exception):
     """An adapter was handed a Case with a fact value its entry point has no
     way to express (``Fact.adapters``). A test never draws one (it draws
     the projection, ``Case.expressed``); a direct call (repro of a case file)
-    refuses with this (conformance.properties.common.served)."""
+    refuses with this (properties.common.served)."""
 
 
 # ------------------------------------------------------------------ facts
@@ -148,7 +148,7 @@ class Fact:
     Optional type). minimum: the least int (for length lists: the least
     entry). coverage: the coverage axis/axes that show the fact (``AUTO``: an
     axis of its own from its domain, bool or choices; a tuple of axis names
-    of ``conformance.ground.coverage.DERIVED``; None: not a feature, e.g. the
+    of ``ground.coverage.DERIVED``; None: not a feature, e.g. the
     data seed). shown: the part of ``Case.describe`` that shows it (None: shown
     as ``name`` / ``name=value`` when not the default). adapters: the adapters
     (``tables.ADAPTERS``) that can express a non-default value (None: every
@@ -272,7 +272,7 @@ class Case:
     prefix_dtype: str = fact("int32", "THD cu_seqlens dtype (compile_thd_host prefix_dtypes)", choices=PREFIX_DTYPES, adapters=("prepared",), since=3)
     scale: Optional[float] = fact(None, "softmax scale, any sign (0 included); null: the kernels' default 1/sqrt(d_qk)", coverage=("scale",))
     memory: str = fact("bshd", "dense storage order of Q, K, V and O", choices=MEMORY_ORDERS, coverage=("memory",), shown="shape")
-    seed: int = fact(0, "seed of the tensor data (conformance.ground.data)", coverage=None, shown="seed")
+    seed: int = fact(0, "seed of the tensor data (ground.data)", coverage=None, shown="seed")
     violation: Optional[str] = fact(None, "the contract rule this Case breaks (strategies.violations); null: a valid Case", coverage=None)
 
     # ------------------------------------------------------------------ derived
@@ -503,7 +503,7 @@ def _declared() -> Dict[str, Fact]:
     out = {}
     for f in dataclasses.fields(Case):
         if hints[f.name] not in KINDS:
-            raise TypeError(f"Case fact {f.name!r}: type {hints[f.name]} has no case-file reading (conformance.ground.case.KINDS)")
+            raise TypeError(f"Case fact {f.name!r}: type {hints[f.name]} has no case-file reading (ground.case.KINDS)")
         out[f.name] = Fact(f.name, hints[f.name], f.default, **f.metadata["fact"])
     return out
 

@@ -66,7 +66,7 @@ ADAPTERS: Dict[str, str] = {
 DEFAULT_ADAPTER = "prepared"
 # What an adapter can be asked for beyond a plain launch; each adapter class
 # declares the ones it serves in ``supports`` (a property that needs one it
-# lacks raises conformance.ground.outcome.Unsupported: the test skips, naming
+# lacks raises ground.outcome.Unsupported: the test skips, naming
 # the adapter, rather than checking another mode under the same test id).
 CAPABILITIES: Dict[str, str] = {
     "caller-outputs": "the kernel writes O/LSE into the caller's (guarded, poisoned) buffers in the Case's memory order",

@@ -62,7 +62,7 @@ def looks_like_cuda_error(exc: BaseException) -> bool:
 
 
 # The suite's own packages, and the mark of the kernels under test's files (the cudnn package).
-SUITE_PACKAGES = tuple(str(Path(__file__).resolve().parents[2] / d) + os.sep for d in ("conformance", "kernels", "strategies", "reference"))
+SUITE_PACKAGES = tuple(str(Path(__file__).resolve().parents[1] / d) + os.sep for d in ("conformance", "reports", "properties", "kernels", "strategies", "reference", "ground"))
 KERNEL_PACKAGE = os.sep + "cudnn" + os.sep
 
 

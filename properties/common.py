@@ -10,11 +10,11 @@ from typing import Callable, Optional, TypeVar
 
 import torch
 
-from conformance.ground import phases
-from conformance.ground.case import Case, Unexpressible
-from conformance.ground.outcome import Observation, PropertyFailure
-from conformance.ground.tables import NO_GPU, TILE_M
-from conformance.properties import recorder
+from ground import phases
+from ground.case import Case, Unexpressible
+from ground.outcome import Observation, PropertyFailure
+from ground.tables import NO_GPU, TILE_M
+from properties import recorder
 
 
 # The entry point (adapter) the example runs against, set by ``served``: findings
@@ -29,7 +29,7 @@ class Refused(PropertyFailure):
     finding can excuse exactly it."""
 
     def __init__(self, property: str, case: Case, exc: BaseException, start: float):
-        from conformance.properties.watchdog import first_line
+        from properties.watchdog import first_line
 
         super().__init__(property, case, f"the entry point refused a valid Case: {first_line(exc)}", {"exception": type(exc).__name__},
                          check="launch", observed=type(exc).__name__)  # fmt: skip
@@ -42,7 +42,7 @@ def accepted(property: str, case: Case, start: float, launch: Callable[[], T]) -
     "launch" check's failure (Refused). Re-raised as they are: a CUDA fault
     (the context is gone: conformance.isolation), and anything raised by the
     suite's own code (an adapter's Unsupported, a bug of the suite)."""
-    from conformance.properties.watchdog import looks_like_cuda_error, raised_by_kernels
+    from properties.watchdog import looks_like_cuda_error, raised_by_kernels
 
     try:
         return launch()
@@ -64,15 +64,15 @@ def device() -> torch.device:
 
 def finish(name: str, case: Case, start: float, run, *, entry: Optional[str] = None, params: Optional[dict] = None, **fields) -> Observation:
     """Judge one example and record its Observation. ``run()`` (the judging)
-    runs every check (conformance.properties.judge collects the failing ones;
-    a PropertyFailure raised directly ends it); conformance.ground.findings
+    runs every check (properties.judge collects the failing ones;
+    a PropertyFailure raised directly ends it); ground.findings
     then excuses each failure that a known finding in force describes
     exactly. Any other failure is raised (the first, naming the rest); if all
     were excused the Observation is ``xfailed``. ``entry``: the entry point
     the example ran against (contract findings select by it); ``params``:
     property parameters a finding may select by (e.g. initialize_outputs)."""
-    from conformance.ground import findings
-    from conformance.properties import judge
+    from ground import findings
+    from properties import judge
 
     entry = entry if entry is not None else _ENTRY.get()
     obs = Observation(name, case, **fields)
@@ -231,8 +231,8 @@ def lse_untouched(property: str, case, lse) -> int:
     here or in a guard band). Returns the elements checked."""
     import torch
 
-    from conformance.ground.data import body_storage
-    from conformance.properties import judge
+    from ground.data import body_storage
+    from properties import judge
 
     flat = body_storage(lse)
     judge.exactly(property, case, "lse", flat, torch.full_like(flat, float("nan")), torch.ones_like(flat, dtype=torch.bool),
@@ -245,8 +245,8 @@ def lse_pitch_untouched(property: str, case, lse) -> int:
     never written. Returns the elements checked."""
     import torch
 
-    from conformance.ground.data import body_storage, guard_bands
-    from conformance.properties import judge
+    from ground.data import body_storage, guard_bands
+    from properties import judge
 
     n = lse.untyped_storage().nbytes() // lse.element_size()
     used = torch.zeros(n, dtype=torch.bool, device=lse.device)

@@ -23,9 +23,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional
 
-from conformance.ground.case import Case
-from conformance.ground.outcome import PropertyFailure
-from conformance.properties.common import NoGPU
+from ground.case import Case
+from ground.outcome import PropertyFailure
+from properties.common import NoGPU
 
 
 @dataclass

@@ -5,7 +5,7 @@ report's coverage tables (reports/coverage.py: an unexercised value is a gap).
 
 An ``Axis`` names a feature, the values a complete run reaches and how to read
 them off one valid Case. Axes come from the fact declarations
-(``conformance.ground.case.FACTS``): a fact declared with ``coverage=AUTO``
+(``ground.case.FACTS``): a fact declared with ``coverage=AUTO``
 (the default) gets an axis of its own from its domain (bool: no/yes; the
 declared choices), so a new bool or choice fact is covered with no edit here;
 a fact that names axes (``coverage=("mask",)``) is shown by the derived axes
@@ -130,7 +130,7 @@ def _axes() -> Tuple[Axis, ...]:
         else:
             for name in f.coverage or ():
                 if name not in derived:
-                    raise KeyError(f"Case fact {f.name!r}: coverage axis {name!r} is not declared in conformance.ground.coverage.DERIVED")
+                    raise KeyError(f"Case fact {f.name!r}: coverage axis {name!r} is not declared in ground.coverage.DERIVED")
                 out.setdefault(name, derived[name])
     unused = set(derived) - set(out)
     if unused:

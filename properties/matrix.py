@@ -23,13 +23,13 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
-from conformance.ground import findings
-from conformance.ground.case import BACKWARD_FACTS, FACTS, Case
-from conformance.ground.contracts import BWD_RULE_NAMES, BWD_RULES, CONFIG, PREPARED, RULES, RULES_BY_NAME, WRAPPER
-from conformance.ground.outcome import Observation
-from conformance.ground.tables import ADAPTERS, STRATA, STRATA_IDS, flavor_of
-from conformance.properties import COMPILED_FACTS, DENSE_RELATIONS, DISK_CASES, PROPERTIES, THD_RELATIONS
-from conformance.properties.metamorphic import entries_launched
+from ground import findings
+from ground.case import BACKWARD_FACTS, FACTS, Case
+from ground.contracts import BWD_RULE_NAMES, BWD_RULES, CONFIG, PREPARED, RULES, RULES_BY_NAME, WRAPPER
+from ground.outcome import Observation
+from ground.tables import ADAPTERS, STRATA, STRATA_IDS, flavor_of
+from properties import COMPILED_FACTS, DENSE_RELATIONS, DISK_CASES, PROPERTIES, THD_RELATIONS
+from properties.metamorphic import entries_launched
 from strategies import backward_cases, based_thd_backward_cases, cases, dense_cases, thd_cases, violating_cases
 from strategies.large import GQA_SHAPES, LARGE_SHAPES, LSE_PAD_SHAPES, OFFSET_SHAPES, REPLAY_ROWS, SLICE_SHAPES, large_cases, replay_cases
 
@@ -72,7 +72,7 @@ def _axis(arg: str, values, role: str, **kw) -> Axis:
 
 
 # xdist distributes test items, not examples: the GPU properties run per
-# (flavor, dtype) stratum (conformance.ground.tables.STRATA).
+# (flavor, dtype) stratum (ground.tables.STRATA).
 STRATA_AXIS = Axis(("flavor", "dtype"), tuple(STRATA), tuple(STRATA_IDS), STRATUM)
 NO_INIT = Axis(("initialize_outputs",), ((False,),), ("no-init",), PARAM, labels=("noinit",))
 LAYOUTS = _axis("layout", ("dense", "thd"), SOURCE)
@@ -88,7 +88,7 @@ def _drop_other_lengths(case: Case, padded: str) -> Case:
     return case.replace(**{PADDED[padded]: None})
 
 
-# metamorphic: the relation checked (conformance.properties.metamorphic.RELATIONS), per layout.
+# metamorphic: the relation checked (properties.metamorphic.RELATIONS), per layout.
 DENSE_RELATION_AXIS = _axis("relation", DENSE_RELATIONS, PARAM)
 THD_RELATION_AXIS = _axis("relation", THD_RELATIONS, PARAM)
 
@@ -133,7 +133,7 @@ class Family:
 
     test: str  # the test function's name
     module: str  # its module, as in node ids
-    property: str  # key of conformance.properties.PROPERTIES
+    property: str  # key of properties.PROPERTIES
     examples: Optional[str]  # strategies.profiles.KIND_SCALE key; None: no Hypothesis (fixed cases)
     marks: Tuple[str, ...] = ()  # pytest markers; "gpu" also requests the gpu fixture (skips without one)
     axes: Tuple[Axis, ...] = ()
@@ -313,7 +313,7 @@ MATRIX: Tuple[Family, ...] = (
     Family("test_large", LARGE, "numerics", "large", LARGE_TIER, (_axis("shape", LARGE_SHAPES, SOURCE),), large_cases,
            doc="dense S 32k, S_q = 1 against 32k KV, H_q 64 GQA 8:1, 1,024-CTA grids, >= 64 packed sequences of >= 64k tokens"),
     Family("test_large_offsets", LARGE, "numerics", "large", LARGE_TIER, (_axis("shape", OFFSET_SHAPES, SOURCE),), large_cases, kind="numerics_large",
-           doc="THD K/V element offsets past 2^31 and 2^32, decoys where a 32-bit offset would read (conformance.ground.data.wrapped_span)"),
+           doc="THD K/V element offsets past 2^31 and 2^32, decoys where a 32-bit offset would read (ground.data.wrapped_span)"),
     Family("test_large_slice", LARGE, "numerics", "large", GPU, (_axis("shape", SLICE_SHAPES, SOURCE),), large_cases,
            doc="the large tier's ci slice: decode rows against 8k KV, 64 packed sequences"),
     # upstream parity (cudnn-frontend's SM80 tests): GQA groups, padded-row LSE, graph replay, launch hygiene.

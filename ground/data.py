@@ -153,7 +153,7 @@ def guard_bits(t: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, int]:
     element must hold. Raises ValueError for a tensor without bands."""
     bands = guard_bands(t)
     if bands is None:
-        raise ValueError(f"a {tuple(t.shape)} {t.dtype} tensor with no guard bands (not made by conformance.ground.data.guarded)")
+        raise ValueError(f"a {tuple(t.shape)} {t.dtype} tensor with no guard bands (not made by ground.data.guarded)")
     g, n, _ = bands
     whole = bits_of(flat_storage(t))
     expected = bits_of(torch.tensor([sentinel(t.dtype)], dtype=t.dtype)).item()

@@ -27,12 +27,12 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from conformance.ground.case import Case
-from conformance.ground.data import FINITE_PAD, TORCH_DTYPES, CaseTensors, make_inputs, make_outputs
-from conformance.ground.outcome import Observation
-from conformance.ground.tables import TILE_N
-from conformance.properties import judge, recorder
-from conformance.properties.common import device, finish, launched_buffers, row_mask, row_regions
+from ground.case import Case
+from ground.data import FINITE_PAD, TORCH_DTYPES, CaseTensors, make_inputs, make_outputs
+from ground.outcome import Observation
+from ground.tables import TILE_N
+from properties import judge, recorder
+from properties.common import device, finish, launched_buffers, row_mask, row_regions
 
 NAME = "metamorphic"
 MAX_POWER = 12  # V * 2^k: k in [1, MAX_POWER], and at most what keeps |V| * 2^k <= max / 2 of the I/O dtype
@@ -315,7 +315,7 @@ def entries_launched(relation: str, entry: str) -> Tuple[str, ...]:
 def other_adapter(adapter):
     """The other entry point than ``adapter``'s: the public wrapper (in its
     SM80-compatibility mode off SM80) for the prepared adapter, and back."""
-    from conformance.properties.common import entry_adapter
+    from properties.common import entry_adapter
 
     return entry_adapter(other_entry_name(getattr(adapter, "name", "prepared")))
 
@@ -336,7 +336,7 @@ def _expressible(case: Case, other) -> None:
     if why:
         from hypothesis import currently_in_test_context, reject
 
-        from conformance.ground.case import Unexpressible
+        from ground.case import Unexpressible
 
         if currently_in_test_context():
             reject()
@@ -432,7 +432,7 @@ def check_metamorphic(case: Case, adapter, *, relation: str) -> Observation:
         what = f"the second launch ({relation}: {said or 'same inputs'}{where})"
         o_exact = o_where
         if relation == "v_pow2":  # O of the first launch rounded on the subnormal grid: judged within the double rounding (tolerances)
-            from conformance.ground.tolerances import SUBNORMAL_RESCALE_ULPS
+            from ground.tolerances import SUBNORMAL_RESCALE_ULPS
 
             io = TORCH_DTYPES[case.dtype]
             tiny = torch.finfo(io).tiny

@@ -9,16 +9,16 @@ Observation instead, and the report lists it.
 
 from typing import Callable, Dict
 
-from conformance.ground.outcome import Observation
-from conformance.properties.backward import check_backward, check_backward_addressing, check_backward_rejection, check_determinism
-from conformance.properties.backward_tails import check_backward_tails
-from conformance.properties.common import NoGPU, device, entry_adapter, served
-from conformance.properties.compile_cache import COMPILED_FACTS, DISK_CASES, check_compile_distinct, check_compile_reuse, check_compiles, check_disk_reuse, runtime_variants
-from conformance.properties.launch import check_graph_replay, check_launch_hygiene
-from conformance.properties.metamorphic import DENSE_RELATIONS, RELATIONS, THD_RELATIONS, check_metamorphic
-from conformance.properties.numerics import check_numerics
-from conformance.properties.rejection import check_rejection
-from conformance.properties.tails import check_tails, tail_expectation
+from ground.outcome import Observation
+from properties.backward import check_backward, check_backward_addressing, check_backward_rejection, check_determinism
+from properties.backward_tails import check_backward_tails
+from properties.common import NoGPU, device, entry_adapter, served
+from properties.compile_cache import COMPILED_FACTS, DISK_CASES, check_compile_distinct, check_compile_reuse, check_compiles, check_disk_reuse, runtime_variants
+from properties.launch import check_graph_replay, check_launch_hygiene
+from properties.metamorphic import DENSE_RELATIONS, RELATIONS, THD_RELATIONS, check_metamorphic
+from properties.numerics import check_numerics
+from properties.rejection import check_rejection
+from properties.tails import check_tails, tail_expectation
 
 # name -> check(case, adapter, **params); params are what recorder.begin saw.
 # Each skips Cases its adapter cannot express (common.served).

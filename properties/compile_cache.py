@@ -9,11 +9,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Mapping
 
-from conformance.ground.case import Case
-from conformance.ground.data import make_grad_output, make_grad_outputs, make_inputs, make_outputs
-from conformance.ground.outcome import Observation, PropertyFailure
-from conformance.properties import judge, recorder
-from conformance.properties.common import accepted, device, finish, launched_buffers
+from ground.case import Case
+from ground.data import make_grad_output, make_grad_outputs, make_inputs, make_outputs
+from ground.outcome import Observation, PropertyFailure
+from properties import judge, recorder
+from properties.common import accepted, device, finish, launched_buffers
 
 
 # ----------------------------------------------------------- compile reuse
@@ -98,7 +98,7 @@ def check_compile_reuse(case: Case, adapter, *, launch: bool = True) -> Observat
         dev = device()
         inputs, outputs = make_inputs(c, dev, poison=True), make_outputs(c, dev)
         if c.is_bwd:  # the backward on reference O/LSE (O and LSE stand for the forward's outputs)
-            from conformance.properties.backward import handed_inputs
+            from properties.backward import handed_inputs
 
             o, lse, _ = handed_inputs(c.replace(inputs_from="reference"), adapter, inputs, dev)
             do, grads = make_grad_output(c, dev), make_grad_outputs(c, dev)
@@ -168,8 +168,8 @@ import json, sys
 from kernels.source import use_kernels_source
 use_kernels_source()  # $SDPA_KERNELS_SOURCE, inherited: the same kernels as this run
 #PRELUDE
-from conformance.ground.case import Case
-from conformance.ground.data import make_inputs, make_outputs
+from ground.case import Case
+from ground.data import make_inputs, make_outputs
 from kernels import get_adapter
 case = Case.from_json(sys.argv[1])
 result = get_adapter(sys.argv[2]).run(case, make_inputs(case, "cuda"), make_outputs(case, "cuda"))
@@ -183,7 +183,7 @@ def _launch_in_new_process(case: Case, adapter, cache_dir, prelude: str) -> dict
     import subprocess
     import sys
 
-    from conformance.ground.tables import COMPAT_ENV
+    from ground.tables import COMPAT_ENV
 
     env = {**os.environ, "CUDNN_FRONTEND_COMPILED_CACHE": str(cache_dir)}
     env.pop("CUDNN_FRONTEND_DISABLE_COMPILED_CACHE", None)

@@ -3,9 +3,9 @@ the backward error model, and bitwise determinism.
 
 The backward of a Case is handed O and LSE from the reference (O rounded to
 the I/O dtype, LSE fp32) or from the forward kernel under test (the same
-adapter), ``case.inputs_from``, and dO (conformance.ground.data.make_grad_output).
+adapter), ``case.inputs_from``, and dO (ground.data.make_grad_output).
 Its gradients are judged element by element (dQ, dK, dV, dBias) and per head
-(dSink) under ``conformance.ground.tolerances.backward_bounds``, which charges
+(dSink) under ``ground.tolerances.backward_bounds``, which charges
 the handed O/LSE's own distance from the exact forward; gradients the
 kernel's gating makes exactly 0 (rows with no visible key, padded rows, keys
 no live row sees, masked dBias cells: reference.backward.structural_zeros)
@@ -18,11 +18,11 @@ import time
 
 import torch
 
-from conformance.ground.case import Case
-from conformance.ground.data import FINITE_PAD, TORCH_DTYPES, bits_of, dbias_dtype_of, make_grad_output, make_grad_outputs, make_inputs, make_outputs
-from conformance.ground.outcome import Observation, PropertyFailure
-from conformance.properties import judge, recorder
-from conformance.properties.common import accepted, device, finish, launched_buffers
+from ground.case import Case
+from ground.data import FINITE_PAD, TORCH_DTYPES, bits_of, dbias_dtype_of, make_grad_output, make_grad_outputs, make_inputs, make_outputs
+from ground.outcome import Observation, PropertyFailure
+from properties import judge, recorder
+from properties.common import accepted, device, finish, launched_buffers
 
 GRADS = ("dq", "dk", "dv", "dbias", "dsink")
 
@@ -54,7 +54,7 @@ def handed_inputs(case: Case, adapter, inputs, dev):
 
 def reference_with_model(case: Case, inputs, do, o, lse):
     """The float64 gradients, their bounds ("bound:<g>") and structural zeros ("zero:<g>")."""
-    from conformance.ground.tolerances import backward_bounds
+    from ground.tolerances import backward_bounds
     from reference.backward import backward_for_case, structural_zeros
 
     def extra(it, grads, o_given, lse_given):
@@ -226,10 +226,10 @@ def check_determinism(case: Case, adapter) -> Observation:
 
 def check_backward_rejection(case: Case, adapter=None) -> Observation:
     """``sdpa_bwd_wrapper_sm80`` refuses the backward contract ``rule``
-    (conformance.ground.contracts.BWD_RULES) with the stated exception naming
+    (ground.contracts.BWD_RULES) with the stated exception naming
     the argument, before compiling or launching anything. Runs on the CPU (a
     GPU when there is one)."""
-    from conformance.ground.contracts import BWD_RULES
+    from ground.contracts import BWD_RULES
     from kernels.backward import rejected_call
     from kernels.counters import measure
 

@@ -1,5 +1,5 @@
 """numerics: O and LSE against the float64 reference under the error model
-of the kernel's own arithmetic (conformance.ground.tolerances.kernel_bounds)."""
+of the kernel's own arithmetic (ground.tolerances.kernel_bounds)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import time
 
 import torch
 
-from conformance.ground.case import Case
-from conformance.ground.data import FINITE_PAD, TORCH_DTYPES, make_inputs, make_outputs
-from conformance.ground.outcome import Observation
-from conformance.properties import judge, recorder
-from conformance.properties.common import device, finish, launched_buffers, lse_untouched, row_mask, row_regions
+from ground.case import Case
+from ground.data import FINITE_PAD, TORCH_DTYPES, make_inputs, make_outputs
+from ground.outcome import Observation
+from properties import judge, recorder
+from properties.common import device, finish, launched_buffers, lse_untouched, row_mask, row_regions
 
 
 def contract_rows(case: Case, inputs, visible: torch.Tensor):
@@ -30,7 +30,7 @@ def contract_rows(case: Case, inputs, visible: torch.Tensor):
 def legacy_ratios(case: Case, inputs, o, lse, o_live, lse_live) -> dict:
     """error / bound under the rule the error model replaced (2x a same-dtype
     run's error, against the fp32 reference); diagnostics only."""
-    from conformance.ground.tolerances import legacy_bound, max_abs_error
+    from ground.tolerances import legacy_bound, max_abs_error
     from reference.attention import reference_for_case
 
     ref = reference_for_case(case, inputs, torch.float32)
@@ -55,7 +55,7 @@ def check_numerics(case: Case, adapter, *, legacy: bool = False, tails: bool = F
     check_tails' with initialized outputs (NaN behind every dead input, NaN
     in the output buffers), so its checks are judged on it too and recorded
     as a tails example of their own: one launch, both properties."""
-    from conformance.ground.tolerances import kernel_bounds
+    from ground.tolerances import kernel_bounds
     from reference.attention import reference_for_case
 
     recorder.begin("numerics", case, **({"legacy": True} if legacy else {}))
@@ -97,7 +97,7 @@ def check_numerics(case: Case, adapter, *, legacy: bool = False, tails: bool = F
 
     observed = finish("numerics", case, start, judged, compile=result.compile.to_dict(), notes=notes)
     if tails and case.is_thd and result.notes.get("initialize_outputs", True):
-        from conformance.properties.tails import judge_tails
+        from properties.tails import judge_tails
 
         recorder.begin("tails", case, initialize_outputs=True)  # its case file names the property that judges next
         judge_tails(case, inputs, outputs, result, True, time.perf_counter())

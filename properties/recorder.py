@@ -26,9 +26,9 @@ import time
 from dataclasses import dataclass, field
 from typing import IO, Optional
 
-from conformance.ground.case import Case
-from conformance.ground.phases import timed
-from conformance.ground.outcome import Observation
+from ground.case import Case
+from ground.phases import timed
+from ground.outcome import Observation
 
 
 @dataclass(frozen=True)

@@ -69,12 +69,12 @@ OUTCOME = "outcome"  # ``observed``: what the call did; a finding names that out
 PLAIN = "plain"  # the check as a whole; a finding needs Case facts or a contract rule
 
 # property -> check id -> (kind, what the check asserts). Properties name
-# their failures with these ids (conformance.properties.judge ``check=``).
+# their failures with these ids (properties.judge ``check=``).
 # Every property that launches checks the guard bands around every buffer.
 _GUARDS = {"guards": (STORAGE, "the guard bands around every buffer are untouched (no out-of-bounds write)")}
 # Every property that launches the backward on a valid Case: the entry point must take it.
 # (Only what the kernels' package raises: a CUDA fault ends the worker, conformance.isolation;
-# the suite's own exceptions are raised as they are, conformance.properties.common.accepted.)
+# the suite's own exceptions are raised as they are, properties.common.accepted.)
 _LAUNCH = {"launch": (OUTCOME, "the entry point takes a valid Case: the launch returns instead of raising (observed: the exception type)")}
 CHECKS: Dict[str, Dict[str, Tuple[str, str]]] = {
     "numerics": {
@@ -135,7 +135,7 @@ CHECKS: Dict[str, Dict[str, Tuple[str, str]]] = {
         "same compile": (PLAIN, "a relation that keeps the compile key: the second launch compiles nothing"),
         **_GUARDS,
     },
-    # The backward (conformance/properties/backward.py). Its row checks name
+    # The backward (properties/backward.py). Its row checks name
     # gradient quantities (dq, dk, dv, dbias, dsink), which no finding's row
     # region can bound yet: a backward finding names Case facts instead.
     "backward": {
@@ -153,7 +153,7 @@ CHECKS: Dict[str, Dict[str, Tuple[str, str]]] = {
     },
     "backward_tails": {
         "no nan": (PLAIN, "every gradient element the contract defines is written and free of the NaN poisoned into every dead input"),
-        "capacity": (PLAIN, "gradient storage outside the live rows ends as the contract says (conformance.properties.backward_tails.TAIL_RULES)"),
+        "capacity": (PLAIN, "gradient storage outside the live rows ends as the contract says (properties.backward_tails.TAIL_RULES)"),
         "pad columns": (STORAGE, "dense dQ/dK/dV pad columns (bshd_padded) never written"),
         "outputs": (PLAIN, "the backward returns every gradient its Case asks for"),
         **_LAUNCH,
@@ -219,7 +219,7 @@ def _thd_lse_past_compact_zeroing(case: Case) -> torch.Tensor:
     past H * T_q: the compact (H, T_q) extent the host's initialisation zeroes."""
     if not case.is_thd or case.lse_layout != "padded":
         return torch.zeros(row_shape(case), dtype=torch.bool)
-    from conformance.ground.data import thd_lse_pitch
+    from ground.data import thd_lse_pitch
 
     h, t = torch.arange(case.h_q)[:, None], torch.arange(case.t_q)[None, :]
     return h * thd_lse_pitch(case) + t >= case.h_q * case.t_q
@@ -324,7 +324,7 @@ def rope_table_overread(case: Case) -> bool:
 # example of a property without that parameter never matches.
 PARAMETERS: Dict[str, Tuple[Callable[[Any], bool], str]] = {
     "initialize_outputs": (lambda v: isinstance(v, bool), "true/false (the THD host zeroes O and Stats before attention)"),
-    "fact": (lambda v: isinstance(v, str) and bool(v), "the compiled-in Case fact compile_distinct varies (conformance.properties.compile_cache.COMPILED_FACTS)"),
+    "fact": (lambda v: isinstance(v, str) and bool(v), "the compiled-in Case fact compile_distinct varies (properties.compile_cache.COMPILED_FACTS)"),
 }
 
 

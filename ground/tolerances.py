@@ -165,7 +165,7 @@ ROPE_FP32_REL = 8 * U32
 RECORD_MARGIN = 2.0**-10
 
 
-# Metamorphic V scaling (conformance.properties.metamorphic, relation
+# Metamorphic V scaling (properties.metamorphic, relation
 # "v_pow2"): V * 2^k leaves every operation of the kernel exact up to a power
 # of two (products, the fp32 P@V accumulation whose alignment grid follows the
 # largest term, acc * 1/l), so O scales exactly wherever the I/O dtype rounds

@@ -3,7 +3,7 @@ the worst elements located (batch/sequence, head, token, dim, region), and
 returns what the report records.
 
 - ``within_model``: numerics against the reference under the error model
-  (a bound per element, ``conformance.ground.tolerances.kernel_bounds``).
+  (a bound per element, ``ground.tolerances.kernel_bounds``).
 - ``exactly``: storage whose value the contract fixes bit for bit (tails,
   untouched buffers, -inf/0 conventions).
 - ``raises_contract``: a contract rejection (type + message naming the argument).
@@ -12,7 +12,7 @@ returns what the report records.
   (no out-of-bounds write).
 
 Each failure carries its structured key (``check``, the quantity, ``where``
-or ``observed``: see PropertyFailure) for conformance.ground.findings.
+or ``observed``: see PropertyFailure) for ground.findings.
 Inside ``collecting()`` (a property judging one example) a failing check is
 recorded and the helper returns, so every check of the example is judged;
 outside it the helper raises.
@@ -26,10 +26,10 @@ from typing import Callable, List, Mapping, Optional, Sequence
 
 import torch
 
-from conformance.ground.case import Case
-from conformance.ground.data import guard_bits
-from conformance.ground.outcome import PropertyFailure
-from conformance.ground.tolerances import abs_diff
+from ground.case import Case
+from ground.data import guard_bits
+from ground.outcome import PropertyFailure
+from ground.tolerances import abs_diff
 
 WORST = 5  # elements listed in a failure
 
@@ -226,7 +226,7 @@ def compile_delta(property: str, case: Case, delta, budget: dict, what: str, *, 
 
 def guards_intact(property: str, case: Case, buffers: Mapping[str, torch.Tensor]) -> int:
     """Assert the guard bands of every buffer in ``buffers`` (name -> tensor
-    made by conformance.ground.data.guarded, or a view of one) are bit for
+    made by ground.data.guarded, or a view of one) are bit for
     bit what was written: an out-of-bounds write fails the property, naming
     the buffer and the element/byte range written (relative to the buffer's
     first element: negative before it, >= its length after it) with the

@@ -7,11 +7,11 @@ import time
 
 import torch
 
-from conformance.ground.case import Case
-from conformance.ground.data import body_storage, make_inputs, make_outputs
-from conformance.ground.outcome import Observation
-from conformance.properties import judge, recorder
-from conformance.properties.common import device, entry_adapter, finish, launched_buffers
+from ground.case import Case
+from ground.data import body_storage, make_inputs, make_outputs
+from ground.outcome import Observation
+from properties import judge, recorder
+from properties.common import device, entry_adapter, finish, launched_buffers
 
 
 def _attempt(call):
@@ -33,7 +33,7 @@ def check_rejection(case: Case, adapter=None, *, entry: str, launch: bool = True
     further. Where the installed kernels break a rule, a known finding
     (known_findings.toml, ``rule`` + ``entry``) excuses exactly the check it
     names, with the outcome it observed."""
-    from conformance.ground import contracts
+    from ground import contracts
     from kernels.config import run_config
     from kernels.counters import NO_COMPILE_REQUEST, measure, memos_forgotten
 

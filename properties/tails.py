@@ -7,11 +7,11 @@ import time
 
 import torch
 
-from conformance.ground.case import Case
-from conformance.ground.data import body_storage, guard_bands, make_inputs, make_outputs
-from conformance.ground.outcome import Observation
-from conformance.properties import judge, recorder
-from conformance.properties.common import device, finish, launched_buffers, lse_pitch_untouched, lse_untouched, row_mask, row_regions
+from ground.case import Case
+from ground.data import body_storage, guard_bands, make_inputs, make_outputs
+from ground.outcome import Observation
+from properties import judge, recorder
+from properties.common import device, finish, launched_buffers, lse_pitch_untouched, lse_untouched, row_mask, row_regions
 from kernels.base import require
 
 

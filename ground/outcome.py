@@ -10,7 +10,7 @@ import unittest
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
-from conformance.ground.case import Case
+from ground.case import Case
 
 
 @dataclass
@@ -25,7 +25,7 @@ class Observation:
     findings: list = field(default_factory=list)  # ids of the known findings that excused a failed check
     exercised: list = field(default_factory=list)  # ids of the known findings this example exercised
     notes: dict = field(default_factory=dict)
-    phases: dict = field(default_factory=dict)  # conformance.ground.phases: seconds per phase of this example
+    phases: dict = field(default_factory=dict)  # ground.phases: seconds per phase of this example
 
     def to_dict(self) -> dict:
         return {
@@ -47,10 +47,10 @@ class PropertyFailure(AssertionError):
 
     ``summary`` is one line (observed vs expected); ``detail`` holds the
     worst elements with their coordinates and the region they sit in (see
-    conformance.properties.judge), for the repro command and the case file.
+    properties.judge), for the repro command and the case file.
 
     The structured key a known finding is matched against
-    (conformance.ground.findings): ``check`` (the check's id), the quantity
+    (ground.findings): ``check`` (the check's id), the quantity
     (``detail["quantity"]``), and what failed: ``where`` (a bool mask of the
     failing elements over the quantity) or ``observed`` (the outcome seen).
     ``failures``: every failed check of the example that no finding excuses
@@ -73,7 +73,7 @@ class PropertyFailure(AssertionError):
 
 class Unsupported(unittest.SkipTest):
     """An adapter was asked for something it cannot run: a capability its
-    ``supports`` set does not declare (conformance.ground.tables.CAPABILITIES).
+    ``supports`` set does not declare (ground.tables.CAPABILITIES).
     Properties raise it before launching anything, never substituting another
     mode. A ``unittest.SkipTest``: pytest reports the test skipped with this
     reason, and Hypothesis re-raises it at once instead of shrinking; the
