@@ -7,7 +7,9 @@
     sdpa-conformance facts
 
 Exit status: 0 the case passes now / report written; 1 the case still fails;
-2 usage errors, unreadable case files, no GPU where the case needs one.
+2 usage errors, unreadable case files, and refusals (ground.outcome.Unsupported,
+whatever its scope: no GPU where the case needs one, an arch or capability the
+adapter lacks, a fact it cannot express).
 Nothing heavy is imported before it is needed: --help and --version are instant.
 """
 
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from conformance import __version__
+from ground.outcome import Unsupported
 from ground.tables import ADAPTER_ENV, ADAPTERS, COMPAT_ENV, DEFAULT_ADAPTER, NO_GPU, PINNED
 
 PACKAGES = ("nvidia-cudnn-frontend", "nvidia-cutlass-dsl", "torch")
@@ -268,16 +271,15 @@ def repro(args) -> int:
     if needs_gpu is None:  # not recorded: a case from a GPU run launched kernels
         needs_gpu = not str(doc.get("mode") or "").startswith("compile-only")
     if needs_gpu and not torch.cuda.is_available():
-        raise Usage(NO_GPU + "; replay this case on a GPU machine" + (f" (recorded on {doc['gpu']}, {doc.get('mode')})" if doc.get("gpu") else ""))
+        raise Unsupported.machine(NO_GPU + "; replay this case on a GPU machine" + (f" (recorded on {doc['gpu']}, {doc.get('mode')})" if doc.get("gpu") else ""))
 
     digest = inputs_digest(case)
     if doc.get("inputs_sha256"):
         same = digest == doc["inputs_sha256"]
         print(f"inputs:    {'regenerated bit for bit' if same else 'DIFFER from the recorded run (torch RNG or data module changed)'} (sha256 {str(digest)[:16]})")
 
-    from ground.case import Unexpressible
-    from ground.outcome import PropertyFailure, Unsupported
-    from properties import PROPERTIES, NoGPU
+    from ground.outcome import PropertyFailure
+    from properties import PROPERTIES
 
     if prop not in PROPERTIES:
         raise Usage(f"{args.file}: case file field 'property': {prop!r} is not one of {', '.join(PROPERTIES)}")
@@ -303,10 +305,8 @@ def repro(args) -> int:
         covered = _known_finding_note(failure, params)
         print("\nstill fails" + (", as the known findings describe" if covered else "") + " (exit 1)")
         return _shrink(args, doc, prop, case, adapter, params, failure) if args.shrink_geometry else 1
-    except (NoGPU, Unsupported) as e:  # Unsupported: this adapter cannot run what the case file asks (--adapter)
-        raise Usage(str(e)) from None
-    except Unexpressible as e:
-        raise Usage(f"{e} (--adapter picks another)") from None
+    except Unsupported:  # this machine or adapter cannot run what the case file asks: no verdict (main: the refusal's exit status)
+        raise
     except Exception as e:  # noqa: BLE001 - an exception from the kernel is the failure being replayed
         import traceback
 
@@ -468,6 +468,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     except Usage as e:
         print(f"sdpa-conformance {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except Unsupported as refusal:  # the refusal policy (ground.outcome.REFUSALS): the message, its exit status (2)
+        print(f"sdpa-conformance {args.command}: error: {refusal.usage()}", file=sys.stderr)
+        return refusal.exit_status
 
 
 if __name__ == "__main__":

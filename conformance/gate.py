@@ -8,7 +8,8 @@ Each run is ``python -m pytest -n WORKERS <the properties> --hypothesis-profile=
 with its own report directory (``REPORT_DIR/run-<i>``); the summary is read
 back from that run's report.json. Exit status: 0 when every run passed, else
 the first failing run's pytest status (1 a property failed or a known finding
-went stale; 2-4 usage or internal errors); 2 when there is no GPU.
+went stale; 2-4 usage or internal errors); 2 when there is no GPU (a refusal of
+this machine: ground.outcome.REFUSALS).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
+from ground.outcome import Unsupported
 from ground.tables import ADAPTERS, NO_GPU
 from strategies.profiles import MAX_EXAMPLES
 
@@ -103,9 +105,10 @@ def run(args) -> int:
     if args.runs < 1:
         print("sdpa-conformance gate: error: --runs must be >= 1", file=sys.stderr)
         return 2
-    if not _has_gpu():
-        print(f"sdpa-conformance gate: error: {NO_GPU}; the gate launches the kernels (run pytest for the CPU tiers)", file=sys.stderr)
-        return 2
+    if not _has_gpu():  # a refusal of this machine (ground.outcome.REFUSALS): its message and exit status
+        refusal = Unsupported.machine(f"{NO_GPU}; the gate launches the kernels (run pytest for the CPU tiers)")
+        print(f"sdpa-conformance gate: error: {refusal.usage()}", file=sys.stderr)
+        return refusal.exit_status
     began, status = time.monotonic(), 0
     cache = args.compile_cache
     if args.cold:

@@ -31,6 +31,9 @@ in a pytest run: a property whose failed checks are all excused returns an
 ``xfailed`` observation; any other failure of the same example kills. The
 control must survive everything (an incomplete control too makes the run
 invalid). Kill rate = (killed + error) / (mutants - stale - incomplete).
+A refusal (``ground.outcome.Unsupported``) is no verdict, never a kill: one
+of scope "case" rejects its example (not counted as drawn), any other stops
+the search unjudged (the worker records it as a harness error).
 Writes mutants.json and mutants.md to --report-dir.
 Exit: 0 control survived, no mutant incomplete, no harness error and kill
 rate >= --goal; 1 otherwise (or --list finds a stale mutant); 2 bad
@@ -54,6 +57,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 from ground.case import Case
+from ground.outcome import Unsupported
 from ground.tables import NO_GPU
 from properties.matrix import BACKWARD as BACKWARD_MODULE  # the backward's families: searched by backward mutants only
 from properties.matrix import MATRIX, PARAM, SOURCE, STRATUM, TRANSFORM, Family, stratum_of
@@ -271,9 +275,6 @@ def search(kind: Kind, adapter, flavors, *, profile: str, until: float, t0: floa
     from hypothesis.errors import UnsatisfiedAssumption
     from hypothesis.internal.conjecture import engine
 
-    from ground.outcome import Unsupported
-    from properties import NoGPU
-
     state = _Search(planned=planned_examples(profile, kind, scale))
     if time.perf_counter() > until:  # past the cap: skip, do not draw a single example
         state.cut = True
@@ -303,7 +304,7 @@ def search(kind: Kind, adapter, flavors, *, profile: str, until: float, t0: floa
             state.examples -= state.first is None
             state.shrinks -= state.first is not None
             raise
-        except (NoGPU, Unsupported):  # the adapter cannot run this kind: no verdict, not a kill
+        except Unsupported:  # a refusal (scope machine/adapter; "case" was rejected above): no verdict, not a kill
             raise
         except Exception as failure:  # noqa: BLE001 - a crash of the mutated kernel is a verdict
             hit = (case, failure, time.perf_counter() - t0)
@@ -320,7 +321,7 @@ def search(kind: Kind, adapter, flavors, *, profile: str, until: float, t0: floa
     was, engine.MAX_SHRINKING_SECONDS = engine.MAX_SHRINKING_SECONDS, max(0.0, until - time.perf_counter())
     try:
         probe()
-    except (NoGPU, Unsupported):
+    except Unsupported:
         raise
     except Exception:  # noqa: BLE001 - recorded in state (Flaky and groups included)
         if state.first is None:
@@ -659,10 +660,13 @@ def main(args) -> int:
         import torch
 
         if not torch.cuda.is_available():
-            raise Usage(NO_GPU + " (--list works anywhere)")
+            raise Unsupported.machine(NO_GPU + " (--list works anywhere)")
     except Usage as e:
         print(f"sdpa-conformance mutants: error: {e}", file=sys.stderr)
         return 2
+    except Unsupported as refusal:  # the refusal policy (ground.outcome.REFUSALS): its exit status
+        print(f"sdpa-conformance mutants: error: {refusal.usage()}", file=sys.stderr)
+        return refusal.exit_status
     from kernels.environment import detect
 
     env, start = detect(), time.time()

@@ -1,6 +1,7 @@
 """The pytest plugin of sdpa-conformance (pytest11 entry point ``sdpa_conformance``).
 
-Options, the environment header, the ``adapter`` and ``gpu`` fixtures, the
+Options, the environment header, the ``adapter`` and ``gpu`` fixtures,
+refusals (ground.outcome.Unsupported) skipped at the line that refused, the
 known findings in force (ground.findings), and the recording of
 every run:
 
@@ -33,7 +34,7 @@ from conformance import __version__, isolation
 from ground import findings
 from ground.tables import ADAPTER_ENV, ADAPTERS, COMPAT_ENV, DEFAULT_ADAPTER, NO_GPU
 from properties import recorder
-from ground.outcome import PropertyFailure
+from ground.outcome import PropertyFailure, Unsupported
 from reports import casefile, shards
 
 DEFAULT_REPORT_DIR = "sdpa-report"
@@ -352,12 +353,24 @@ def pytest_report_header(config):
 # --------------------------------------------------------------- fixtures
 @pytest.fixture(scope="session")
 def gpu():
-    """The CUDA device; skips the test where there is none."""
+    """The CUDA device; where there is none, refused (``Unsupported``, scope
+    "machine"): the test skips with the reason."""
     import torch
 
     if not torch.cuda.is_available():
-        pytest.skip(NO_GPU + " (the compile-only tier still runs)")
+        raise Unsupported.machine(NO_GPU + " (the compile-only tier still runs)")
     return torch.device("cuda", torch.cuda.current_device())
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's unittest shim, which would report the skip at its own line
+def pytest_runtest_makereport(item, call):
+    """A refusal (``ground.outcome.Unsupported``, a unittest.SkipTest; scope
+    "case" reaches here only outside a Hypothesis example) skips the test
+    with its reason, reported at the line that refused."""
+    refusal = call.excinfo.value if call.excinfo is not None else None
+    if isinstance(refusal, Unsupported):
+        skipped = pytest.skip.Exception(str(refusal)).with_traceback(refusal.__traceback__)
+        call.excinfo = pytest.ExceptionInfo.from_exception(skipped)
 
 
 @pytest.fixture(scope="session")

@@ -41,6 +41,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 # of an older schema get its default, the behaviour they were recorded with.
 SCHEMA_VERSION = 4
 
+from .outcome import Unsupported  # noqa: E402
 from .tables import ADAPTERS, DTYPES, DTYPE_SHORT  # noqa: E402,F401  (one definition, re-exported)
 BIAS_DTYPES = ("float16", "bfloat16", "float32")
 LAYOUTS = ("dense", "thd")
@@ -84,13 +85,6 @@ PREFIX_DTYPES = ("int32", "int64")
 
 class CaseFileError(ValueError):
     """A case file (or dict) that cannot be turned into a Case; names the field."""
-
-
-class Unexpressible(Exception):
-    """An adapter was handed a Case with a fact value its entry point has no
-    way to express (``Fact.adapters``). A test never draws one (it draws
-    the projection, ``Case.expressed``); a direct call (repro of a case file)
-    refuses with this (properties.common.served)."""
 
 
 # ------------------------------------------------------------------ facts
@@ -152,7 +146,7 @@ class Fact:
     data seed). shown: the part of ``Case.describe`` that shows it (None: shown
     as ``name`` / ``name=value`` when not the default). adapters: the adapters
     (``tables.ADAPTERS``) that can express a non-default value (None: every
-    one); the others refuse such a Case (``Unexpressible``), a test draws
+    one); the others refuse such a Case (``Unsupported``, scope "case"), a test draws
     its projection (``Case.expressed``: the fact at its default, which must
     keep every Case valid). since: the case-file schema that introduced the fact.
     """
@@ -478,10 +472,12 @@ class Case:
         return out
 
     def require_expressible(self, adapter: str) -> None:
-        """Raise Unexpressible where ``adapter`` cannot run this Case (adapters call it first)."""
+        """Refuse (``Unsupported``, scope "case": a Hypothesis example is
+        rejected, a repro exits 2) where ``adapter`` cannot run this Case
+        (adapters call it first)."""
         why = self.unexpressible(adapter)
         if why:
-            raise Unexpressible(why)
+            raise Unsupported.case(why, adapter=adapter, hint="--adapter picks another")
 
     # ------------------------------------------------------------- describe
     def describe(self) -> str:

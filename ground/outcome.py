@@ -1,16 +1,22 @@
-"""What a property hands back: an Observation, or a PropertyFailure.
+"""What a property hands back: an Observation, or a PropertyFailure; or
+why nothing could be run: an ``Unsupported`` refusal (its policy: ``REFUSALS``).
 
-Both carry the Case, so whatever judged it (pytest, the repro command, the
-mutant harness) can record it in the report or write it to a case file.
+Observations and failures carry the Case, so whatever judged it (pytest, the
+repro command, the mutant harness) can record it in the report or write it to
+a case file.
 """
 
 from __future__ import annotations
 
 import unittest
 from dataclasses import dataclass, field
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
-from ground.case import Case
+from .tables import CAPABILITIES
+
+# ``Case`` in the annotations below is ground.case.Case, not imported: ground.case
+# raises this module's Unsupported (Case.require_expressible), so importing it back
+# would be a cycle (tests/test_layers.py); annotations are never evaluated here.
 
 
 @dataclass
@@ -71,17 +77,84 @@ class PropertyFailure(AssertionError):
         self.failures: List["PropertyFailure"] = [self]
 
 
+# ------------------------------------------------------------------ refusals
+@dataclass(frozen=True)
+class Policy:
+    """What a refusal of one scope does, wherever it is raised.
+
+    ``meaning``: when an entry point refuses with this scope. ``in_example``:
+    inside a Hypothesis example, ``"skip"`` (the test skips with the reason:
+    Hypothesis re-raises a ``unittest.SkipTest`` at once, neither retrying nor
+    shrinking) or ``"reject"`` (``hypothesis.reject()``: this example gives
+    no verdict, the test draws another). Any other pytest test skips with the
+    reason. ``cli_exit``: the exit status of the command-line front ends
+    (``sdpa-conformance repro``, ``gate``, ``mutants``), which print the
+    message."""
+
+    meaning: str
+    in_example: str  # "skip" | "reject"
+    cli_exit: int
+
+
+# The refusal policy, declared once: scope -> Policy. ``properties.common.refusal_policy``
+# applies it where a property runs (ground imports no hypothesis), the front ends read ``cli_exit``.
+REFUSALS: Dict[str, Policy] = {
+    "machine": Policy("this machine cannot run it: no CUDA GPU, or an arch the entry point does not serve in this mode", "skip", 2),
+    "adapter": Policy("the entry point lacks a capability the call needs (ground.tables.CAPABILITIES)", "skip", 2),
+    "case": Policy("this Case holds a fact the entry point cannot express, or the metamorphic relation does not move it", "reject", 2),
+}
+
+
 class Unsupported(unittest.SkipTest):
-    """An adapter was asked for something it cannot run: a capability its
-    ``supports`` set does not declare (ground.tables.CAPABILITIES).
-    Properties raise it before launching anything, never substituting another
+    """The one way to say "this cannot run here": no verdict, never a
+    failure. ``scope`` (a key of ``REFUSALS``) decides what happens to it,
+    the same everywhere: "machine" and "adapter" skip the test with the
+    reason, "case" rejects the Hypothesis example (elsewhere: skips); the
+    command-line front ends exit ``REFUSALS[scope].cli_exit`` (2) with the
+    message. Raised before anything launches, never substituting another
     mode. A ``unittest.SkipTest``: pytest reports the test skipped with this
-    reason, and Hypothesis re-raises it at once instead of shrinking; the
-    repro command reports it as a usage error."""
+    reason, and Hypothesis re-raises it at once instead of shrinking.
 
-    def __init__(self, adapter: str, capability: str, what: str, why: str = ""):
-        from .tables import CAPABILITIES
+    Build one with ``machine`` (no GPU, an arch this mode does not serve),
+    ``lacking`` (an adapter's missing capability) or ``case`` (a fact the
+    adapter cannot express; a relation that does not move the Case)."""
 
+    def __init__(self, scope: str, reason: str, *, adapter: Optional[str] = None, capability: Optional[str] = None, what: Optional[str] = None,
+                 hint: str = ""):  # fmt: skip
+        if scope not in REFUSALS:
+            raise ValueError(f"refusal scope {scope!r}: one of {', '.join(REFUSALS)}")
+        self.scope, self.reason, self.hint = scope, reason, hint
         self.adapter, self.capability, self.what = adapter, capability, what
+        super().__init__(reason)
+
+    def __reduce__(self):  # pickles with its scope and facts (args holds the reason alone)
+        return (self.__class__, (self.scope, self.reason), dict(self.__dict__))
+
+    @property
+    def policy(self) -> Policy:
+        return REFUSALS[self.scope]
+
+    @property
+    def exit_status(self) -> int:
+        """The command-line front ends' exit status for it (``Policy.cli_exit``)."""
+        return self.policy.cli_exit
+
+    def usage(self) -> str:
+        """The message a command-line front end prints (with its hint, if any)."""
+        return str(self) + (f" ({self.hint})" if self.hint else "")
+
+    @classmethod
+    def machine(cls, reason: str, *, adapter: Optional[str] = None) -> "Unsupported":
+        """This machine cannot run it: no CUDA GPU, or an arch ``adapter``'s entry point does not serve in this mode."""
+        return cls("machine", reason, adapter=adapter)
+
+    @classmethod
+    def lacking(cls, adapter: str, capability: str, what: str, why: str = "") -> "Unsupported":
+        """``adapter`` cannot run ``what``: it does not declare ``capability`` (``why``: what it does instead)."""
         reason = f"adapter {adapter!r} cannot run {what}: no {capability!r} ({CAPABILITIES.get(capability, '?')})"
-        super().__init__(reason + (f"; {why}" if why else ""))
+        return cls("adapter", reason + (f"; {why}" if why else ""), adapter=adapter, capability=capability, what=what)
+
+    @classmethod
+    def case(cls, reason: str, *, adapter: Optional[str] = None, hint: str = "") -> "Unsupported":
+        """This Case holds a fact ``adapter`` cannot express, or the relation asked for does not move it."""
+        return cls("case", reason, adapter=adapter, hint=hint)

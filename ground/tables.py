@@ -66,8 +66,8 @@ ADAPTERS: Dict[str, str] = {
 DEFAULT_ADAPTER = "prepared"
 # What an adapter can be asked for beyond a plain launch; each adapter class
 # declares the ones it serves in ``supports`` (a property that needs one it
-# lacks raises ground.outcome.Unsupported: the test skips, naming
-# the adapter, rather than checking another mode under the same test id).
+# lacks raises ground.outcome.Unsupported, scope "adapter": the test skips,
+# naming the adapter, rather than checking another mode under the same test id).
 CAPABILITIES: Dict[str, str] = {
     "caller-outputs": "the kernel writes O/LSE into the caller's (guarded, poisoned) buffers in the Case's memory order",
     "no-init": "THD without zero-initializing the outputs (compile_thd_host initialize_outputs=False)",

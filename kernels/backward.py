@@ -10,6 +10,12 @@
 - ``wrapper_backward`` (the wrapper adapter): the public
   ``sdpa_bwd_wrapper_sm80``, which allocates and returns its own gradients.
 
+Both take the adapter they serve and ask it only through its public face:
+``name``, ``rewrites`` and ``live_environment()`` (prepared: the live device,
+refused without one), ``sm80_compat`` and ``serving_mode(entry)`` (wrapper:
+the mode it runs in here, refused where it serves none). The adapters import
+this module for their ``backward()``; it imports neither adapter.
+
 Off SM80 both entries refuse the device in ``SdpaBwdDslSm80.check_support``
 (``torch.cuda.get_device_capability`` must answer (8, 0)); the prepared
 adapter and the wrapper's SM80-compatibility mode answer it for api_dsl's
@@ -34,11 +40,11 @@ import torch
 
 from ground.case import Case
 from ground.data import TORCH_DTYPES, dense_view, guarded, guarded_copy, make_grad_outputs, make_outputs
+from kernels.arch import COMPILE_ONLY_ARCH, compile_arch
 from kernels.base import CompileDelta, KernelResult
 from kernels.counters import measure
 
 API_MODULE = "cudnn.sdpa.bwd.api_dsl"
-COMPILE_ONLY_ARCH = "sm_80"
 # The workspace body the prepared adapter hands: 0xFF bytes, NaN in every
 # fp16/bf16/fp32 view. The entry points take scratch uninitialized (the
 # wrapper's torch.empty, cudnn/sdpa/bwd/api_dsl.py:955), so a stage that
@@ -197,7 +203,7 @@ def prepared_backward(adapter, case: Case, inputs, o, lse, do, grads=None, *, in
     (THD buffers handed from ``thd_origin(case, addressing)``)."""
     from kernels.source import backward_sources
 
-    env = adapter._live()
+    env = adapter.live_environment()
     dev = inputs.q.device
     grads = make_grad_outputs(case, dev) if grads is None else grads
     staged = []
@@ -303,7 +309,6 @@ def compile_only_backward(adapter, case: Case) -> CompileDelta:
     pointer host's compiles are pinned to sm_80."""
     from cudnn.sdpa.bwd.kernels.sm80 import prepared_host
 
-    from kernels.prepared import compile_arch
     from kernels.source import backward_sources
 
     case.require_expressible(adapter.name)
@@ -340,27 +345,12 @@ def compile_only_backward(adapter, case: Case) -> CompileDelta:
     return box.delta
 
 
-@contextmanager
-def _wrapper_compat(adapter):
-    from kernels.environment import detect
-
-    env = detect()
-    with ExitStack() as stack:
-        if env.capability is not None and not env.native:
-            if not adapter.sm80_compat:
-                from kernels.wrapper import UnsupportedDevice
-
-                raise UnsupportedDevice(f"sdpa_bwd_wrapper_sm80 serves SM 8.0 only; this is {env.live_arch}: use the SM80-compatibility mode")
-            stack.enter_context(sm80_answer())
-        yield env
-
-
 def wrapper_backward(adapter, case: Case, inputs, o, lse, do, grads=None, *, initialize_outputs: bool = True) -> KernelResult:
     """Run the backward of ``case`` through ``sdpa_bwd_wrapper_sm80`` (its own outputs)."""
     from cudnn.sdpa.bwd import sdpa_bwd_wrapper_sm80
 
     case.require_expressible(adapter.name)
-    env, mode = adapter._mode()
+    env, mode = adapter.serving_mode("sdpa_bwd_wrapper_sm80")
     kw = dict(is_causal=case.causal, window_size=(case.window_left, case.window_right), scale_softmax=case.scale, causal_bottom_right=case.bottom_right,
               sinks=inputs.sinks, deterministic=case.deterministic)  # fmt: skip
     bq, bk = thd_origin(case)

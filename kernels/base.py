@@ -14,8 +14,9 @@ Layouts (the same as ``ground.data.make_outputs``):
 outputs), never a copy the adapter made afterwards; ``handed`` holds every
 buffer the kernel was handed, so the properties can check their guard bands.
 An adapter declares what it can be asked for beyond a plain launch in
-``supports`` (ground.tables.CAPABILITIES) and raises
-``Unsupported`` for the rest.
+``supports`` (ground.tables.CAPABILITIES) and refuses the rest
+(``require``); every refusal is a ``ground.outcome.Unsupported`` whose scope
+(machine / adapter / case) decides what happens to it.
 """
 
 from __future__ import annotations
@@ -108,7 +109,8 @@ class Adapter(Protocol):
 
     def compile_only(self, case: Case, *, tamper: Optional[str] = None, live: bool = False) -> CompileDelta:
         """Specialize and compile ``case`` for sm_80 without launching (CPU tier);
-        ``live``: for the live GPU instead, as a run's compile step."""
+        ``live``: for the live GPU instead, as a run's compile step. An adapter
+        without "compile-only" refuses (``require``)."""
         ...
 
     def backward(self, case: Case, inputs: CaseTensors, o: torch.Tensor, lse: torch.Tensor, do: torch.Tensor,
@@ -121,10 +123,11 @@ class Adapter(Protocol):
 
 
 def require(adapter, capability: str, what: str) -> None:
-    """Raise ``Unsupported`` (naming the adapter, the capability and why it
-    lacks it) unless ``adapter`` declares ``capability`` in ``supports``."""
+    """Refuse (``Unsupported``, scope "adapter": naming the adapter, the
+    capability and why it lacks it) unless ``adapter`` declares
+    ``capability`` in ``supports``."""
     if capability not in CAPABILITIES:
         raise ValueError(f"unknown capability {capability!r} (known: {', '.join(CAPABILITIES)})")
     if capability not in getattr(adapter, "supports", frozenset()):
         name = getattr(adapter, "label", None) or getattr(adapter, "name", type(adapter).__name__)
-        raise Unsupported(name, capability, what, getattr(adapter, "lacks", {}).get(capability, ""))
+        raise Unsupported.lacking(name, capability, what, getattr(adapter, "lacks", {}).get(capability, ""))

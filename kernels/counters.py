@@ -90,6 +90,17 @@ FRONT_MEMOS = (
 )
 # The same lrus in a rewritten (mutant) module: kernels.source loads fresh copies.
 _REWRITTEN_LRUS = ("compile_thd_host", "_compile_thd_artifact", "_compile_staged_artifact")
+# The adapters' own memos in front of compile_cached (kernels/prepared.py's dense
+# artifacts by the kernel's key): each made by ``adapter_memo``, so owned here.
+_ADAPTER_MEMOS: dict = {}
+
+
+def adapter_memo(name: str) -> dict:
+    """A new memo of compiled artifacts that an adapter keeps in front of
+    compile_cached, named ``name``: ``forget_front_memos`` drops it with the
+    kernels' own and ``memos_forgotten`` restores it."""
+    memo = _ADAPTER_MEMOS[name] = {}  # a module imported afresh replaces its memo
+    return memo
 
 
 def _clear(cache) -> None:
@@ -101,21 +112,21 @@ def _clear(cache) -> None:
 
 def forget_front_memos() -> None:
     """Drop every cache in front of compile_cached (``FRONT_MEMOS``, the
-    rewritten modules' copies, the adapter's dense memo), keeping
-    compiled_cache's own memo: the next call asks compile_cached for each
-    artifact it needs again (a memo hit: nothing reloaded, nothing compiled,
-    and record_entries() records it)."""
+    rewritten modules' copies, the adapters' own memos: ``adapter_memo``),
+    keeping compiled_cache's own memo: the next call asks compile_cached for
+    each artifact it needs again (a memo hit: nothing reloaded, nothing
+    compiled, and record_entries() records it)."""
     import importlib
 
-    from kernels import prepared, source
+    from kernels import source
 
     for module, name in FRONT_MEMOS:
         _clear(getattr(importlib.import_module(module), name))
     for mod in list(source._HOSTS.values()):
         for name in _REWRITTEN_LRUS:
             _clear(getattr(mod, name, None))
-    # The adapter's own memo of dense artifacts by the kernel's key (kernels/prepared.py).
-    prepared._DENSE.clear()
+    for memo in _ADAPTER_MEMOS.values():
+        memo.clear()
 
 
 def forget_memos(*, compiled: bool = True) -> None:
@@ -138,19 +149,18 @@ NO_COMPILE_REQUEST = {"misses": 0, "hits": 0, "memo_hits": 0}
 
 @contextmanager
 def memos_forgotten(*, compiled: bool = True):
-    """forget_memos() for the block; afterwards the adapter's dense artifacts
-    it held are back (on the CPU there is no on-disk cache to reload them from,
-    so a check that needs cold memos would otherwise cost every later test of
-    its process a recompile)."""
-    from kernels import prepared
-
-    kept = dict(prepared._DENSE)
+    """forget_memos() for the block; afterwards the artifacts the adapters'
+    own memos (``adapter_memo``) held are back (on the CPU there is no on-disk
+    cache to reload them from, so a check that needs cold memos would
+    otherwise cost every later test of its process a recompile)."""
+    kept = {name: dict(memo) for name, memo in _ADAPTER_MEMOS.items()}
     forget_memos(compiled=compiled)
     try:
         yield
     finally:
-        for key, artifact in kept.items():
-            prepared._DENSE.setdefault(key, artifact)
+        for name, held in kept.items():
+            for key, artifact in held.items():
+                _ADAPTER_MEMOS[name].setdefault(key, artifact)
 
 
 # ------------------------------------------------------------ what a call asks for

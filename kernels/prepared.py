@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
-import re
 from contextlib import contextmanager
 from typing import Callable, List, Optional
 
@@ -21,8 +20,11 @@ from ground.case import Case
 from ground.phases import timed
 from ground.tables import NO_GPU
 from ground.data import CaseTensors, TORCH_DTYPES, dense_view, guarded, guarded_copy, make_outputs
+from ground.outcome import Unsupported
+from kernels.arch import COMPILE_ONLY_ARCH, compile_arch
+from kernels.backward import compile_only_backward, prepared_backward
 from kernels.base import CompileDelta, KernelResult
-from kernels.counters import measure
+from kernels.counters import adapter_memo, measure
 from kernels.specialize import specialize
 
 LOG2E = math.log2(math.e)
@@ -59,37 +61,6 @@ def rope_table(freqs: torch.Tensor, fdqk: int) -> torch.Tensor:
     table[..., 0] = torch.cos(a)
     table[..., 1] = torch.sin(a)
     return table
-COMPILE_ONLY_ARCH = "sm_80"
-_ARCH_OPTION = re.compile(r"--gpu-arch[= ]\S+")
-
-
-def set_gpu_arch(options: str, arch: str, add: bool = False) -> str:
-    """``options`` with its --gpu-arch set to ``arch`` (added only when ``add``)."""
-    if _ARCH_OPTION.search(options):
-        return _ARCH_OPTION.sub(f"--gpu-arch={arch}", options)
-    return f"{options} --gpu-arch={arch}".strip() if add else options
-
-
-@contextmanager
-def compile_arch(host, arch: Optional[str], *, add: bool = False):
-    """While active, compiles issued by ``host`` (a prepared_host module) target
-    ``arch``: ``compile_thd_host`` hard-codes ``--gpu-arch=sm_80``, whose artifact
-    has no loadable entry on another arch; ``add`` also pins ``compile_host``,
-    which names no arch and compiles for the live device (sm_100 without one)."""
-    if arch is None:
-        yield
-        return
-    real = host.compile_cached
-
-    def targeted(*args, **kwargs):
-        kwargs["options"] = set_gpu_arch(str(kwargs.get("options") or ""), arch, add)
-        return real(*args, **kwargs)
-
-    host.compile_cached = targeted
-    try:
-        yield
-    finally:
-        host.compile_cached = real
 
 
 # ------------------------------------------------------------------ staging
@@ -247,7 +218,9 @@ class Prepared:
 
 
 # Compiled dense specializations of this process: (compile key, arch) -> artifact.
-_DENSE = {}
+# A memo in front of compile_cached, owned by kernels.counters (forget_front_memos
+# drops it, memos_forgotten restores it).
+_DENSE = adapter_memo("the prepared adapter's dense artifacts by the kernel's key")
 
 
 class PreparedAdapter:
@@ -285,13 +258,15 @@ class PreparedAdapter:
 
         return template_module(spec.flavor, spec.params, self.rewrites)
 
-    def _live(self):
+    def live_environment(self):
+        """The live device's environment (kernels.environment.detect, once);
+        refuses (``Unsupported``, scope "machine") without a CUDA GPU."""
         from kernels.environment import detect
 
         if self._env is None:
             self._env = detect()
         if self._env.capability is None:
-            raise RuntimeError(NO_GPU + " (the prepared adapter can only compile_only() here)")
+            raise Unsupported.machine(NO_GPU + " (the prepared adapter can only compile_only() here)", adapter=self.name)
         return self._env
 
     def _compile_dense(self, mod, spec, geometry, arch: Optional[str]):
@@ -332,8 +307,8 @@ class PreparedAdapter:
         (pointers and launch arguments bound here; no staging, compile or
         allocation), as often as asked (CUDA-graph capture included);
         ``result()`` copies staged outputs back and gives the KernelResult."""
-        case.require_expressible(self.name)  # a fact these entry points cannot take: Unexpressible
-        env = self._live()
+        case.require_expressible(self.name)  # a fact these entry points cannot take: refused (scope "case")
+        env = self.live_environment()
         dev = inputs.q.device if inputs.q.is_cuda else torch.device("cuda", torch.cuda.current_device())
         inputs = inputs.to(dev)
         o, lse = outputs if outputs is not None else make_outputs(case, dev)
@@ -430,8 +405,6 @@ class PreparedAdapter:
     def backward(self, case: Case, inputs: CaseTensors, o, lse, do, grads=None, *, initialize_outputs: bool = True,
                  addressing: str = "backward") -> KernelResult:  # fmt: skip
         """The backward through SdpaBwdDslSm80 on caller buffers (kernels/backward.py; ``addressing``: backward.ADDRESSINGS)."""
-        from kernels.backward import prepared_backward
-
         return prepared_backward(self, case, inputs, o, lse, do, grads, initialize_outputs=initialize_outputs, addressing=addressing)
 
     # ------------------------------------------------------ compile only
@@ -444,8 +417,6 @@ class PreparedAdapter:
         104 rejection compiles in a warm run)."""
         case.require_expressible(self.name)
         if case.is_bwd:
-            from kernels.backward import compile_only_backward
-
             if tamper is not None or live:
                 raise ValueError(f"tamper {tamper!r}, live {live}: the backward's compile_only takes neither")
             return compile_only_backward(self, case)
@@ -474,7 +445,7 @@ class PreparedAdapter:
     def _compile_live(self, case: Case, spec, initialize_outputs: bool) -> CompileDelta:
         """The compile step of a run (prepare's), from the facts alone: the dense
         geometry from meta tensors, the THD lru call as a launch makes it."""
-        env = self._live()
+        env = self.live_environment()
         with measure() as box:
             if case.is_thd:
                 self._compile_thd(case, spec, None if env.native else env.live_arch, initialize_outputs)

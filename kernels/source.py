@@ -268,7 +268,7 @@ def backward_sources(rewrites: Iterable[Rewrite] = ()):
         for name in ("launch_bounds", "thd_origins", "workspace_regions"):
             patch(prepared_host, name, getattr(host, name))
         # Its compiles go through the pristine module's compile_cached, looked up per call,
-        # so an arch pin on prepared_host (kernels.prepared.compile_arch) reaches them.
+        # so an arch pin on prepared_host (kernels.arch.compile_arch) reaches them.
         patch(host, "compile_cached", lambda *a, **kw: prepared_host.compile_cached(*a, **kw))
     hit = _rewritten_file("bwd_spec", rewrites)
     if hit is not None:

@@ -3,9 +3,11 @@
 The wrapper owns its outputs (it takes no output buffers): the result is the
 O/LSE it returns, viewed in the suite's layouts, never a copy; the caller's
 buffers are left alone (no "caller-outputs"). Its THD path always
-zero-initializes (no "no-init"): asked for it, the adapter raises
-``Unsupported``. Its dense path refuses any device but SM 8.0 in
-``SdpaFwdDslSm80.check_support``; the opt-in SM80-compatibility mode
+zero-initializes (no "no-init"): asked for it, the adapter refuses
+(``Unsupported``, scope "adapter"), as it does compile_only (no
+"compile-only"). Its dense path refuses any device but SM 8.0 in
+``SdpaFwdDslSm80.check_support``, so the adapter refuses other archs
+(scope "machine") unless the opt-in SM80-compatibility mode
 (``sm80_compat=True`` / ``SDPA_SM80_COMPAT=1``) lets that one check pass on
 another arch and retargets the compiles that hard-code sm_80 to the live arch.
 """
@@ -19,18 +21,17 @@ from contextlib import ExitStack, contextmanager
 import torch
 
 from ground.case import Case
-from ground.phases import timed
 from ground.data import CaseTensors
+from ground.outcome import Unsupported
+from ground.phases import timed
+from ground.tables import COMPAT_ENV, NO_GPU
+from kernels.arch import compile_arch
+from kernels.backward import wrapper_backward
 from kernels.base import CompileDelta, KernelResult, require
 from kernels.counters import measure
 from kernels.tampers import apply_wrapper_tamper
 
-from ground.tables import COMPAT_ENV, NO_GPU
-
-
-class UnsupportedDevice(RuntimeError):
-    """The wrapper cannot run on this machine in the chosen mode."""
-
+ENTRY = "sdpa_fwd_wrapper_sm80"
 
 @contextmanager
 def _sm80_capability_for_api_dsl():
@@ -57,7 +58,8 @@ class WrapperAdapter:
     lacks = {
         "caller-outputs": "sdpa_fwd_wrapper_sm80 takes no output buffers: it allocates and returns its own O/LSE",
         "no-init": "sdpa_fwd_wrapper_sm80's THD path always runs the host that zero-initializes O/LSE (api_dsl._sm80_thd_forward)",
-        "compile-only": "sdpa_fwd_wrapper_sm80 compiles inside the call, on CUDA tensors",
+        "compile-only": "sdpa_fwd_wrapper_sm80 has no compile-only entry: it compiles inside the call, on CUDA tensors "
+                        "(the CPU compile tier runs on the prepared adapter)",
         "thd-addressing": "the adapter hands sdpa_bwd_wrapper_sm80 its THD buffers from cu_seqlens[0] only (its own contract); "
                           "the forward's addressing is judged through the prepared entry, which shares the chain (api_dsl._sm80_thd_backward)",
     }
@@ -68,27 +70,30 @@ class WrapperAdapter:
         # For the pytest header and reports (the mode is chosen, not detected).
         self.label = f"{self.name} (sm80-compat)" if self.sm80_compat else self.name
 
-    def _mode(self):
+    def serving_mode(self, entry: str = ENTRY):
+        """(environment, mode) the public ``entry`` runs in on this machine:
+        native SM80, or SM80-compatibility on another arch; refused
+        (``Unsupported``, scope "machine") without a CUDA GPU, and off SM80
+        unless the SM80-compatibility mode was chosen."""
         from kernels.environment import detect
 
         if self._env is None:
             self._env = detect()
         env = self._env
         if env.capability is None:
-            raise UnsupportedDevice(NO_GPU + " (the public wrapper compiles and launches in one call)")
+            raise Unsupported.machine(NO_GPU + " (the public wrapper compiles and launches in one call)", adapter=self.name)
         if env.native:
             return env, "native sm80"
         if not self.sm80_compat:
-            raise UnsupportedDevice(
-                f"sdpa_fwd_wrapper_sm80 serves SM 8.0 only; this is {env.live_arch}. Set {COMPAT_ENV}=1 (sm80_compat=True) to run it in SM80-compatibility mode"
+            raise Unsupported.machine(
+                f"{entry} serves SM 8.0 only; this is {env.live_arch}. Set {COMPAT_ENV}=1 (sm80_compat=True) to run it in SM80-compatibility mode",
+                adapter=self.name,
             )
         return env, f"sm80-compat on {env.live_arch}"
 
     @contextmanager
     def _compat(self, env):
         from cudnn.sdpa.fwd.kernels.sm80 import prepared_host
-
-        from kernels.prepared import compile_arch
 
         with ExitStack() as stack:
             if not env.native:
@@ -103,10 +108,10 @@ class WrapperAdapter:
     def run(self, case: Case, inputs: CaseTensors, outputs=None, *, initialize_outputs: bool = True, tamper=None) -> KernelResult:
         from cudnn.sdpa.fwd import sdpa_fwd_wrapper_sm80
 
-        case.require_expressible(self.name)  # a fact the wrapper has no argument for: Unexpressible
+        case.require_expressible(self.name)  # a fact the wrapper has no argument for: refused (scope "case")
         if case.is_thd and not initialize_outputs:
             require(self, "no-init", "THD with initialize_outputs=False")
-        env, mode = self._mode()
+        env, mode = self.serving_mode()
         dev = inputs.q.device if inputs.q.is_cuda else torch.device("cuda", torch.cuda.current_device())
         x = inputs.to(dev)
         common = dict(
@@ -147,14 +152,10 @@ class WrapperAdapter:
 
     def backward(self, case: Case, inputs: CaseTensors, o, lse, do, grads=None, *, initialize_outputs: bool = True) -> KernelResult:
         """The backward through sdpa_bwd_wrapper_sm80 (its own outputs; ``grads`` unused). kernels/backward.py."""
-        from kernels.backward import wrapper_backward
-
         if case.is_thd and not initialize_outputs:
             require(self, "no-init", "THD backward with initialize_outputs=False")
         return wrapper_backward(self, case, inputs, o, lse, do, initialize_outputs=initialize_outputs)
 
     def compile_only(self, case: Case, *, tamper=None, live: bool = False) -> CompileDelta:
-        raise NotImplementedError(
-            "sdpa_fwd_wrapper_sm80 has no compile-only entry (it needs CUDA tensors and compiles inside the call); "
-            "the CPU compile tier runs on the prepared adapter"
-        )
+        """Refused (``Unsupported``, scope "adapter"): no "compile-only"; the CPU compile tier runs on the prepared adapter."""
+        require(self, "compile-only", "a compile without a launch")

@@ -12,7 +12,7 @@ from typing import Callable, Dict
 from ground.outcome import Observation
 from properties.backward import check_backward, check_backward_addressing, check_backward_rejection, check_determinism
 from properties.backward_tails import check_backward_tails
-from properties.common import NoGPU, device, entry_adapter, served
+from properties.common import device, entry_adapter, refusal_policy, served
 from properties.compile_cache import COMPILED_FACTS, DISK_CASES, check_compile_distinct, check_compile_reuse, check_compiles, check_disk_reuse, runtime_variants
 from properties.launch import check_graph_replay, check_launch_hygiene
 from properties.metamorphic import DENSE_RELATIONS, RELATIONS, THD_RELATIONS, check_metamorphic
@@ -21,7 +21,9 @@ from properties.rejection import check_rejection
 from properties.tails import check_tails, tail_expectation
 
 # name -> check(case, adapter, **params); params are what recorder.begin saw.
-# Each skips Cases its adapter cannot express (common.served).
+# Each runs under the refusal policy (common.served): a Case its adapter cannot
+# express is refused, and every ``ground.outcome.Unsupported`` it raises is
+# rejected (a Hypothesis example of scope "case") or raised (skip; CLI exit 2).
 PROPERTIES: Dict[str, Callable[..., Observation]] = {
     name: served(check)
     for name, check in (
@@ -52,7 +54,7 @@ check_backward_rejection = PROPERTIES["backward_rejection"]
 check_backward_addressing = PROPERTIES["backward_addressing"]
 
 __all__ = [
-    "PROPERTIES", "NoGPU", "device", "entry_adapter", "DISK_CASES", "COMPILED_FACTS", "runtime_variants", "tail_expectation",
+    "PROPERTIES", "device", "entry_adapter", "refusal_policy", "DISK_CASES", "COMPILED_FACTS", "runtime_variants", "tail_expectation",
     "check_numerics", "check_tails", "check_compile_reuse", "check_disk_reuse", "check_rejection", "check_compiles",
     "check_graph_replay", "check_launch_hygiene", "check_compile_distinct",
     "check_metamorphic", "RELATIONS", "DENSE_RELATIONS", "THD_RELATIONS",

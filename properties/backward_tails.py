@@ -162,7 +162,7 @@ def check_backward_tails(case: Case, adapter, *, initialize_outputs: bool = True
     gradient element the contract defines is NaN-free, each capacity region
     holds what ``TAIL_RULES`` says, every guard band is intact. THD
     ``initialize_outputs=False`` needs an adapter that declares "no-init"
-    (else Unsupported: the test skips)."""
+    (else refused, ``Unsupported`` scope "adapter": the test skips)."""
     if not case.is_bwd:
         raise ValueError(f"check_backward_tails judges backward Cases (direction 'bwd'); got {case.describe()}")
     if case.is_thd and not initialize_outputs:

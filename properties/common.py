@@ -1,18 +1,19 @@
-"""What every property shares: the device, the verdict/recording step, and
-where an output row sits (for failure reports)."""
+"""What every property shares: the device, the refusal policy
+(``refusal_policy``), the verdict/recording step, and where an output row
+sits (for failure reports)."""
 
 from __future__ import annotations
 
 import functools
 import time
 from contextvars import ContextVar
-from typing import Callable, Optional, TypeVar
+from typing import Callable, NoReturn, Optional, TypeVar
 
 import torch
 
 from ground import phases
-from ground.case import Case, Unexpressible
-from ground.outcome import Observation, PropertyFailure
+from ground.case import Case
+from ground.outcome import Observation, PropertyFailure, Unsupported
 from ground.tables import NO_GPU, TILE_M
 from properties import recorder
 
@@ -40,26 +41,43 @@ def accepted(property: str, case: Case, start: float, launch: Callable[[], T]) -
     """``launch()`` (an adapter's call into a kernel entry point); an
     exception the kernels under test raise on the valid ``case`` becomes the
     "launch" check's failure (Refused). Re-raised as they are: a CUDA fault
-    (the context is gone: conformance.isolation), and anything raised by the
-    suite's own code (an adapter's Unsupported, a bug of the suite)."""
+    (the context is gone: conformance.isolation), a refusal (``Unsupported``:
+    no verdict), and anything else raised by the suite's own code (a bug of
+    the suite)."""
     from properties.watchdog import looks_like_cuda_error, raised_by_kernels
 
     try:
         return launch()
+    except Unsupported:
+        raise
     except Exception as e:  # noqa: BLE001 - only the kernels' own refusals are judged
         if looks_like_cuda_error(e) or not raised_by_kernels(e):
             raise
         raise Refused(property, case, e, start) from e
 
 
-class NoGPU(RuntimeError):
-    """Raised by properties that launch kernels when no CUDA device exists."""
-
-
 def device() -> torch.device:
+    """The CUDA device the properties launch on; refused (``Unsupported``, scope "machine") where there is none."""
     if not torch.cuda.is_available():
-        raise NoGPU(NO_GPU)
+        raise Unsupported.machine(NO_GPU)
     return torch.device("cuda", torch.cuda.current_device())
+
+
+def refusal_policy(refusal: Unsupported) -> NoReturn:
+    """Apply the refusal policy (``ground.outcome.REFUSALS``) to ``refusal``
+    where a property runs: inside a Hypothesis example, a scope whose policy
+    is "reject" (a Case the entry point cannot express, a relation that does
+    not move it) rejects the example (``hypothesis.reject()``: no verdict,
+    another is drawn); every other refusal, and any refusal outside an
+    example, is raised as it is: a ``unittest.SkipTest``, so pytest skips
+    with its reason, and the front ends exit with its status. ``served``
+    applies it to every property."""
+    if refusal.policy.in_example == "reject":
+        from hypothesis import currently_in_test_context, reject
+
+        if currently_in_test_context():
+            reject()
+    raise refusal
 
 
 def finish(name: str, case: Case, start: float, run, *, entry: Optional[str] = None, params: Optional[dict] = None, **fields) -> Observation:
@@ -175,29 +193,28 @@ def launched_buffers(inputs, outputs=None, result=None) -> dict:
 
 
 def served(check):
-    """``check`` that refuses a Case its adapter cannot express (a fact value
-    the entry point has no argument for: ``Case.unexpressible``, from the fact
-    declarations): a direct call (repro of a case file recorded on another
-    adapter) raises Unexpressible. A test of the matrix never hands one: it
-    draws the Case projected for its adapter (conformance.testgen,
-    ``Case.expressed``); any other Hypothesis test that does sees the
-    example rejected (no verdict: there is nothing to ask the entry point).
-    The adapter is the rejection property's ``entry`` where it names one,
-    else ``adapter``."""
+    """``check`` under the refusal policy (``refusal_policy``): every
+    ``Unsupported`` it raises is rejected or raised as its scope says. First
+    of all it refuses a Case its adapter cannot express (a fact value the
+    entry point has no argument for: ``Case.unexpressible``, from the fact
+    declarations; scope "case"): a direct call (repro of a case file recorded
+    on another adapter) raises it, exit 2. A test of the matrix never hands
+    one: it draws the Case projected for its adapter (conformance.testgen,
+    ``Case.expressed``); any other Hypothesis test that does sees the example
+    rejected (no verdict: there is nothing to ask the entry point). The
+    adapter is the rejection property's ``entry`` where it names one, else
+    ``adapter``."""
 
     @functools.wraps(check)
     def run(case: Case, adapter=None, **params):
         name = params.get("entry") or getattr(adapter, "name", None)
-        why = case.unexpressible(name) if name else None
-        if why:
-            from hypothesis import currently_in_test_context, reject
-
-            if currently_in_test_context():
-                reject()
-            raise Unexpressible(why)
         token = _ENTRY.set(name)
         try:
+            if name:
+                case.require_expressible(name)
             return check(case, adapter, **params)
+        except Unsupported as refusal:
+            refusal_policy(refusal)
         except Refused as refused:  # judged like any check: a finding may excuse exactly it
 
             def raised():

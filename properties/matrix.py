@@ -263,8 +263,10 @@ class Family:
             raise AssertionError(f"{self.test}: projecting for {', '.join(e for e, _ in projected)} undid the contract rule {case.violation!r} "
                                  "(Family.unservable should have skipped it)")  # fmt: skip
         case, steered = findings.steer(self.property, case, entries, self.params_for(values), entries=known)
-        for e in entries:
-            case.require_expressible(e)  # a steer keeps what its entry point expresses (findings.parse); never a filter
+        for e in entries:  # a steer keeps what its entry point expresses (findings.parse): never a filter, nor a refusal
+            why = case.unexpressible(e)
+            if why:
+                raise AssertionError(f"{self.test}: a crash finding steered the Case to one the {e} adapter cannot express: {why}")
         return Served(case, tuple(projected), tuple(steered))
 
 

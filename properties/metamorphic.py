@@ -29,7 +29,7 @@ import torch
 
 from ground.case import Case
 from ground.data import FINITE_PAD, TORCH_DTYPES, CaseTensors, make_inputs, make_outputs
-from ground.outcome import Observation
+from ground.outcome import Observation, Unsupported
 from ground.tables import TILE_N
 from properties import judge, recorder
 from properties.common import device, finish, launched_buffers, row_mask, row_regions
@@ -327,20 +327,12 @@ def _entry(case: Case, x1: CaseTensors, rng, adapter) -> Plan:
 
 
 def _expressible(case: Case, other) -> None:
-    """Refuse (Unexpressible; a Hypothesis rejection inside a test, which
-    conformance.testgen never reaches: it draws the Case projected for both
-    entry points, ``entries_launched``) a Case the second entry point cannot
-    be asked for (e.g. lse_log2 through the wrapper): there is nothing to
-    compare with. Before anything is recorded."""
-    why = case.unexpressible(getattr(other, "name", ""))
-    if why:
-        from hypothesis import currently_in_test_context, reject
-
-        from ground.case import Unexpressible
-
-        if currently_in_test_context():
-            reject()
-        raise Unexpressible(why)
+    """Refuse (``Unsupported``, scope "case": a Hypothesis rejection inside a
+    test, which conformance.testgen never reaches: it draws the Case
+    projected for both entry points, ``entries_launched``) a Case the second
+    entry point cannot be asked for (e.g. lse_log2 through the wrapper):
+    there is nothing to compare with. Before anything is recorded."""
+    case.require_expressible(getattr(other, "name", ""))
 
 
 # ------------------------------------------------------------------ table
@@ -396,15 +388,16 @@ def check_metamorphic(case: Case, adapter, *, relation: str) -> Observation:
     """Launch ``case`` and the second launch ``relation`` derives from it;
     O and LSE of the second must equal the first's, moved the same way, bit
     for bit (``RELATIONS``: how and why); both launches' guard bands intact;
-    a relation that keeps the compile key compiles nothing the second time."""
+    a relation that keeps the compile key compiles nothing the second time.
+    A Case the relation does not move, or (``entry``) that the other entry
+    point cannot express, is refused (``Unsupported``, scope "case": no
+    verdict) before anything is recorded."""
     rel = RELATIONS[relation]
     if relation == "entry":
         _expressible(case, other_adapter(adapter))
-    if not rel.moves(case):
-        from hypothesis import currently_in_test_context, reject
-
-        if currently_in_test_context():
-            reject()  # draw a Case the relation moves; a replayed case file still runs (as a determinism check)
+    if not rel.moves(case):  # no verdict: a test draws a Case the relation moves
+        raise Unsupported.case(f"relation {relation!r} does not move {case.describe()}: its second launch would repeat the first, "
+                               "which is the determinism relation's check, not this one's", adapter=getattr(adapter, "name", None))  # fmt: skip
     recorder.begin(NAME, case, relation=relation)
     start = time.perf_counter()
     dev = device()

@@ -9,7 +9,7 @@ import torch
 
 from ground.case import Case
 from ground.data import body_storage, make_inputs, make_outputs
-from ground.outcome import Observation
+from ground.outcome import Observation, Unsupported
 from properties import judge, recorder
 from properties.common import device, entry_adapter, finish, launched_buffers
 
@@ -17,6 +17,8 @@ from properties.common import device, entry_adapter, finish, launched_buffers
 def _attempt(call):
     try:
         call()
+    except Unsupported:  # the adapter refused the call itself (no GPU, no compile-only entry): no rejection to judge
+        raise
     except Exception as e:  # noqa: BLE001 - the property judges it
         return e
     return None

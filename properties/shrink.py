@@ -24,8 +24,7 @@ from dataclasses import dataclass, field
 from typing import Callable, List, Optional
 
 from ground.case import Case
-from ground.outcome import PropertyFailure
-from properties.common import NoGPU
+from ground.outcome import PropertyFailure, Unsupported
 
 
 @dataclass
@@ -88,7 +87,9 @@ def shrink_geometry(
 def _failure(check, case: Case, params: dict) -> Optional[BaseException]:
     try:
         obs = check(case, **params)
-    except NoGPU:
+    except Unsupported as refusal:  # no verdict: a candidate refused for itself is no failure; this machine or adapter refuses them all
+        if refusal.scope == "case":
+            return None
         raise
     except Exception as e:  # noqa: BLE001 - a failure (or crash) of the kernel is what is being shrunk
         return e

@@ -49,8 +49,9 @@ def check_tails(case: Case, adapter, *, initialize_outputs: bool = True) -> Obse
     What is judged is the memory the kernel wrote (``KernelResult.o``/``lse``:
     the caller's buffers, the adapter's staging copy, or the public wrapper's
     own outputs). THD ``initialize_outputs=False`` needs an adapter that
-    declares "no-init": any other raises ``Unsupported`` before anything runs
-    (the test skips, naming the adapter), never a check of the other mode."""
+    declares "no-init": any other refuses (``Unsupported``, scope "adapter")
+    before anything runs (the test skips, naming the adapter), never a check
+    of the other mode."""
     if case.is_thd and not initialize_outputs:
         require(adapter, "no-init", "the THD tails with initialize_outputs=False")
     recorder.begin("tails", case, initialize_outputs=initialize_outputs)
@@ -70,7 +71,7 @@ def judge_tails(case: Case, inputs, outputs, result, initialize_outputs: bool, s
     o, lse = outputs
     ran = result.notes.get("initialize_outputs", initialize_outputs)
     if case.is_thd and ran != initialize_outputs:
-        raise RuntimeError(f"adapter {result.notes.get('adapter', '?')!r} ran initialize_outputs={ran} when asked for {initialize_outputs}: it must raise Unsupported instead")
+        raise RuntimeError(f"adapter {result.notes.get('adapter', '?')!r} ran initialize_outputs={ran} when asked for {initialize_outputs}: it must refuse (Unsupported) instead")
     regions = row_regions(case, inputs)
     checked = {}
 

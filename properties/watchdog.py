@@ -69,7 +69,12 @@ KERNEL_PACKAGE = os.sep + "cudnn" + os.sep
 def raised_by_kernels(exc: BaseException) -> bool:
     """``exc`` came out of the kernels under test: a frame of the cudnn
     package lies below the suite's last frame (not the suite's own code, nor
-    torch called by it)."""
+    torch called by it). A refusal (``ground.outcome.Unsupported``) never
+    is: only the suite says "cannot run this"."""
+    from ground.outcome import Unsupported
+
+    if isinstance(exc, Unsupported):
+        return False
     files = [str(Path(f.filename).resolve()) for f in traceback.extract_tb(exc.__traceback__)]
     last_own = max((i for i, f in enumerate(files) if f.startswith(SUITE_PACKAGES)), default=-1)
     return any(KERNEL_PACKAGE in f for f in files[last_own + 1 :])

@@ -146,3 +146,39 @@ def length(draw, edges: bool, limit: int, small: Sequence[int] = pools.SMALL_LEN
     """One physical length from a pool, at most ``limit`` (>= 1)."""
     pool = pools.EDGE_LENGTHS if edges else small
     return draw(st.sampled_from([n for n in pool if n <= limit] or [1]))
+
+
+# ------------------------------------------------------------------ THD runtime draws
+# Shared by the free THD draw (varlen.thd_cases) and the pooled one (geometry.pooled_thd).
+def _thd_length(zeros: bool) -> st.SearchStrategy[int]:
+    """One sequence's length; kinds simplest first (one_of shrinks to the first)."""
+    kinds = [st.sampled_from(pools.THD_SMALL), st.just(1)]
+    if zeros:
+        kinds.append(st.just(0))
+    kinds += [st.sampled_from(pools.THD_EDGES), st.sampled_from(pools.THD_LONG)]
+    return st.one_of(*kinds)
+
+
+def length_lists(
+    draw, max_seqs: int, max_tokens: int, zeros: bool = True, min_seqs: int = 1
+) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
+    """(q_lens, kv_lens) of min_seqs..max_seqs sequences; each list sums to <= max_tokens.
+    One list of (q, kv) pairs, not a drawn count, so shrinking deletes whole
+    sequences; a sequence's KV length equals its Q length unless drawn apart."""
+    pairs = draw(st.lists(st.tuples(_thd_length(zeros), st.one_of(st.none(), _thd_length(zeros))), min_size=min_seqs, max_size=max_seqs))
+    q_lens, kv_lens, q_left, kv_left = [], [], max_tokens, max_tokens
+    for q, kv in pairs:
+        # Clamp to what is left of the budget; without zeros, stop instead
+        # of clamping to 0 (the first sequence always fits: max_tokens >= 1).
+        q, kv = min(q, q_left), min(q if kv is None else kv, kv_left)
+        if not zeros and 0 in (q, kv):
+            break
+        q_lens.append(q)
+        kv_lens.append(kv)
+        q_left, kv_left = q_left - q, kv_left - kv
+    return tuple(q_lens), tuple(kv_lens)
+
+
+def thd_offset(draw, forced: Optional[bool]) -> int:
+    """A THD first offset or capacity slack in tokens: 0, or (behind a switch) one of ``pools.THD_OFFSETS``."""
+    return draw(st.sampled_from(pools.THD_OFFSETS)) if maybe(draw, forced) else 0

@@ -489,18 +489,15 @@ def pooled_dense(opts: features.Common, free: Callable[[str, str], st.SearchStra
     return draw_case()
 
 
-def pooled_thd(opts: features.Common, *, max_tokens: int, max_seqs: int, zeros: bool, offsets: Optional[bool]) -> st.SearchStrategy[Case]:
+def pooled_thd(opts: features.Common, free: Callable[[str, str], st.SearchStrategy[Case]], *, max_tokens: int, max_seqs: int, zeros: bool,
+               offsets: Optional[bool]) -> st.SearchStrategy[Case]:  # fmt: skip
     """THD Cases whose compile-key facts come from the strata's pools; head
-    dims, lengths, offsets, the right band and the scale's magnitude free."""
-    from .varlen import _offset, length_lists
-
+    dims, lengths, offsets, the right band and the scale's magnitude free.
+    ``free(flavor, dtype)`` serves a stratum whose pool the options empty
+    (varlen.thd_cases' free draw)."""
     table = {(f, d): tuple(g for g in thd_pool(f, d) if thd_allowed(g, opts, max_seqs=max_seqs)) for f, d in _strata(opts)}
-    empty = [k for k, v in table.items() if not v]
-    if empty:  # every THD row of a stratum is excluded only by options no test uses
-        from .varlen import thd_cases
-
-        fallback = {k: thd_cases(geometry="free", max_tokens=max_tokens, max_seqs=max_seqs, zeros=zeros, offsets=offsets,
-                                 **{**dataclasses.asdict(opts), "flavors": (k[0],), "dtypes": (k[1],)}) for k in empty}  # fmt: skip
+    # every THD row of a stratum is excluded only by options no test uses
+    fallback = {k: free(*k) for k, v in table.items() if not v}
 
     @st.composite
     def draw_case(draw) -> Case:
@@ -511,13 +508,13 @@ def pooled_thd(opts: features.Common, *, max_tokens: int, max_seqs: int, zeros: 
         g = draw(st.sampled_from(table[(flavor, dtype)]))
         _, d_qk, d_v = features.head_dims(draw, dataclasses.replace(opts, flavors=(flavor,)))
         n = min(max_seqs, pools.THD_MAX_SEQS)  # as many pairs as the largest row, the last n_seq kept
-        q_lens, kv_lens = length_lists(draw, n, max_tokens, zeros, min_seqs=n)
+        q_lens, kv_lens = features.length_lists(draw, n, max_tokens, zeros, min_seqs=n)
         q_lens, kv_lens = q_lens[-g.n_seq :], kv_lens[-g.n_seq :]
         band = draw(st.sampled_from(pools.RIGHT_BANDS)) if opts.windows and draw(st.booleans()) else -1
         window_right = band if g.causal else -1
         sc = scale(draw, g.sign, opts)
-        q_base, kv_base = _offset(draw, offsets), _offset(draw, offsets)
-        q_slack, kv_slack = _offset(draw, offsets), _offset(draw, offsets)
+        q_base, kv_base = features.thd_offset(draw, offsets), features.thd_offset(draw, offsets)
+        q_slack, kv_slack = features.thd_offset(draw, offsets), features.thd_offset(draw, offsets)
         return g.case(
             flavor, dtype, d_qk=d_qk, d_v=d_v, q_lens=q_lens, kv_lens=kv_lens, window_right=window_right, scale=sc,
             q_base=q_base, kv_base=kv_base, q_slack=q_slack, kv_slack=kv_slack, seed=features.seed(draw),

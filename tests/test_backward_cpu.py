@@ -575,4 +575,4 @@ def test_a_cuda_fault_or_the_suites_own_exception_is_not_a_refusal():
     from ground.outcome import Unsupported
 
     with pytest.raises(Unsupported):  # an adapter's missing capability still skips
-        _refused(STRIDED_STATS, _Refusing(exc=lambda: Unsupported("wrapper", "no-init", "x", ""), in_suite=True))
+        _refused(STRIDED_STATS, _Refusing(exc=lambda: Unsupported.lacking("wrapper", "no-init", "x"), in_suite=True))

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from ground import coverage, findings
-from ground.case import AUTO, FACTS, SCHEMA_VERSION, Case, CaseFileError, Unexpressible, coerce_fact, facts_markdown, load_case_file
+from ground.case import AUTO, FACTS, SCHEMA_VERSION, Case, CaseFileError, coerce_fact, facts_markdown, load_case_file
+from ground.outcome import Unsupported
 from ground.tables import ADAPTERS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,9 +118,10 @@ def _refused_by_the_others(name):
             continue
         assert f"'{name}'" in why
         stand_in = type("StandIn", (), {"name": adapter})()
-        with pytest.raises(Unexpressible, match=name):
+        with pytest.raises(Unsupported, match=name) as refused:
             PROPERTIES["numerics"](case, stand_in)
-        with pytest.raises(Unexpressible, match=name):
+        assert (refused.value.scope, refused.value.adapter, refused.value.hint) == ("case", adapter, "--adapter picks another")
+        with pytest.raises(Unsupported, match=name):
             PROPERTIES["rejection"](case, None, entry=adapter)
         ran = []
 
@@ -144,7 +146,7 @@ def test_a_restricted_fact_is_refused_and_skipped(monkeypatch):
 
     monkeypatch.setitem(FACTS, "sinks", dataclasses.replace(FACTS["sinks"], adapters=("prepared",)))
     _refused_by_the_others("sinks")
-    with pytest.raises(Unexpressible, match="'sinks' = True: the wrapper adapter"):
+    with pytest.raises(Unsupported, match="'sinks' = True: the wrapper adapter"):
         WrapperAdapter().run(BASE.replace(sinks=True), None)
 
 

@@ -7,8 +7,9 @@ import pytest
 import torch
 
 import kernels
+from ground.outcome import Unsupported
 from kernels import environment, source
-from kernels.prepared import compile_arch, set_gpu_arch
+from kernels.arch import compile_arch, set_gpu_arch
 from kernels.source import KernelSourceError, Rewrite, StaleMutant
 
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
@@ -208,21 +209,21 @@ def test_wrapper_modes(monkeypatch):
     monkeypatch.setenv(COMPAT_ENV, "1")
     assert WrapperAdapter().sm80_compat is True
     assert WrapperAdapter(sm80_compat=False).sm80_compat is False
-    with pytest.raises(NotImplementedError, match="prepared adapter"):
+    with pytest.raises(Unsupported, match="no 'compile-only'.*prepared adapter") as refused:
         WrapperAdapter().compile_only(None)
+    assert refused.value.scope == "adapter" and refused.value.capability == "compile-only"
 
 
 @no_gpu
 def test_adapters_refuse_to_launch_without_gpu():
     from ground.case import Case
     from ground.data import make_inputs
-    from kernels.wrapper import UnsupportedDevice
 
     case = Case()
-    with pytest.raises(UnsupportedDevice, match="no CUDA GPU"):
-        kernels.get_adapter("wrapper").run(case, make_inputs(case))
-    with pytest.raises(RuntimeError, match="compile_only"):
-        kernels.get_adapter("prepared").run(case, make_inputs(case))
+    for name, said in (("wrapper", "compiles and launches in one call"), ("prepared", "compile_only")):
+        with pytest.raises(Unsupported, match=f"no CUDA GPU.*{said}") as refused:
+            kernels.get_adapter(name).run(case, make_inputs(case))
+        assert (refused.value.scope, refused.value.adapter) == ("machine", name)
 
 
 def test_sm80_capability_is_faked_for_api_dsl_only():

@@ -70,9 +70,24 @@ def test_every_relation_holds_on_the_emulation(layout, relation):
 def test_thd_relations_hold_without_any_q_row(relation):
     """Every q length 0 and no base or slack: the first launch has no Q row
     at all (capacity 0) while the repacked one may have some (position shifts
-    the base). Seen as an IndexError in the H200 kill table of 2026-12-03."""
-    for case in (Case(layout="thd", q_lens=(0,), kv_lens=(3,)), Case(layout="thd", q_lens=(0, 0), kv_lens=(0, 0), kv_slack=1)):
-        assert case.t_q == 0 and metamorphic(case, relation).outcome == "passed"
+    the base). Seen as an IndexError in the H200 kill table of 2026-12-03.
+    A case the relation does not move (one head, one sequence) is refused
+    (scope "case": no verdict) before anything runs."""
+    from ground.outcome import Unsupported
+
+    cases = (Case(layout="thd", q_lens=(0,), kv_lens=(3,)), Case(layout="thd", q_lens=(0, 0), kv_lens=(0, 0), kv_slack=1))
+    cases += tuple(c.replace(h_q=2, h_kv=2) for c in cases)  # a head permutation moves these
+    moved = 0
+    for case in cases:
+        assert case.t_q == 0
+        if M.RELATIONS[relation].moves(case):
+            assert metamorphic(case, relation).outcome == "passed"
+            moved += 1
+            continue
+        with pytest.raises(Unsupported, match=f"relation {relation!r} does not move") as refused:
+            metamorphic(case, relation)
+        assert refused.value.scope == "case"
+    assert moved >= 2
 
 
 def _seed_changing(case: Case, relation: str, good) -> Case:
@@ -199,16 +214,17 @@ def test_relations_keep_the_compile_key(layout):
 
 def test_entry_skips_what_the_other_entry_point_cannot_express():
     """lse_log2 through the wrapper: no second launch to compare with (a
-    Hypothesis rejection in a test, Unexpressible outside), nothing recorded."""
-    from ground.case import Unexpressible
+    Hypothesis rejection in a test, a refusal of scope "case" outside), nothing recorded."""
+    from ground.outcome import Unsupported
     from properties import recorder
 
     class Wrapperish(EmulatedAdapter):
         name = "wrapper"
 
     recorder.set_test(None)
-    with on_cpu(Wrapperish()), pytest.raises(Unexpressible, match="lse_log2"):
+    with on_cpu(Wrapperish()), pytest.raises(Unsupported, match="lse_log2") as refused:
         check_metamorphic(DENSE.replace(lse_log2=True), EmulatedAdapter(), relation="entry")
+    assert refused.value.scope == "case" and refused.value.exit_status == 2
     assert recorder.last_begun() is None
 
 
