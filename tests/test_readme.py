@@ -1,6 +1,7 @@
 """The README's commands: exactly two to set up and run (install; the suite),
 one test command, both run verbatim by .ci/run; the install wording says
-which torch build each kind of machine gets."""
+which torch build each kind of machine gets; the README stays a short
+reference card (what it names must exist: tests/test_docs.py)."""
 
 from __future__ import annotations
 
@@ -39,3 +40,10 @@ def test_the_install_wording_holds_for_cpu_and_gpu_machines():
     assert "`find-links`" in text and "`pip config list`" in text  # a machine with the CPU wheel on disk (CI)
     assert "GPU runner: a torch 2.13.0 you already have" in text and "is kept" in text
     assert "avoids" not in text  # the old claim that pinning torch alone avoids a CUDA build
+
+
+def test_the_readme_is_a_reference_card():
+    assert len(README.splitlines()) <= 150, "README.md: at most 150 lines; reference detail goes to docs/"
+    # The GPU gate is one command, with the example workflow beside it.
+    gate = _section("The GPU gate")
+    assert "sdpa-conformance gate" in gate and ".github/workflows/gpu-conformance.yml" in gate
