@@ -65,44 +65,72 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action=_Version, nargs=0, help="print the suite's version and the kernel package versions it sees, then exit")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    r = sub.add_parser("repro", help="replay one case file and say where the kernel differs",
-                       description="Rebuild the case's tensors bit for bit, run the property named in the file, print where "
-                       "it differs. Exit 1 if it still fails, 0 if it passes now.")
-    r.add_argument("file", metavar="FILE", help="a case file, e.g. sdpa-report/cases/numerics-1a2b3c4d5e.json; or a shard "
-                   "(sdpa-report/shards/<run>/<worker>-<pid>.jsonl[:LINE]): the example begun at LINE, default the last one begun "
-                   "(what a process that died mid-example was running)")
-    r.add_argument("--adapter", choices=ADAPTERS, default=None, help="kernel entry point (default: the one recorded in the file, else $SDPA_ADAPTER, else prepared)")
+    r = sub.add_parser(
+        "repro",
+        help="replay one case file and say where the kernel differs",
+        description="Rebuild the case's tensors bit for bit, run the property named in the file, print where "
+        "it differs. Exit 1 if it still fails, 0 if it passes now.",
+    )
+    r.add_argument(
+        "file",
+        metavar="FILE",
+        help="a case file, e.g. sdpa-report/cases/numerics-1a2b3c4d5e.json; or a shard "
+        "(sdpa-report/shards/<run>/<worker>-<pid>.jsonl[:LINE]): the example begun at LINE, default the last one begun "
+        "(what a process that died mid-example was running)",
+    )
+    r.add_argument(
+        "--adapter", choices=ADAPTERS, default=None, help="kernel entry point (default: the one recorded in the file, else $SDPA_ADAPTER, else prepared)"
+    )
     r.add_argument("--sm80-compat", action="store_true", default=None, help="run sm80 code on a newer GPU (default: as recorded, or $SDPA_SM80_COMPAT=1)")
     r.add_argument("--kernels-source", metavar="PATH", default=None, help="cudnn-frontend python/ tree to test instead of the installed wheel")
-    r.add_argument("--shrink-geometry", action="store_true",
-                   help="when it still fails, shrink it further outside the run's geometry pools (every fact, greedily; a compile per new "
-                        "geometry) and write the simplest failing case next to FILE as *-min.json")
+    r.add_argument(
+        "--shrink-geometry",
+        action="store_true",
+        help="when it still fails, shrink it further outside the run's geometry pools (every fact, greedily; a compile per new "
+        "geometry) and write the simplest failing case next to FILE as *-min.json",
+    )
     r.add_argument("--max-runs", type=int, default=300, metavar="N", help="--shrink-geometry: at most N property runs (default 300)")
-    r.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
-                   help="a replay with no verdict after this long is a hang: say so and exit 1 (default: 300; 0: wait forever)")
-    sub.add_parser("facts", help="print the Case facts and the coverage axes (markdown), from their declarations",
-                   description="The facts a Case holds (ground/case.py) and the coverage axes that show them "
-                   "(ground/coverage.py), as markdown tables.")
-    g = sub.add_parser("report", help="merge a report dir's shards and render report.json/.md/.html",
-                       description="Re-render the reports of a run from the shards in its report dir.")
+    r.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="a replay with no verdict after this long is a hang: say so and exit 1 (default: 300; 0: wait forever)",
+    )
+    sub.add_parser(
+        "facts",
+        help="print the Case facts and the coverage axes (markdown), from their declarations",
+        description="The facts a Case holds (ground/case.py) and the coverage axes that show them (ground/coverage.py), as markdown tables.",
+    )
+    g = sub.add_parser(
+        "report",
+        help="merge a report dir's shards and render report.json/.md/.html",
+        description="Re-render the reports of a run from the shards in its report dir.",
+    )
     g.add_argument("dir", metavar="DIR", help="a report dir (default name: sdpa-report)")
     from conformance import kill_rate as mutants
 
-    m = sub.add_parser("mutants", help="plant the bug catalogue in the kernels and measure the suite's kill rate (GPU)",
-                       description="Plant each mutant of kernels/mutants.py (a source rewrite of the installed SM80 "
-                       "templates or host) and search the suite's properties for a failure, each property kind drawing "
-                       "its example count per stratum (times --examples-scale), so a verdict means the same on every "
-                       "machine and --jobs; --budget-s only caps a mutant's wall clock. Report per mutant killed/error/"
-                       "survived/incomplete (the cap stopped it)/stale with each kind's examples drawn / planned, and "
-                       "the kill rate. The unmutated control must fully survive. Arguments as python -m conformance.kill_rate.")
+    m = sub.add_parser(
+        "mutants",
+        help="plant the bug catalogue in the kernels and measure the suite's kill rate (GPU)",
+        description="Plant each mutant of kernels/mutants.py (a source rewrite of the installed SM80 "
+        "templates or host) and search the suite's properties for a failure, each property kind drawing "
+        "its example count per stratum (times --examples-scale), so a verdict means the same on every "
+        "machine and --jobs; --budget-s only caps a mutant's wall clock. Report per mutant killed/error/"
+        "survived/incomplete (the cap stopped it)/stale with each kind's examples drawn / planned, and "
+        "the kill rate. The unmutated control must fully survive. Arguments as python -m conformance.kill_rate.",
+    )
     mutants.add_arguments(m)
     from conformance import gate
 
-    gt = sub.add_parser("gate", help="run the suite on the local GPU, N runs in a row, and print each run's summary",
-                        description="Run the properties on this machine's GPU (pytest -n WORKERS conformance), N times in a row "
-                        "(--cold: the first on an empty compiled cache), each into REPORT_DIR/run-<i>, and print per run: tests, "
-                        "examples, wall time, compiles against the compile floor, error/bound p99, known findings. Exit status: "
-                        "the first failing run's pytest status (1 a property failed or a finding went stale), 2 without a GPU.")
+    gt = sub.add_parser(
+        "gate",
+        help="run the suite on the local GPU, N runs in a row, and print each run's summary",
+        description="Run the properties on this machine's GPU (pytest -n WORKERS conformance), N times in a row "
+        "(--cold: the first on an empty compiled cache), each into REPORT_DIR/run-<i>, and print per run: tests, "
+        "examples, wall time, compiles against the compile floor, error/bound p99, known findings. Exit status: "
+        "the first failing run's pytest status (1 a property failed or a finding went stale), 2 without a GPU.",
+    )
     gate.add_arguments(gt)
     return p
 
@@ -162,10 +190,19 @@ def _load_shard_line(arg: str):
     case = Case.from_dict(rec["case"])
     context = rec.get("context") or {}
     env = _session_environment(os.path.dirname(path))
-    doc = {"case": rec["case"], "property": rec.get("property"), "params": rec.get("params") or {}, "nodeid": rec.get("test"),
-           "adapter": context.get("adapter", env.get("adapter")), "sm80_compat": context.get("sm80_compat", env.get("sm80_compat")),
-           "mode": env.get("mode"), "gpu": env.get("gpu"), "kernels_source": env.get("kernels_source"), "planted_mutant": env.get("planted_mutant"),
-           "summary": f"example begun at {path}:{n}"}  # fmt: skip
+    doc = {
+        "case": rec["case"],
+        "property": rec.get("property"),
+        "params": rec.get("params") or {},
+        "nodeid": rec.get("test"),
+        "adapter": context.get("adapter", env.get("adapter")),
+        "sm80_compat": context.get("sm80_compat", env.get("sm80_compat")),
+        "mode": env.get("mode"),
+        "gpu": env.get("gpu"),
+        "kernels_source": env.get("kernels_source"),
+        "planted_mutant": env.get("planted_mutant"),
+        "summary": f"example begun at {path}:{n}",
+    }
     return case, doc
 
 
@@ -195,8 +232,10 @@ def _check_violation(path: str, case, prop: str, params: dict) -> None:
     if prop != "rejection":
         return
     if case.violation is None:
-        raise Usage(f"{path}: case file field 'case.violation': missing; the rejection property replays a contract-violating case "
-                    "and needs the rule it breaks (a name of ground/contracts.py)")
+        raise Usage(
+            f"{path}: case file field 'case.violation': missing; the rejection property replays a contract-violating case "
+            "and needs the rule it breaks (a name of ground/contracts.py)"
+        )
     entry = params.get("entry")
     if entry not in rule.expect:
         got = "missing" if entry is None else repr(entry)
@@ -271,12 +310,16 @@ def repro(args) -> int:
     if needs_gpu is None:  # not recorded: a case from a GPU run launched kernels
         needs_gpu = not str(doc.get("mode") or "").startswith("compile-only")
     if needs_gpu and not torch.cuda.is_available():
-        raise Unsupported.machine(NO_GPU + "; replay this case on a GPU machine" + (f" (recorded on {doc['gpu']}, {doc.get('mode')})" if doc.get("gpu") else ""))
+        raise Unsupported.machine(
+            NO_GPU + "; replay this case on a GPU machine" + (f" (recorded on {doc['gpu']}, {doc.get('mode')})" if doc.get("gpu") else "")
+        )
 
     digest = inputs_digest(case)
     if doc.get("inputs_sha256"):
         same = digest == doc["inputs_sha256"]
-        print(f"inputs:    {'regenerated bit for bit' if same else 'DIFFER from the recorded run (torch RNG or data module changed)'} (sha256 {str(digest)[:16]})")
+        print(
+            f"inputs:    {'regenerated bit for bit' if same else 'DIFFER from the recorded run (torch RNG or data module changed)'} (sha256 {str(digest)[:16]})"
+        )
 
     from ground.outcome import PropertyFailure
     from properties import PROPERTIES
@@ -290,7 +333,6 @@ def repro(args) -> int:
     except TypeError as e:
         raise Usage(f"{args.file}: case file field 'params': {e} (the keyword arguments of the {prop} property)") from None
     import kernels
-
     from ground import findings
 
     adapter = kernels.get_adapter(adapter_name)
@@ -314,7 +356,11 @@ def repro(args) -> int:
 
         traceback.print_exc()
         lost = watchdog.context_lost(e)
-        print(f"\nFAIL {prop}: raised {type(e).__name__}: {e}" + (f"\nCUDA context lost: {lost} (a sticky CUDA error)" if lost else "") + "\n\nstill fails (exit 1)")
+        print(
+            f"\nFAIL {prop}: raised {type(e).__name__}: {e}"
+            + (f"\nCUDA context lost: {lost} (a sticky CUDA error)" if lost else "")
+            + "\n\nstill fails (exit 1)"
+        )
         return _shrink(args, doc, prop, case, adapter, params, e) if args.shrink_geometry else 1
     finally:
         _unbound()
@@ -340,6 +386,7 @@ def _shrink(args, doc: dict, prop: str, case, adapter, params: dict, failure: Ba
         return 1
     print(f"\nshrinking outside the geometry pools (at most {args.max_runs} runs; a compile per new geometry) ...")
     check = partial(PROPERTIES[prop], adapter=adapter)
+
     def summary(e: BaseException) -> str:
         return e.summary if isinstance(e, PropertyFailure) else f"{type(e).__name__}: {str(e)[:300]}"
 
@@ -352,8 +399,15 @@ def _shrink(args, doc: dict, prop: str, case, adapter, params: dict, failure: Ba
         return 1
     final = result.failure
     out = Path(args.file).with_name(Path(args.file).stem + "-min.json")
-    shrunk = dict(doc, case=result.case.to_dict(), summary=summary(final), detail=getattr(final, "detail", {}) or {}, shrunk_from=str(args.file),
-                  inputs_sha256=inputs_digest(result.case), repro=repro_command(out))  # fmt: skip
+    shrunk = dict(
+        doc,
+        case=result.case.to_dict(),
+        summary=summary(final),
+        detail=getattr(final, "detail", {}) or {},
+        shrunk_from=str(args.file),
+        inputs_sha256=inputs_digest(result.case),
+        repro=repro_command(out),
+    )
     out.write_text(json.dumps(strict(shrunk), indent=1, default=str) + "\n", encoding="utf-8")
     print(f"\nsimplest failing case ({len(result.steps)} steps, {result.runs} runs{'' if result.complete else ', stopped by --max-runs'}):")
     print(f"case:      {result.case.describe()}")
@@ -364,6 +418,8 @@ def _shrink(args, doc: dict, prop: str, case, adapter, params: dict, failure: Ba
 
 def _known_finding_note(prop: str, case) -> None:
     """Say so when the failure is an expected one (repro itself applies no findings)."""
+
+
 def _planted_note(doc: dict) -> None:
     """A case recorded with a planted mutant replays the planted bug only with it planted again."""
     from kernels.mutants import PLANT_ENV
@@ -380,6 +436,7 @@ def _bound(seconds: float, prop: str) -> None:
     from properties import watchdog
 
     if seconds and seconds > 0:
+
         def hung(label, limit):
             print(f"\nFAIL {prop}: no verdict within {limit:g} s: a hung kernel? (--timeout)\n\nstill fails (exit 1)", flush=True)
 
@@ -423,8 +480,10 @@ def report(args) -> int:
 
     run = shards.latest_run(args.dir)
     if run is None or not any((Path(args.dir) / shards.SHARDS / run).glob("*.jsonl")):
-        raise Usage(f"{args.dir}: no shards (no {shards.SHARDS}/<run>/*.jsonl): not the report dir of a run, or its shards were removed; "
-                    "run pytest with --report-dir=DIR first")
+        raise Usage(
+            f"{args.dir}: no shards (no {shards.SHARDS}/<run>/*.jsonl): not the report dir of a run, or its shards were removed; "
+            "run pytest with --report-dir=DIR first"
+        )
     import reports
     from reports.casefile import display_path
 

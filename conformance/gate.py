@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -40,11 +39,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cold", action="store_true", help="run 1 on a fresh, empty compiled cache; later runs reuse it (warm)")
     p.add_argument("--workers", default="auto", metavar="N", help="pytest-xdist workers (default auto: one per core)")
     p.add_argument("--report-dir", default="sdpa-report", metavar="DIR", help="run i writes DIR/run-<i> (default sdpa-report)")
-    p.add_argument("--compile-cache", default=None, metavar="DIR",
-                   help="on-disk compiled cache (default: the suite's, see --help of pytest; --cold makes a fresh one in DIR)")
+    p.add_argument(
+        "--compile-cache",
+        default=None,
+        metavar="DIR",
+        help="on-disk compiled cache (default: the suite's, see --help of pytest; --cold makes a fresh one in DIR)",
+    )
     p.add_argument("--junitxml", default=None, metavar="FILE", help="JUnit XML per run (FILE, or FILE with -<i> before the suffix for N > 1)")
-    p.add_argument("--deadline", type=float, default=0, metavar="SECONDS",
-                   help="stop starting runs, and interrupt the one running, this long after the gate began (0: none)")
+    p.add_argument(
+        "--deadline",
+        type=float,
+        default=0,
+        metavar="SECONDS",
+        help="stop starting runs, and interrupt the one running, this long after the gate began (0: none)",
+    )
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, metavar="-- PYTEST_ARGS", help="passed to every pytest run, after --")
 
 
@@ -58,8 +66,20 @@ def _junit(path: Optional[str], i: int, runs: int) -> Optional[str]:
 def command(args, i: int, cache: Optional[str]) -> List[str]:
     """The pytest command line of run ``i``."""
     report = Path(args.report_dir).resolve() / f"run-{i}"
-    cmd = [sys.executable, "-m", "pytest", "-n", str(args.workers), str(ROOT / "conformance"), f"--rootdir={ROOT}",
-           f"--hypothesis-profile={args.profile}", "-p", "no:cacheprovider", "-q", f"--report-dir={report}"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-n",
+        str(args.workers),
+        str(ROOT / "conformance"),
+        f"--rootdir={ROOT}",
+        f"--hypothesis-profile={args.profile}",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        f"--report-dir={report}",
+    ]
     if args.adapter:
         cmd.append(f"--adapter={args.adapter}")
     if args.sm80_compat:
@@ -81,8 +101,10 @@ def summarize(report: dict, i: int) -> List[str]:
     lines = [f"run {i}: {tests or 'no tests'} | {r['examples']} examples in {wall:.0f} s ({(r.get('examples_per_minute') or 0):.0f}/min)"]
     floor = c.get("floor") or {}
     ratio = f", wall / floor {floor['ratio']:.2f}" if floor.get("ratio") else ""
-    lines.append(f"  compiles {c.get('compiles')} over {c.get('compiled_keys')} keys ({c.get('repeat_compiles')} repeats), hits {c.get('hits')}; "
-                 f"compile floor {floor.get('seconds', 0):.0f} s{ratio}")  # fmt: skip
+    lines.append(
+        f"  compiles {c.get('compiles')} over {c.get('compiled_keys')} keys ({c.get('repeat_compiles')} repeats), hits {c.get('hits')}; "
+        f"compile floor {floor.get('seconds', 0):.0f} s{ratio}"
+    )
     for prop, p in sorted(report["properties"].items()):
         for q, s in sorted((p.get("ratios_by_dtype") or {}).items()):
             if s.get("count"):
@@ -91,7 +113,11 @@ def summarize(report: dict, i: int) -> List[str]:
     counts = {}
     for e in f.get("entries") or ():
         counts[e["status"]] = counts.get(e["status"], 0) + 1
-    lines.append("  known findings: " + (", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none") + (f"; stale: {', '.join(f['stale'])}" if f.get("stale") else ""))
+    lines.append(
+        "  known findings: "
+        + (", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none")
+        + (f"; stale: {', '.join(f['stale'])}" if f.get("stale") else "")
+    )
     return lines
 
 

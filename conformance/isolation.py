@@ -75,17 +75,25 @@ class ContextLost(BaseException):
 
 # --------------------------------------------------------------- settings
 def addoption(group, parser) -> None:
-    group.addoption("--sdpa-timeout", type=float, default=None, metavar="SECONDS",
-                    help=f"most seconds one example (compile, launch, synchronize, judging) may take before it counts as a hung "
-                    f"kernel and its process ends (default: ${TIMEOUT_ENV}, ini sdpa_timeout, else {DEFAULT_EXAMPLE_TIMEOUT:g}; 0: no bound). "
-                    "A whole test is bounded by pytest-timeout's --timeout.")
+    group.addoption(
+        "--sdpa-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help=f"most seconds one example (compile, launch, synchronize, judging) may take before it counts as a hung "
+        f"kernel and its process ends (default: ${TIMEOUT_ENV}, ini sdpa_timeout, else {DEFAULT_EXAMPLE_TIMEOUT:g}; 0: no bound). "
+        "A whole test is bounded by pytest-timeout's --timeout.",
+    )
     parser.addini("sdpa_timeout", f"--sdpa-timeout's default (seconds; default {DEFAULT_EXAMPLE_TIMEOUT:g})")
 
 
 def example_timeout(config) -> float:
     """--sdpa-timeout, then $SDPA_TIMEOUT, then the ini value, then the default."""
-    for where, raw in (("--sdpa-timeout", config.getoption("sdpa_timeout", default=None)), (f"${TIMEOUT_ENV}", os.environ.get(TIMEOUT_ENV)),
-                       ("ini sdpa_timeout", config.getini("sdpa_timeout"))):  # fmt: skip
+    for where, raw in (
+        ("--sdpa-timeout", config.getoption("sdpa_timeout", default=None)),
+        (f"${TIMEOUT_ENV}", os.environ.get(TIMEOUT_ENV)),
+        ("ini sdpa_timeout", config.getini("sdpa_timeout")),
+    ):
         if raw is None or raw == "":
             continue
         try:
@@ -143,8 +151,10 @@ class Isolation:
 
     def header(self) -> str:
         one = f"an example {self.seconds:g} s (--sdpa-timeout)" if self.seconds > 0 else "an example: no bound (--sdpa-timeout 0)"
-        return (f"sdpa-conformance isolation: {one}, {self.test_timeout or 'a test: no bound (pytest-timeout not installed)'}; "
-                "a lost CUDA context or a hang ends the process that saw it")  # fmt: skip
+        return (
+            f"sdpa-conformance isolation: {one}, {self.test_timeout or 'a test: no bound (pytest-timeout not installed)'}; "
+            "a lost CUDA context or a hang ends the process that saw it"
+        )
 
     def pytest_unconfigure(self, config):
         if self._started:
@@ -282,8 +292,18 @@ class Isolation:
     # --------------------------------------------------------- the record
     def _fatal(self, fault: str, message: str, error: Optional[str], repro: Optional[str]) -> dict:
         item = self.item
-        return {"kind": "fatal", "fault": fault, "nodeid": item.nodeid if item is not None else None, "message": message, "error": error,
-                "repro": repro, "shard": recorder.shard_path(), "worker": self.run.worker, "pid": os.getpid(), "t": time.time()}  # fmt: skip
+        return {
+            "kind": "fatal",
+            "fault": fault,
+            "nodeid": item.nodeid if item is not None else None,
+            "message": message,
+            "error": error,
+            "repro": repro,
+            "shard": recorder.shard_path(),
+            "worker": self.run.worker,
+            "pid": os.getpid(),
+            "t": time.time(),
+        }
 
     def _leave_record(self, fault: str, message: str, error: Optional[str] = None) -> Optional[str]:
         """The case file of the example begun last in this test, its failure
@@ -296,12 +316,35 @@ class Isolation:
             try:
                 env, hyp = self.case_env(item), self.hypothesis_of(item)
                 case = begun.case.to_dict()
-                path = casefile.write(self.run.report_dir, property=begun.property, case=case, params=begun.params, summary=message,
-                                      detail={"fault": fault, "error": error}, nodeid=item.nodeid, environment=env, hypothesis=hyp,
-                                      digest=casefile.inputs_digest(begun.case), needs_gpu="gpu" in getattr(item, "fixturenames", ()))  # fmt: skip
+                path = casefile.write(
+                    self.run.report_dir,
+                    property=begun.property,
+                    case=case,
+                    params=begun.params,
+                    summary=message,
+                    detail={"fault": fault, "error": error},
+                    nodeid=item.nodeid,
+                    environment=env,
+                    hypothesis=hyp,
+                    digest=casefile.inputs_digest(begun.case),
+                    needs_gpu="gpu" in getattr(item, "fixturenames", ()),
+                )
                 repro = casefile.repro_command(path)
-                recorder.write({"kind": "failure", "nodeid": item.nodeid, "property": begun.property, "case": case, "params": begun.params, "summary": message,
-                                "case_file": str(path), "repro": repro, "finding": None, "hypothesis": hyp, "fault": fault})  # fmt: skip
+                recorder.write(
+                    {
+                        "kind": "failure",
+                        "nodeid": item.nodeid,
+                        "property": begun.property,
+                        "case": case,
+                        "params": begun.params,
+                        "summary": message,
+                        "case_file": str(path),
+                        "repro": repro,
+                        "finding": None,
+                        "hypothesis": hyp,
+                        "fault": fault,
+                    }
+                )
             except Exception as e:  # noqa: BLE001 - the begin line in the shard still names the case
                 print(f"sdpa-conformance: writing the case file failed: {type(e).__name__}: {e}", file=sys.__stderr__)
         recorder.write(self._fatal(fault, message, error, repro))
@@ -332,8 +375,10 @@ class Isolation:
             report.longrepr = "\n".join(x for x in (fatal["message"], fatal.get("repro"), f"({report.longrepr})") if x)
         elif begun is not None:
             shard, line = begun
-            report.longrepr = (f"{report.longrepr}: the worker died without a verdict (segfault, abort, killed?) during the example begun at "
-                               f"{casefile.display_path(shard)}:{line}\nsdpa-conformance repro {casefile.display_path(shard)}:{line}")  # fmt: skip
+            report.longrepr = (
+                f"{report.longrepr}: the worker died without a verdict (segfault, abort, killed?) during the example begun at "
+                f"{casefile.display_path(shard)}:{line}\nsdpa-conformance repro {casefile.display_path(shard)}:{line}"
+            )
 
 
 def records_of(report_dir, run_id: str, nodeid: str) -> tuple:

@@ -59,17 +59,23 @@ from typing import List, Optional, Sequence, Tuple
 from ground.case import Case
 from ground.outcome import Unsupported
 from ground.tables import NO_GPU
+from kernels.mutants import MUTANTS, Mutant
 from properties.matrix import BACKWARD as BACKWARD_MODULE  # the backward's families: searched by backward mutants only
 from properties.matrix import MATRIX, PARAM, SOURCE, STRATUM, TRANSFORM, Family, stratum_of
-from kernels.mutants import MUTANTS, Mutant
 
 DEFAULT_REPORT_DIR = "sdpa-report"
 FINDINGS_FILE = "known_findings.toml"
 CONTROL = Mutant("control", "control", (), "", "No rewrites: the installed kernels. Must survive every property.")
-FAMILY_FLAVORS = {"f16": ("gptoss", "llama", "dsv3"), "d256": ("qwen",), "host": ("gptoss", "llama", "dsv3", "qwen"),
-                  # The backward: one generic template for every flavor, the d=64 MHA kernel for gptoss.
-                  "bwd_f16": ("gptoss", "llama", "dsv3", "qwen"), "bwd_d64": ("gptoss",), "bwd_host": ("gptoss", "llama", "dsv3", "qwen"),
-                  "bwd_spec": ("gptoss", "llama", "dsv3", "qwen")}  # fmt: skip
+FAMILY_FLAVORS = {
+    "f16": ("gptoss", "llama", "dsv3"),
+    "d256": ("qwen",),
+    "host": ("gptoss", "llama", "dsv3", "qwen"),
+    # The backward: one generic template for every flavor, the d=64 MHA kernel for gptoss.
+    "bwd_f16": ("gptoss", "llama", "dsv3", "qwen"),
+    "bwd_d64": ("gptoss",),
+    "bwd_host": ("gptoss", "llama", "dsv3", "qwen"),
+    "bwd_spec": ("gptoss", "llama", "dsv3", "qwen"),
+}
 LARGE_BUDGET = "large"  # the example budget (strategies.profiles) of the large tier's families
 # The safety cap on one mutant's wall clock (--budget-s): searching and shrinking. Never
 # what decides how many examples a kind draws (its count does); a search it stops is
@@ -239,8 +245,15 @@ def planned_examples(profile: str, kind: Kind, scale: float = 1.0) -> int:
 def _settings(profile: str, kind: Kind, scale: float = 1.0):
     from hypothesis import HealthCheck, Verbosity, settings
 
-    return settings(settings.get_profile(profile), max_examples=planned_examples(profile, kind, scale), database=None, deadline=None,
-                    report_multiple_bugs=False, suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet)  # fmt: skip
+    return settings(
+        settings.get_profile(profile),
+        max_examples=planned_examples(profile, kind, scale),
+        database=None,
+        deadline=None,
+        report_multiple_bugs=False,
+        suppress_health_check=list(HealthCheck),
+        verbosity=Verbosity.quiet,
+    )
 
 
 @dataclass
@@ -264,14 +277,16 @@ class _Search:
             self.first, self.last = other.first, other.last
 
 
-def search(kind: Kind, adapter, flavors, *, profile: str, until: float, t0: float, check=check_property,
-           stratum: Optional[Tuple[str, str]] = None, scale: float = 1.0) -> _Search:  # fmt: skip
+def search(
+    kind: Kind, adapter, flavors, *, profile: str, until: float, t0: float, check=check_property, stratum: Optional[Tuple[str, str]] = None, scale: float = 1.0
+) -> _Search:
     """One Hypothesis search of ``kind`` (in ``stratum``: one (flavor, dtype),
     as one pytest test; None: over ``flavors``): ``planned_examples`` draws,
     unless a failure is seen (then Hypothesis shrinks it, within its own
     count limits) or the clock passes ``until``, the safety cap (then the
     search is ``cut``: it checks nothing more, and shrinking stops)."""
-    from hypothesis import given, seed, strategies as st, target
+    from hypothesis import given, seed, target
+    from hypothesis import strategies as st
     from hypothesis.errors import UnsatisfiedAssumption
     from hypothesis.internal.conjecture import engine
 
@@ -332,8 +347,17 @@ def search(kind: Kind, adapter, flavors, *, profile: str, until: float, t0: floa
     return state
 
 
-def run_mutant(mutant: Mutant, *, profile: str = "ci", budget_s: float = CAP_S, examples_scale: float = 1.0, kinds: Sequence[str] = KIND_NAMES,
-               explicit: bool = False, check=check_property, adapter_factory=None) -> dict:  # fmt: skip
+def run_mutant(
+    mutant: Mutant,
+    *,
+    profile: str = "ci",
+    budget_s: float = CAP_S,
+    examples_scale: float = 1.0,
+    kinds: Sequence[str] = KIND_NAMES,
+    explicit: bool = False,
+    check=check_property,
+    adapter_factory=None,
+) -> dict:
     """Run one mutant through the property kinds (the expected killer first);
     returns its verdict record. Each kind draws its planned example count per
     stratum; ``budget_s`` only caps the mutant's wall clock (a search it cuts
@@ -341,10 +365,28 @@ def run_mutant(mutant: Mutant, *, profile: str = "ci", budget_s: float = CAP_S, 
     from kernels.source import StaleMutant
 
     t0 = time.perf_counter()
-    rec = {"name": mutant.name, "bug_class": mutant.bug_class, "targets": list(mutant.targets), "expected_killer": mutant.expected_killer,
-           "change": change_line(mutant), "why": mutant.why, "verdict": "survived", "killed_by": None, "property": None, "summary": None, "first_failure_s": None,
-           "case": None, "failure_case": None, "first_case": None, "case_size": None, "shrink_capped": False, "complete": True, "error": None,
-           "examples_scale": examples_scale, "kinds": []}  # fmt: skip
+    rec = {
+        "name": mutant.name,
+        "bug_class": mutant.bug_class,
+        "targets": list(mutant.targets),
+        "expected_killer": mutant.expected_killer,
+        "change": change_line(mutant),
+        "why": mutant.why,
+        "verdict": "survived",
+        "killed_by": None,
+        "property": None,
+        "summary": None,
+        "first_failure_s": None,
+        "case": None,
+        "failure_case": None,
+        "first_case": None,
+        "case_size": None,
+        "shrink_capped": False,
+        "complete": True,
+        "error": None,
+        "examples_scale": examples_scale,
+        "kinds": [],
+    }
     if adapter_factory is None:
         from kernels.prepared import PreparedAdapter as adapter_factory
     try:
@@ -373,20 +415,38 @@ def _search_kinds(rec: dict, chosen, adapter, flavors, *, profile, deadline, t0,
             s.add(one)
             if one.first is not None:
                 break
-        rec["kinds"].append({"name": kind.name, "examples": s.examples, "planned": planned_examples(profile, kind, scale) * len(strata), "shrinks": s.shrinks,
-                             "excused": s.excused, "cut": s.cut, "strata": len(strata), "seconds": round(time.perf_counter() - now, 1),
-                             "failed": s.first is not None})  # fmt: skip
+        rec["kinds"].append(
+            {
+                "name": kind.name,
+                "examples": s.examples,
+                "planned": planned_examples(profile, kind, scale) * len(strata),
+                "shrinks": s.shrinks,
+                "excused": s.excused,
+                "cut": s.cut,
+                "strata": len(strata),
+                "seconds": round(time.perf_counter() - now, 1),
+                "failed": s.first is not None,
+            }
+        )
         rec["complete"] &= not s.cut
         if s.first is not None:
             case, failure, _ = s.last
             killed = isinstance(failure, PropertyFailure)
             failing = getattr(failure, "case", None)
             rec.update(
-                verdict="killed" if killed else crash_or_harness(failure), killed_by=kind.name, property=kind.property, params=kind.params,
+                verdict="killed" if killed else crash_or_harness(failure),
+                killed_by=kind.name,
+                property=kind.property,
+                params=kind.params,
                 summary=failure.summary if killed else f"{type(failure).__name__}: {str(failure)[:300]}",
-                first_failure_s=round(s.first[2], 1), case=case.to_dict(), case_size=case_size(case), case_text=case.describe(),
-                first_case=s.first[0].to_dict(), failure_case=failing.to_dict() if killed and failing != case else None, shrink_capped=s.shrink_capped,
-            )  # fmt: skip
+                first_failure_s=round(s.first[2], 1),
+                case=case.to_dict(),
+                case_size=case_size(case),
+                case_text=case.describe(),
+                first_case=s.first[0].to_dict(),
+                failure_case=failing.to_dict() if killed and failing != case else None,
+                shrink_capped=s.shrink_capped,
+            )
             return
     if not rec["complete"]:
         rec["verdict"] = "incomplete"
@@ -423,12 +483,26 @@ def _worker(mutant: Mutant, opts: dict, out) -> None:
             from ground import findings
 
             findings.activate(findings.load(opts["findings"]))
-        rec = run_mutant(mutant, profile=opts["profile"], budget_s=opts["budget_s"], examples_scale=opts.get("examples_scale", 1.0), kinds=opts["kinds"],
-                         explicit=opts.get("explicit", False))  # fmt: skip
+        rec = run_mutant(
+            mutant,
+            profile=opts["profile"],
+            budget_s=opts["budget_s"],
+            examples_scale=opts.get("examples_scale", 1.0),
+            kinds=opts["kinds"],
+            explicit=opts.get("explicit", False),
+        )
     except BaseException as e:  # noqa: BLE001 - outside any property call: the harness, not the mutant
         traceback.print_exc()
-        rec = {"name": mutant.name, "bug_class": mutant.bug_class, "targets": list(mutant.targets), "expected_killer": mutant.expected_killer,
-               "why": mutant.why, "verdict": "harness_error", "error": f"{type(e).__name__}: {e}", "kinds": []}  # fmt: skip
+        rec = {
+            "name": mutant.name,
+            "bug_class": mutant.bug_class,
+            "targets": list(mutant.targets),
+            "expected_killer": mutant.expected_killer,
+            "why": mutant.why,
+            "verdict": "harness_error",
+            "error": f"{type(e).__name__}: {e}",
+            "kinds": [],
+        }
     out.put(rec)
 
 
@@ -477,8 +551,16 @@ def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print) ->
                 if name not in records:
                     # A signal (a crash in the kernel) or a hang is the mutant's; a Python exit is the harness'.
                     verdict = "harness_error" if (p.exitcode or 0) > 0 else "error"
-                    records[name] = {"name": name, "bug_class": m.bug_class, "targets": list(m.targets), "verdict": verdict, "error": why,
-                                     "expected_killer": m.expected_killer, "why": m.why, "kinds": []}  # fmt: skip
+                    records[name] = {
+                        "name": name,
+                        "bug_class": m.bug_class,
+                        "targets": list(m.targets),
+                        "verdict": verdict,
+                        "error": why,
+                        "expected_killer": m.expected_killer,
+                        "why": m.why,
+                        "kinds": [],
+                    }
                     progress(_progress_line(records[name], len(records), len(mutants)))
                 del running[name]
     return [records[m.name] for m in mutants]
@@ -519,8 +601,10 @@ def control_problem(control: Optional[dict]) -> Optional[str]:
     if control["verdict"] == "survived":
         return None
     if control["verdict"] == "incomplete":
-        return (f"the control's search was stopped by the cap (--budget-s) before its example counts ({drew(control)}): "
-                "raise --budget-s (or lower --examples-scale), the control must fully survive")  # fmt: skip
+        return (
+            f"the control's search was stopped by the cap (--budget-s) before its example counts ({drew(control)}): "
+            "raise --budget-s (or lower --examples-scale), the control must fully survive"
+        )
     if control["verdict"] == "harness_error":
         return f"the control's worker failed in the harness ({control.get('error')}), so mutant verdicts mean nothing"
     what = f"failed {control.get('killed_by')}" if control.get("killed_by") else control["verdict"]
@@ -538,19 +622,37 @@ def exit_code(t: dict, control: Optional[dict], goal: float) -> int:
 def kill_rate_line(t: dict, goal: float) -> str:
     if t["kill_rate"] is None:
         return f"kill rate: n/a (no mutant to count; {t['stale']} stale, {t['incomplete']} incomplete)"
-    return (f"kill rate: {t['kill_rate']:.0%} ({t['killed']} killed + {t['error']} by crash of {t['counted']}; "
-            f"{t['survived']} survived, {t['stale']} stale, {t['incomplete']} incomplete) goal {goal:.0%}")  # fmt: skip
+    return (
+        f"kill rate: {t['kill_rate']:.0%} ({t['killed']} killed + {t['error']} by crash of {t['counted']}; "
+        f"{t['survived']} survived, {t['stale']} stale, {t['incomplete']} incomplete) goal {goal:.0%}"
+    )
 
 
-COLUMNS = ("mutant", "bug class", "targets", "verdict", "killed by", "expected killer", "first failure (s)", "shrunk case size", "shrunk case",
-           "examples drawn / planned")  # fmt: skip
+COLUMNS = (
+    "mutant",
+    "bug class",
+    "targets",
+    "verdict",
+    "killed by",
+    "expected killer",
+    "first failure (s)",
+    "shrunk case size",
+    "shrunk case",
+    "examples drawn / planned",
+)
 
 
 def render_markdown(doc: dict) -> str:
     run, t = doc["run"], doc["tally"]
-    lines = ["# Mutants", "", f"profile `{run['profile']}`, example counts x{run.get('examples_scale', 1):g} (per kind and stratum: the verdicts mean the same on "
-             f"every machine), cap {run['budget_s']:g} s per mutant, {run['jobs']} jobs, {run['wall_s']} s wall; {run.get('gpu') or 'no GPU'} ({run.get('mode') or '-'})", "",
-             f"**{kill_rate_line(t, run['goal'])}**", ""]  # fmt: skip
+    lines = [
+        "# Mutants",
+        "",
+        f"profile `{run['profile']}`, example counts x{run.get('examples_scale', 1):g} (per kind and stratum: the verdicts mean the same on "
+        f"every machine), cap {run['budget_s']:g} s per mutant, {run['jobs']} jobs, {run['wall_s']} s wall; {run.get('gpu') or 'no GPU'} ({run.get('mode') or '-'})",
+        "",
+        f"**{kill_rate_line(t, run['goal'])}**",
+        "",
+    ]
     problem = control_problem(doc.get("control"))
     lines += [f"**INVALID RUN**: {problem}", ""] if problem else []
     lines += ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
@@ -558,9 +660,18 @@ def render_markdown(doc: dict) -> str:
         case = r.get("first_case") if r["verdict"] == "error" else r.get("case")
         text = Case.from_dict(case).describe() if case else (r.get("error") or "-")
         text += " (shrinking stopped by the cap)" if r.get("shrink_capped") else ""
-        cells = (r["name"], r.get("bug_class", "-"), "/".join(r.get("targets") or []) or "-", r["verdict"], r.get("killed_by") or "-",
-                 r.get("expected_killer") or "-", r.get("first_failure_s") or "-", r.get("case_size") if r.get("case_size") is not None else "-", text,
-                 drew(r))  # fmt: skip
+        cells = (
+            r["name"],
+            r.get("bug_class", "-"),
+            "/".join(r.get("targets") or []) or "-",
+            r["verdict"],
+            r.get("killed_by") or "-",
+            r.get("expected_killer") or "-",
+            r.get("first_failure_s") or "-",
+            r.get("case_size") if r.get("case_size") is not None else "-",
+            text,
+            drew(r),
+        )
         lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -580,17 +691,29 @@ class Usage(Exception):
 
 
 def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    p.add_argument("--list", action="store_true", help="print the catalogue and check every rewrite applies exactly once (no GPU needed); exit 1 if one is stale")
+    p.add_argument(
+        "--list", action="store_true", help="print the catalogue and check every rewrite applies exactly once (no GPU needed); exit 1 if one is stale"
+    )
     p.add_argument("--only", metavar="NAME[,NAME]", default=None, help="run only these mutants")
     p.add_argument("--properties", metavar="KIND[,KIND]", default=None, help=f"property kinds to search, in this order: {', '.join(KIND_NAMES)} (default: all)")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="mutants run at once, one process each (default: the number of CPUs)")
     p.add_argument("--profile", default="ci", help="Hypothesis profile of strategies.profiles (default: ci)")
-    p.add_argument("--examples-scale", type=float, default=1.0, metavar="X",
-                   help="multiply every kind's example count per stratum (the profile's count for the kind times its transform values) by X, "
-                   "e.g. 10 for a long control search (default: 1)")
-    p.add_argument("--budget-s", type=float, default=CAP_S, metavar="S",
-                   help=f"safety cap on one mutant's wall clock, searching and shrinking; example counts, not time, decide what is searched, and a search "
-                   f"the cap stops is 'incomplete', never 'survived' (default: {CAP_S:g})")
+    p.add_argument(
+        "--examples-scale",
+        type=float,
+        default=1.0,
+        metavar="X",
+        help="multiply every kind's example count per stratum (the profile's count for the kind times its transform values) by X, "
+        "e.g. 10 for a long control search (default: 1)",
+    )
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=CAP_S,
+        metavar="S",
+        help=f"safety cap on one mutant's wall clock, searching and shrinking; example counts, not time, decide what is searched, and a search "
+        f"the cap stops is 'incomplete', never 'survived' (default: {CAP_S:g})",
+    )
     # Before example counts: a time to shrink. Shrinking now ends by Hypothesis' count limits
     # within --budget-s; still accepted (and ignored) so that old command lines run.
     p.add_argument("--goal", type=float, default=0.9, help="kill rate for exit status 0 (default: 0.9)")
@@ -621,7 +744,9 @@ def _validate(args) -> dict:
         raise Usage(str(e)) from None
     only = _names(args.only, [m.name for m in MUTANTS], "--only: mutant")
     kinds = _names(args.properties, KIND_NAMES, "--properties: kind") or list(KIND_NAMES)
-    found = args.known_findings or next((str(p) for p in (Path.cwd() / FINDINGS_FILE, Path(__file__).resolve().parents[1] / FINDINGS_FILE) if p.is_file()), None)
+    found = args.known_findings or next(
+        (str(p) for p in (Path.cwd() / FINDINGS_FILE, Path(__file__).resolve().parents[1] / FINDINGS_FILE) if p.is_file()), None
+    )
     if found:
         from ground import findings
 
@@ -629,8 +754,13 @@ def _validate(args) -> dict:
             findings.load(found)
         except findings.FindingsError as e:
             raise Usage(str(e)) from None
-    return {"mutants": [m for m in MUTANTS if only is None or m.name in only], "kinds": kinds, "explicit": args.properties is not None, "profile": profile,
-            "findings": found}  # fmt: skip
+    return {
+        "mutants": [m for m in MUTANTS if only is None or m.name in only],
+        "kinds": kinds,
+        "explicit": args.properties is not None,
+        "profile": profile,
+        "findings": found,
+    }
 
 
 def list_catalogue(mutants: Sequence[Mutant], out=print) -> int:
@@ -672,15 +802,37 @@ def main(args) -> int:
     env, start = detect(), time.time()
     log_dir = Path(args.report_dir) / "mutants-logs"
     log_dir.mkdir(parents=True, exist_ok=True)
-    opts = {"profile": v["profile"], "budget_s": args.budget_s, "examples_scale": args.examples_scale, "kinds": v["kinds"], "explicit": v["explicit"],
-            "findings": v["findings"], "kernels_source": args.kernels_source, "log_dir": str(log_dir), "threads": max(1, (os.cpu_count() or 1) // args.jobs)}  # fmt: skip
-    print(f"{len(v['mutants'])} mutants + control, {args.jobs} jobs, profile {v['profile']} example counts x{args.examples_scale:g}, "
-          f"cap {args.budget_s:g} s each, kinds {', '.join(v['kinds'])}")  # fmt: skip
+    opts = {
+        "profile": v["profile"],
+        "budget_s": args.budget_s,
+        "examples_scale": args.examples_scale,
+        "kinds": v["kinds"],
+        "explicit": v["explicit"],
+        "findings": v["findings"],
+        "kernels_source": args.kernels_source,
+        "log_dir": str(log_dir),
+        "threads": max(1, (os.cpu_count() or 1) // args.jobs),
+    }
+    print(
+        f"{len(v['mutants'])} mutants + control, {args.jobs} jobs, profile {v['profile']} example counts x{args.examples_scale:g}, "
+        f"cap {args.budget_s:g} s each, kinds {', '.join(v['kinds'])}"
+    )
     records = run_all([CONTROL] + v["mutants"], opts, args.jobs)
     control, mutant_records = records[0], records[1:]
     t = tally(mutant_records)
-    run = {"profile": v["profile"], "examples_scale": args.examples_scale, "budget_s": args.budget_s, "jobs": args.jobs, "goal": args.goal, "kinds": v["kinds"],
-           "known_findings": v["findings"], "wall_s": round(time.time() - start, 1), "gpu": env.gpu, "mode": env.mode, "versions": env.versions}  # fmt: skip
+    run = {
+        "profile": v["profile"],
+        "examples_scale": args.examples_scale,
+        "budget_s": args.budget_s,
+        "jobs": args.jobs,
+        "goal": args.goal,
+        "kinds": v["kinds"],
+        "known_findings": v["findings"],
+        "wall_s": round(time.time() - start, 1),
+        "gpu": env.gpu,
+        "mode": env.mode,
+        "versions": env.versions,
+    }
     doc = {"run": run, "control": control, "mutants": mutant_records, "tally": t, "valid": control_problem(control) is None}
     js, md = write_reports(doc, args.report_dir)
     print(kill_rate_line(t, args.goal))

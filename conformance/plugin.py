@@ -20,8 +20,6 @@ must be applied before cudnn is first imported, and CPU-only runs stay fast.
 from __future__ import annotations
 
 import os
-import re
-import sys
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -32,9 +30,9 @@ import pytest
 
 from conformance import __version__, isolation
 from ground import findings
+from ground.outcome import PropertyFailure, Unsupported
 from ground.tables import ADAPTER_ENV, ADAPTERS, COMPAT_ENV, DEFAULT_ADAPTER, NO_GPU
 from properties import recorder
-from ground.outcome import PropertyFailure, Unsupported
 from reports import casefile, shards
 
 DEFAULT_REPORT_DIR = "sdpa-report"
@@ -74,23 +72,38 @@ def pytest_addoption(parser):
     import strategies.profiles  # noqa: F401
 
     g = parser.getgroup("sdpa-conformance", "SM80 SDPA conformance suite")
-    g.addoption("--adapter", choices=ADAPTERS, default=None,
-                help="kernel entry point to drive: prepared (the compile entry points) or wrapper (sdpa_fwd_wrapper_sm80). Default: $SDPA_ADAPTER, else prepared.")
-    g.addoption("--sm80-compat", action="store_true", default=False,
-                help="run the sm80 kernels on a newer GPU (sm80 code on sm_90). Also $SDPA_SM80_COMPAT=1.")
-    g.addoption("--report-dir", default=None, metavar="DIR",
-                help=f"where shards, case files and report.json/.md/.html go (default ./{DEFAULT_REPORT_DIR}).")
-    g.addoption("--kernels-source", default=None, metavar="PATH",
-                help="test the kernels of this cudnn-frontend source tree instead of site-packages (applied before cudnn is imported).")
-    g.addoption("--known-findings", default=None, metavar="FILE",
-                help=f"known findings file (.toml or .json). Default: {FINDINGS_FILE} at the rootdir, if present.")
+    g.addoption(
+        "--adapter",
+        choices=ADAPTERS,
+        default=None,
+        help="kernel entry point to drive: prepared (the compile entry points) or wrapper (sdpa_fwd_wrapper_sm80). Default: $SDPA_ADAPTER, else prepared.",
+    )
+    g.addoption("--sm80-compat", action="store_true", default=False, help="run the sm80 kernels on a newer GPU (sm80 code on sm_90). Also $SDPA_SM80_COMPAT=1.")
+    g.addoption("--report-dir", default=None, metavar="DIR", help=f"where shards, case files and report.json/.md/.html go (default ./{DEFAULT_REPORT_DIR}).")
+    g.addoption(
+        "--kernels-source",
+        default=None,
+        metavar="PATH",
+        help="test the kernels of this cudnn-frontend source tree instead of site-packages (applied before cudnn is imported).",
+    )
+    g.addoption(
+        "--known-findings", default=None, metavar="FILE", help=f"known findings file (.toml or .json). Default: {FINDINGS_FILE} at the rootdir, if present."
+    )
     isolation.addoption(g, parser)
-    g.addoption("--large", action="store_true", default=False,
-                help="run the large tier (tests marked large: production-scale shapes, minutes and gigabytes; "
-                     "also -m large, $SDPA_LARGE=1 or the nightly profile). Default: skipped.")
-    g.addoption("--compile-cache", default=None, metavar="DIR",
-                help="on-disk compiled cache shared by the run's processes (a key compiles once per run; kept for later runs). "
-                     "Default: $SDPA_COMPILE_CACHE, else $CUDNN_FRONTEND_COMPILED_CACHE, else the frontend's ~/.cache/cudnn_frontend/compiled_plans.")
+    g.addoption(
+        "--large",
+        action="store_true",
+        default=False,
+        help="run the large tier (tests marked large: production-scale shapes, minutes and gigabytes; "
+        "also -m large, $SDPA_LARGE=1 or the nightly profile). Default: skipped.",
+    )
+    g.addoption(
+        "--compile-cache",
+        default=None,
+        metavar="DIR",
+        help="on-disk compiled cache shared by the run's processes (a key compiles once per run; kept for later runs). "
+        "Default: $SDPA_COMPILE_CACHE, else $CUDNN_FRONTEND_COMPILED_CACHE, else the frontend's ~/.cache/cudnn_frontend/compiled_plans.",
+    )
 
 
 LARGE_ENV = "SDPA_LARGE"
@@ -276,9 +289,16 @@ def pytest_configure(config):
     # The run-time hooks live on an object per config: a pytester run nested
     # in a pytest run gets its own.
     config.pluginmanager.register(Recording(config, run), "sdpa_conformance_run")
-    config.pluginmanager.register(isolation.Isolation(
-        config, run, max_examples=profiles.settings().max_examples, case_env=lambda item: dict(environment(run), **_adapter_used(item, run)),
-        hypothesis_of=lambda item: _hypothesis(item, "")), "sdpa_conformance_isolation")
+    config.pluginmanager.register(
+        isolation.Isolation(
+            config,
+            run,
+            max_examples=profiles.settings().max_examples,
+            case_env=lambda item: dict(environment(run), **_adapter_used(item, run)),
+            hypothesis_of=lambda item: _hypothesis(item, ""),
+        ),
+        "sdpa_conformance_isolation",
+    )
 
 
 def _check_planted_mutant() -> None:
@@ -302,15 +322,24 @@ def adapter_label(run: Run) -> str:
 def environment(run: Run) -> dict:
     """The run's facts for the header, case files and reports (cached)."""
     if run.env is None:
-        from kernels import environment as kenv, source
+        from kernels import environment as kenv
+        from kernels import source
 
         e = kenv.detect()
         run.env = {
-            "gpu": e.gpu, "capability": e.live_arch, "driver": e.driver, "versions": dict(e.versions), "mode": e.mode,
-            "adapter": run.adapter, "sm80_compat": run.sm80_compat, "kernels_source": source.describe(),
-            "report_dir": str(run.report_dir), "known_findings": str(run.findings_file) if run.findings_file else None,
+            "gpu": e.gpu,
+            "capability": e.live_arch,
+            "driver": e.driver,
+            "versions": dict(e.versions),
+            "mode": e.mode,
+            "adapter": run.adapter,
+            "sm80_compat": run.sm80_compat,
+            "kernels_source": source.describe(),
+            "report_dir": str(run.report_dir),
+            "known_findings": str(run.findings_file) if run.findings_file else None,
             "header": kenv.header(adapter_label(run), e),
-            "hypothesis_profile": run.hypothesis.get("profile"), "hypothesis_seed": run.hypothesis.get("seed"),
+            "hypothesis_profile": run.hypothesis.get("profile"),
+            "hypothesis_seed": run.hypothesis.get("seed"),
         }
         from kernels.mutants import planted
 
@@ -334,8 +363,11 @@ def pytest_report_header(config):
     n = len(findings.active())
     known = f"{casefile.display_path(run.findings_file)} ({n} entries)" if run.findings_file else "none"
     env = environment(run)
-    lines = [env["header"], f"sdpa-conformance {__version__}: report dir {casefile.display_path(run.report_dir)} | known findings {known}",
-             f"hypothesis: profile {env['hypothesis_profile']} | seed: {env['hypothesis_seed']}"]
+    lines = [
+        env["header"],
+        f"sdpa-conformance {__version__}: report dir {casefile.display_path(run.report_dir)} | known findings {known}",
+        f"hypothesis: profile {env['hypothesis_profile']} | seed: {env['hypothesis_seed']}",
+    ]
     iso = config.pluginmanager.get_plugin("sdpa_conformance_isolation")
     if iso is not None:
         lines.append(iso.header())
@@ -345,8 +377,10 @@ def pytest_report_header(config):
         from kernels.mutants import PLANT_ENV, planted
 
         m = planted()
-        lines.append(f"WARNING: KERNELS DELIBERATELY BROKEN: {PLANT_ENV}={m.name} is planted in the prepared adapter ({m.why}) "
-                     "-- a demonstration run, never a verdict on the kernels")
+        lines.append(
+            f"WARNING: KERNELS DELIBERATELY BROKEN: {PLANT_ENV}={m.name} is planted in the prepared adapter ({m.why}) "
+            "-- a demonstration run, never a verdict on the kernels"
+        )
     return lines + [f"WARNING: unpinned kernel package: {w}" for w in run.version_warnings]
 
 
@@ -506,12 +540,33 @@ class Recording:
         env = dict(environment(self.run), **_adapter_used(item, self.run))
         hyp, commands = _hypothesis(item, text), []
         for prop, case, params, summary, detail in cases:
-            path = casefile.write(self.run.report_dir, property=prop, case=case.to_dict(), params=params, summary=summary, detail=detail, nodeid=item.nodeid,
-                                  environment=env, hypothesis=hyp, digest=casefile.inputs_digest(case),
-                                  needs_gpu="gpu" in getattr(item, "fixturenames", ()))
+            path = casefile.write(
+                self.run.report_dir,
+                property=prop,
+                case=case.to_dict(),
+                params=params,
+                summary=summary,
+                detail=detail,
+                nodeid=item.nodeid,
+                environment=env,
+                hypothesis=hyp,
+                digest=casefile.inputs_digest(case),
+                needs_gpu="gpu" in getattr(item, "fixturenames", ()),
+            )
             cmd = casefile.repro_command(path)
-            recorder.write({"kind": "failure", "nodeid": item.nodeid, "property": prop, "case": case.to_dict(), "params": params, "summary": summary,
-                            "case_file": str(path), "repro": cmd, "hypothesis": hyp})
+            recorder.write(
+                {
+                    "kind": "failure",
+                    "nodeid": item.nodeid,
+                    "property": prop,
+                    "case": case.to_dict(),
+                    "params": params,
+                    "summary": summary,
+                    "case_file": str(path),
+                    "repro": cmd,
+                    "hypothesis": hyp,
+                }
+            )
             commands.append(cmd if len(cases) == 1 else f"{cmd}    # {prop}: {summary[:120]}")
         if commands and report.failed:
             title, body = "sdpa-conformance: reproduce with", "\n".join(commands)
@@ -554,9 +609,19 @@ class Recording:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
         end = time.time()
         env = environment(run)
-        recorder.write({"kind": "session", "environment": env, "start": run.start, "end": end, "wall_seconds": end - run.start,
-                        "exitstatus": int(session.exitstatus), "findings": [f.to_dict() for f in findings.active()],
-                        "findings_file": str(run.findings_file) if run.findings_file else None, "args": list(self.config.invocation_params.args)})
+        recorder.write(
+            {
+                "kind": "session",
+                "environment": env,
+                "start": run.start,
+                "end": end,
+                "wall_seconds": end - run.start,
+                "exitstatus": int(session.exitstatus),
+                "findings": [f.to_dict() for f in findings.active()],
+                "findings_file": str(run.findings_file) if run.findings_file else None,
+                "args": list(self.config.invocation_params.args),
+            }
+        )
         import reports
 
         try:
@@ -571,10 +636,17 @@ class Recording:
         tr.write_sep("-", "sdpa-conformance")
         if s is not None:
             rate = s["run"]["examples_per_minute"]
-            counts = {k: sum(1 for e in s["findings"]["entries"] if e["status"] == k) for k in (findings.REPRODUCED, findings.STALE, findings.NOT_EXERCISED, findings.STEERED)}
-            tr.write_line(f"{s['run']['examples']} examples" + (f" ({rate:.0f}/min)" if rate else "")
-                          + f", {len(s['failures'])} failing case(s); known findings: " + ", ".join(f"{n} {k}" for k, n in counts.items())
-                          + f"; report: {casefile.display_path(self.run.paths['html'])}")
+            counts = {
+                k: sum(1 for e in s["findings"]["entries"] if e["status"] == k)
+                for k in (findings.REPRODUCED, findings.STALE, findings.NOT_EXERCISED, findings.STEERED)
+            }
+            tr.write_line(
+                f"{s['run']['examples']} examples"
+                + (f" ({rate:.0f}/min)" if rate else "")
+                + f", {len(s['failures'])} failing case(s); known findings: "
+                + ", ".join(f"{n} {k}" for k, n in counts.items())
+                + f"; report: {casefile.display_path(self.run.paths['html'])}"
+            )
             for f in s["failures"]:
                 tr.write_line(f"  {f['repro']}    # {f['property']}: {(f.get('summary') or '')[:100]}")
             for e in s["findings"]["entries"]:  # crash findings: what the tests drew instead of the Cases that fault

@@ -22,10 +22,22 @@ T = TypeVar("T")
 # (report ci-1: the property's example seconds over its tests; compiles are
 # most of it). Relative weights only: a wrong one costs balance, never a verdict.
 COLD_SECONDS = {
-    "backward": 55.0, "backward_tails": 30.0, "determinism": 24.0, "disk_reuse": 22.0, "compile_distinct": 17.0,
-    "compile_reuse": 12.0, "compiles": 11.0, "numerics": 9.0, "backward_addressing": 8.0, "tails": 8.0,
-    "rejection": 6.0, "metamorphic": 3.0, "graph_replay": 2.0, "launch_hygiene": 0.5, "backward_rejection": 0.5,
-}  # fmt: skip
+    "backward": 55.0,
+    "backward_tails": 30.0,
+    "determinism": 24.0,
+    "disk_reuse": 22.0,
+    "compile_distinct": 17.0,
+    "compile_reuse": 12.0,
+    "compiles": 11.0,
+    "numerics": 9.0,
+    "backward_addressing": 8.0,
+    "tails": 8.0,
+    "rejection": 6.0,
+    "metamorphic": 3.0,
+    "graph_replay": 2.0,
+    "launch_hygiene": 0.5,
+    "backward_rejection": 0.5,
+}
 OTHER_SECONDS = 0.5  # a test of no listed property (the suite's own tests, CPU checks)
 
 

@@ -107,9 +107,12 @@ def _replay_crash(path, doc, entry, config):
     out = done.stdout + done.stderr
     tail = "\n".join(out.strip().splitlines()[-25:])
     if done.returncode == 0:
-        pytest.fail(f"stale crash finding {entry.id!r} ({entry.source}): its case file {os.path.relpath(path, ROOT)} replays without a fault "
-                    f"through the {doc['adapter']} adapter (exit 0): the kernel changed; remove the entry and its case file (and the steer "
-                    f"around it) or correct them.\n{tail}")
-    assert done.returncode == 1 and "CUDA context lost" in out, \
+        pytest.fail(
+            f"stale crash finding {entry.id!r} ({entry.source}): its case file {os.path.relpath(path, ROOT)} replays without a fault "
+            f"through the {doc['adapter']} adapter (exit 0): the kernel changed; remove the entry and its case file (and the steer "
+            f"around it) or correct them.\n{tail}"
+        )
+    assert done.returncode == 1 and "CUDA context lost" in out, (
         f"{entry.id}: the replay did not fault as recorded (exit {done.returncode}, no 'CUDA context lost'):\n{tail}"
+    )
     print(f"{entry.id}: still crashes ({' '.join(cmd[1:])})")

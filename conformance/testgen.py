@@ -24,7 +24,8 @@ from __future__ import annotations
 import inspect
 
 import pytest
-from hypothesis import event, given, settings, strategies as st, target
+from hypothesis import event, given, settings, target
+from hypothesis import strategies as st
 
 from ground.case import Case
 from properties import recorder

@@ -42,7 +42,8 @@ from typing import Any, Callable, Dict, Optional, Tuple
 SCHEMA_VERSION = 4
 
 from .outcome import Unsupported  # noqa: E402
-from .tables import ADAPTERS, DTYPES, DTYPE_SHORT  # noqa: E402,F401  (one definition, re-exported)
+from .tables import ADAPTERS, DTYPE_SHORT, DTYPES  # noqa: E402,F401  (one definition, re-exported)
+
 BIAS_DTYPES = ("float16", "bfloat16", "float32")
 LAYOUTS = ("dense", "thd")
 DIRECTIONS = ("fwd", "bwd")
@@ -208,61 +209,110 @@ class Case:
     s_q: int = fact(1, "dense physical Q length (the tensors' S axis)", minimum=1, coverage=("dense lengths", "causal alignment"), shown="shape")
     s_kv: int = fact(1, "dense physical K/V length", minimum=1, coverage=("dense lengths", "causal alignment"), shown="shape")
     # Dense padding lengths (per batch; None = operand absent).
-    seq_q_lens: Optional[Tuple[int, ...]] = fact(None, "dense per-batch live Q lengths in [0, s_q] (the seq_len_q operand); null: absent",
-                                                 minimum=0, coverage=("padding",), shown="shape")  # fmt: skip
-    seq_kv_lens: Optional[Tuple[int, ...]] = fact(None, "dense per-batch live K/V lengths in [0, s_kv] (seq_kv_lens); null: absent",
-                                                  minimum=0, coverage=("padding",), shown="shape")  # fmt: skip
+    seq_q_lens: Optional[Tuple[int, ...]] = fact(
+        None, "dense per-batch live Q lengths in [0, s_q] (the seq_len_q operand); null: absent", minimum=0, coverage=("padding",), shown="shape"
+    )
+    seq_kv_lens: Optional[Tuple[int, ...]] = fact(
+        None, "dense per-batch live K/V lengths in [0, s_kv] (seq_kv_lens); null: absent", minimum=0, coverage=("padding",), shown="shape"
+    )
     # THD: per-sequence live lengths, first offsets and capacity slack.
-    q_lens: Optional[Tuple[int, ...]] = fact(None, "THD per-sequence Q lengths (one entry per sequence)", minimum=0,
-                                             coverage=("thd lengths", "causal alignment"), shown="shape")  # fmt: skip
-    kv_lens: Optional[Tuple[int, ...]] = fact(None, "THD per-sequence K/V lengths (as many as q_lens)", minimum=0,
-                                              coverage=("thd lengths", "causal alignment"), shown="shape")  # fmt: skip
+    q_lens: Optional[Tuple[int, ...]] = fact(
+        None, "THD per-sequence Q lengths (one entry per sequence)", minimum=0, coverage=("thd lengths", "causal alignment"), shown="shape"
+    )
+    kv_lens: Optional[Tuple[int, ...]] = fact(
+        None, "THD per-sequence K/V lengths (as many as q_lens)", minimum=0, coverage=("thd lengths", "causal alignment"), shown="shape"
+    )
     q_base: int = fact(0, "THD first Q offset, cu_seqlens_q[0] (tokens)", minimum=0, coverage=("padding",), shown="shape")
     kv_base: int = fact(0, "THD first K/V offset, cu_seqlens_k[0] (tokens)", minimum=0, coverage=("padding",), shown="shape")
     q_slack: int = fact(0, "THD Q capacity past the last sequence (tokens)", minimum=0, coverage=("padding",), shown="shape")
     kv_slack: int = fact(0, "THD K/V capacity past the last sequence (tokens)", minimum=0, coverage=("padding",), shown="shape")
     # Mask family.
     causal: bool = fact(False, "causal mask", coverage=("mask", "causal alignment"), shown="mask")
-    bottom_right: bool = fact(False, "causal diagonal / window aligned bottom-right (needs causal or a left window)",
-                              coverage=("mask", "causal alignment"), shown="mask")  # fmt: skip
+    bottom_right: bool = fact(
+        False, "causal diagonal / window aligned bottom-right (needs causal or a left window)", coverage=("mask", "causal alignment"), shown="mask"
+    )
     window_left: int = fact(-1, "sliding window: keys at most this far left of the diagonal; -1: none", coverage=("mask",), shown="mask")
     window_right: int = fact(-1, "right band widening the causal diagonal (needs causal); -1: none", coverage=("mask",), shown="mask")
     # Optional operands.
-    bias: Optional[str] = fact(None, "dtype of a [bias_batch, H, SQ, SKV] additive bias; null: none",
-                               choices=BIAS_DTYPES + ("float64", "int32"), coverage=("bias",), shown="bias")  # fmt: skip
+    bias: Optional[str] = fact(
+        None, "dtype of a [bias_batch, H, SQ, SKV] additive bias; null: none", choices=BIAS_DTYPES + ("float64", "int32"), coverage=("bias",), shown="bias"
+    )
     bias_batch: int = fact(1, "bias batch extent (1: one bias broadcast over the batch)", minimum=1, coverage=("bias",), shown="bias")
     sinks: bool = fact(False, "one sink logit per Q head (natural-log units), joining the softmax denominator")
-    lse_log2: bool = fact(False, "LSE (Stats) written in base-2 units: natural LSE * log2(e) (TemplateParams.stats_log2); "
-                          "the public wrapper has no argument for it", adapters=("prepared",), since=2)  # fmt: skip
+    lse_log2: bool = fact(
+        False,
+        "LSE (Stats) written in base-2 units: natural LSE * log2(e) (TemplateParams.stats_log2); the public wrapper has no argument for it",
+        adapters=("prepared",),
+        since=2,
+    )
     # The pass under test (schema 3): one Case type serves both directions.
-    direction: str = fact("fwd", "the pass under test: the forward (O, LSE) or the backward (dQ, dK, dV, dBias, dSink from dO, O and LSE)",
-                          choices=DIRECTIONS, since=3)  # fmt: skip
-    deterministic: bool = fact(False, "backward: deterministic dQ (TemplateParams.deterministic, the kv-ordered semaphore relay); "
-                               "two launches must then be bitwise identical", since=3)  # fmt: skip
-    inputs_from: str = fact("reference", "backward: where O and LSE come from: the float64 reference (O rounded to the I/O dtype, "
-                            "LSE fp32) or the forward kernel under test", choices=INPUT_SOURCES, since=3)  # fmt: skip
-    dbias_dtype: str = fact("float32", "backward with a bias: the dBias buffer's dtype, float32 or io (the I/O dtype): the host casts its fp32 "
-                            "accumulator to it once (bprop prepared_host.py:171-184, 524); the public wrapper allocates fp32. No coverage "
-                            "axis, not drawn: the 1.32.0 compile key omits it (docs/backward.md)", choices=DBIAS_DTYPES, coverage=(),
-                            adapters=("prepared",), since=4)  # fmt: skip
-    has_lse: bool = fact(True, "a Stats (LSE) output is handed (TemplateParams.has_lse); false compiles the LSE block out: O alone is judged "
-                         "and the LSE buffer, never handed, must stay untouched", adapters=("prepared",), since=3)  # fmt: skip
-    lse_layout: str = fact("compact", "Stats layout: dense (B,H,S) compact, S-pitch padded (+LSE_ROW_PAD) or token-major (B,S,H); THD head-major, "
-                           "head-major with a padded head pitch (thd_lse_pitch) or token-major (T,H) (compile_thd_host lse_stride)",
-                           choices=LSE_LAYOUTS, adapters=("prepared",), since=3)  # fmt: skip
-    sched: str = fact("natural", "dense tile scheduler (TemplateParams.sched_policy; the wrapper's scheduler argument): natural 3-D grid, LPT, "
-                      "LPT in L2 blocks, or auto (the wrapper's pick, api_dsl._sm80_resolve_scheduler); THD: natural only",
-                      choices=SCHEDULERS, since=3)  # fmt: skip
-    sched_l2_mib: int = fact(0, "LPT-L2 budget (TemplateParams.sched_l2_mib): 0 the flavor's tuned budget (what the wrapper passes), 1 MiB: "
-                             "several L2 blocks once B*H_kv*S_kv*(d_qk+d_v)*2 bytes pass it", choices=(0, 1), adapters=("prepared",), since=3)  # fmt: skip
-    rope: bool = fact(False, "fused RoPE (TemplateParams.has_rope, the wrapper's rope_freqs): Q and K rotated half-split by position-indexed "
-                      "fp32 angles before q.k (the flavor envelope's halves); dense, no padding operands", since=3)  # fmt: skip
-    sink_log2: bool = fact(False, "sinks handed in base-2 units (TemplateParams.sink_natural=False, the legacy tensor hosts' ABI)",
-                           adapters=("prepared",), since=3)  # fmt: skip
-    sink_dtype: str = fact("float32", "sink buffer dtype (THD: compile_thd_host sink_dtype; dense hosts take float32 only)",
-                           choices=SINK_DTYPES, adapters=("prepared",), since=3)  # fmt: skip
-    sink_layout: str = fact("compact", "sink buffer: one per head, stride 2, or one logit broadcast to every head (stride 0)",
-                            choices=SINK_LAYOUTS, adapters=("prepared",), since=3)  # fmt: skip
+    direction: str = fact(
+        "fwd", "the pass under test: the forward (O, LSE) or the backward (dQ, dK, dV, dBias, dSink from dO, O and LSE)", choices=DIRECTIONS, since=3
+    )
+    deterministic: bool = fact(
+        False, "backward: deterministic dQ (TemplateParams.deterministic, the kv-ordered semaphore relay); two launches must then be bitwise identical", since=3
+    )
+    inputs_from: str = fact(
+        "reference",
+        "backward: where O and LSE come from: the float64 reference (O rounded to the I/O dtype, LSE fp32) or the forward kernel under test",
+        choices=INPUT_SOURCES,
+        since=3,
+    )
+    dbias_dtype: str = fact(
+        "float32",
+        "backward with a bias: the dBias buffer's dtype, float32 or io (the I/O dtype): the host casts its fp32 "
+        "accumulator to it once (bprop prepared_host.py:171-184, 524); the public wrapper allocates fp32. No coverage "
+        "axis, not drawn: the 1.32.0 compile key omits it (docs/backward.md)",
+        choices=DBIAS_DTYPES,
+        coverage=(),
+        adapters=("prepared",),
+        since=4,
+    )
+    has_lse: bool = fact(
+        True,
+        "a Stats (LSE) output is handed (TemplateParams.has_lse); false compiles the LSE block out: O alone is judged "
+        "and the LSE buffer, never handed, must stay untouched",
+        adapters=("prepared",),
+        since=3,
+    )
+    lse_layout: str = fact(
+        "compact",
+        "Stats layout: dense (B,H,S) compact, S-pitch padded (+LSE_ROW_PAD) or token-major (B,S,H); THD head-major, "
+        "head-major with a padded head pitch (thd_lse_pitch) or token-major (T,H) (compile_thd_host lse_stride)",
+        choices=LSE_LAYOUTS,
+        adapters=("prepared",),
+        since=3,
+    )
+    sched: str = fact(
+        "natural",
+        "dense tile scheduler (TemplateParams.sched_policy; the wrapper's scheduler argument): natural 3-D grid, LPT, "
+        "LPT in L2 blocks, or auto (the wrapper's pick, api_dsl._sm80_resolve_scheduler); THD: natural only",
+        choices=SCHEDULERS,
+        since=3,
+    )
+    sched_l2_mib: int = fact(
+        0,
+        "LPT-L2 budget (TemplateParams.sched_l2_mib): 0 the flavor's tuned budget (what the wrapper passes), 1 MiB: "
+        "several L2 blocks once B*H_kv*S_kv*(d_qk+d_v)*2 bytes pass it",
+        choices=(0, 1),
+        adapters=("prepared",),
+        since=3,
+    )
+    rope: bool = fact(
+        False,
+        "fused RoPE (TemplateParams.has_rope, the wrapper's rope_freqs): Q and K rotated half-split by position-indexed "
+        "fp32 angles before q.k (the flavor envelope's halves); dense, no padding operands",
+        since=3,
+    )
+    sink_log2: bool = fact(
+        False, "sinks handed in base-2 units (TemplateParams.sink_natural=False, the legacy tensor hosts' ABI)", adapters=("prepared",), since=3
+    )
+    sink_dtype: str = fact(
+        "float32", "sink buffer dtype (THD: compile_thd_host sink_dtype; dense hosts take float32 only)", choices=SINK_DTYPES, adapters=("prepared",), since=3
+    )
+    sink_layout: str = fact(
+        "compact", "sink buffer: one per head, stride 2, or one logit broadcast to every head (stride 0)", choices=SINK_LAYOUTS, adapters=("prepared",), since=3
+    )
     prefix_dtype: str = fact("int32", "THD cu_seqlens dtype (compile_thd_host prefix_dtypes)", choices=PREFIX_DTYPES, adapters=("prepared",), since=3)
     scale: Optional[float] = fact(None, "softmax scale, any sign (0 included); null: the kernels' default 1/sqrt(d_qk)", coverage=("scale",))
     memory: str = fact("bshd", "dense storage order of Q, K, V and O", choices=MEMORY_ORDERS, coverage=("memory",), shown="shape")
@@ -424,11 +474,14 @@ class Case:
             ("lse_log2", self.has_lse or not self.lse_log2, "only with an LSE output (has_lse)"),
             ("sched", not self.is_thd or self.sched == "natural", dense_only),
             ("sched_l2_mib", self.sched in ("lpt_l2", "auto") or self.sched_l2_mib == 0, "only with an L2 scheduler (lpt_l2, auto)"),
-            ("rope", not self.rope or (not self.is_thd and self.seq_q_lens is None and self.seq_kv_lens is None),
-             "dense without padding operands (compile_thd_host has no RoPE operand; api_dsl refuses RoPE with padding)"),
+            (
+                "rope",
+                not self.rope or (not self.is_thd and self.seq_q_lens is None and self.seq_kv_lens is None),
+                "dense without padding operands (compile_thd_host has no RoPE operand; api_dsl refuses RoPE with padding)",
+            ),
             ("prefix_dtype", self.is_thd or self.prefix_dtype == "int32", "THD only (cu_seqlens)"),
             ("dbias_dtype", self.bias is not None or self.dbias_dtype == "float32", "only with a bias (it describes the dBias buffer)"),
-        )  # fmt: skip
+        )
 
     # ------------------------------------------------------------- adapters
     def unexpressible(self, adapter: str) -> Optional[str]:
@@ -440,8 +493,7 @@ class Case:
         for f in FACTS.values():
             value = getattr(self, f.name)
             if f.adapters is not None and adapter not in f.adapters and value != f.default:
-                return (f"case field {f.name!r} = {value!r}: the {adapter} adapter ({ADAPTERS[adapter]}) cannot express it; "
-                        f"only {', '.join(f.adapters)} can")  # fmt: skip
+                return f"case field {f.name!r} = {value!r}: the {adapter} adapter ({ADAPTERS[adapter]}) cannot express it; only {', '.join(f.adapters)} can"
         return None
 
     def unexpressed_facts(self, adapter: str) -> Tuple[str, ...]:
@@ -467,8 +519,7 @@ class Case:
         out = self.replace(**{n: FACTS[n].default for n in names})
         problem = out.structural_problem()
         if problem:
-            raise ValueError(f"projecting {self.describe()} for the {adapter} adapter ({', '.join(names)} to their defaults) "
-                             f"gives an invalid Case: {problem}")  # fmt: skip
+            raise ValueError(f"projecting {self.describe()} for the {adapter} adapter ({', '.join(names)} to their defaults) gives an invalid Case: {problem}")
         return out
 
     def require_expressible(self, adapter: str) -> None:

@@ -1,4 +1,4 @@
-"""The contract table: what each entry point must refuse, as data (issue #4).
+"""The contract table: what each entry point must refuse, as data.
 
 One ``Rule`` per contract. ``transform`` turns a valid Case into the violating
 one (``case.violation = rule.name``); ``expect`` maps each targeted entry point
@@ -29,7 +29,6 @@ adapter must do to the call (see ``TAMPERS``).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
@@ -151,9 +150,15 @@ def _nie(fragment: str, **kw) -> Expect:
 def _thd_params_rule(name, tamper, params, wrapper_fragment, config_fragment, facts=_same, detect=None, why=""):
     # Only TemplateParams can state these on the compile side: config, not prepared.
     return Rule(
-        name, "thd", facts, {WRAPPER: _nie(wrapper_fragment), CONFIG: _ve(config_fragment)},
-        detect=detect, tamper=tamper, params=params, why=why,
-    )  # fmt: skip
+        name,
+        "thd",
+        facts,
+        {WRAPPER: _nie(wrapper_fragment), CONFIG: _ve(config_fragment)},
+        detect=detect,
+        tamper=tamper,
+        params=params,
+        why=why,
+    )
 
 
 def _params_rule(name, params, fragment, **kw) -> Rule:
@@ -165,92 +170,131 @@ _SCHED_LPT = 1  # cudnn.frost.tile_dsl.constants.SCHED_LPT (kept literal: no cud
 RULES: Tuple[Rule, ...] = (
     # ---- bias
     Rule(
-        "bias_batch_gt_1", "dense", _batched_bias,
+        "bias_batch_gt_1",
+        "dense",
+        _batched_bias,
         {WRAPPER: _ve("bias"), PREPARED: _ve("bias")},
         detect=lambda c: c.bias is not None and c.bias_batch > 1,
         why="the kernels apply one [1, H, SQ, SKV] bias to every batch entry",
     ),
     Rule(
-        "bias_dtype_float64", "dense", _set(bias="float64", bias_batch=1),
+        "bias_dtype_float64",
+        "dense",
+        _set(bias="float64", bias_batch=1),
         {WRAPPER: _ve("bias"), PREPARED: _ve("bias")},
         detect=lambda c: c.bias == "float64",
         why="bias must be fp32 or the I/O dtype; the native binder raises 'sdpa_fwd_sm80: bias must be <dtype>'",
     ),
     Rule(
-        "bias_dtype_int32", "dense", _set(bias="int32", bias_batch=1),
+        "bias_dtype_int32",
+        "dense",
+        _set(bias="int32", bias_batch=1),
         {WRAPPER: _ve("bias"), PREPARED: _ve("bias")},
         detect=lambda c: c.bias == "int32",
         why="as bias_dtype_float64",
     ),
     Rule(
-        "bias_dtype_other_half", "dense", _other_half,
+        "bias_dtype_other_half",
+        "dense",
+        _other_half,
         {WRAPPER: _ve("bias"), PREPARED: _ve("bias")},
         detect=lambda c: c.bias in ("float16", "bfloat16") and c.bias != c.dtype,
         why="an fp16 bias on bf16 inputs (or the reverse) is neither fp32 nor the I/O dtype",
     ),
     Rule(
-        "thd_bias", "thd", lambda c: c.replace(bias=c.dtype),
+        "thd_bias",
+        "thd",
+        lambda c: c.replace(bias=c.dtype),
         {WRAPPER: _nie("bias"), CONFIG: _ve("bias"), PREPARED: _ve("bias")},
-        detect=lambda c: c.is_thd and c.bias is not None, tamper="thd_bias",
+        detect=lambda c: c.is_thd and c.bias is not None,
+        tamper="thd_bias",
         why=f"varlen has no single [1,H,SQ,SKV] bias ({_API}:7098; {_CFG}:147)",
     ),
     # ---- THD cumulative offsets (tensor tampering)
     Rule(
-        "thd_cu_k_missing", "thd", _same, {WRAPPER: _ve("cu_seqlens_k")}, tamper="cu_k_missing",
+        "thd_cu_k_missing",
+        "thd",
+        _same,
+        {WRAPPER: _ve("cu_seqlens_k")},
+        tamper="cu_k_missing",
         why=f"'cu_seqlens_q / cu_seqlens_k length mismatch' ({_API}:7130)",
     ),
     Rule(
-        "thd_cu_k_length", "thd", _same, {WRAPPER: _ve("cu_seqlens_k")}, tamper="cu_k_length",
+        "thd_cu_k_length",
+        "thd",
+        _same,
+        {WRAPPER: _ve("cu_seqlens_k")},
+        tamper="cu_k_length",
         why=f"'cu_seqlens_q / cu_seqlens_k length mismatch' ({_API}:7130)",
     ),
     Rule(
-        "thd_cu_q_short", "thd", _same, {WRAPPER: _ve("cu_seqlens_q")}, tamper="cu_q_short",
+        "thd_cu_q_short",
+        "thd",
+        _same,
+        {WRAPPER: _ve("cu_seqlens_q")},
+        tamper="cu_q_short",
         why=f"'cu_seqlens_q must have >= 2 entries' ({_API}:7128)",
     ),
     # ---- heads
     Rule(
-        "gqa_non_integral", "dense", _non_integral_gqa,
+        "gqa_non_integral",
+        "dense",
+        _non_integral_gqa,
         {WRAPPER: _ve("H_kv"), PREPARED: _ve("H_kv", unsafe_launch=True)},
         detect=lambda c: _is_dense(c) and c.h_q % c.h_kv != 0,
         why=f"'H_q (..) must be divisible by H_kv (..)' in check_support ({_API}:6613)",
     ),
     Rule(
-        "thd_gqa_non_integral", "thd", _non_integral_gqa,
+        "thd_gqa_non_integral",
+        "thd",
+        _non_integral_gqa,
         {WRAPPER: _ve("integral GQA"), PREPARED: _ve("H_kv", unsafe_launch=True)},
         detect=lambda c: c.is_thd and c.h_q % c.h_kv != 0,
         why=f"'... and integral GQA' in _sm80_thd_forward ({_API}:7105)",
     ),
     # ---- head dims (no envelope covers > 256)
     Rule(
-        "head_dim_qk_over_256", None, _set(d_qk=264),
+        "head_dim_qk_over_256",
+        None,
+        _set(d_qk=264),
         {WRAPPER: _ve("D_QK"), CONFIG: _ve("D_QK"), PREPARED: _ve("D_QK")},
         detect=lambda c: c.d_qk > 256,
         why=f"dense: check_support envelope check ({_API}:6620); THD and specialize: the flavor pick ({_API}:6446)",
     ),
     Rule(
-        "head_dim_v_over_256", None, _set(d_v=264),
+        "head_dim_v_over_256",
+        None,
+        _set(d_v=264),
         {WRAPPER: _ve("D_V"), CONFIG: _ve("D_V"), PREPARED: _ve("D_V")},
         detect=lambda c: c.d_v > 256,
         why="as head_dim_qk_over_256",
     ),
     # ---- masks
     Rule(
-        "window_right_without_causal", "dense", _right_band_alone,
+        "window_right_without_causal",
+        "dense",
+        _right_band_alone,
         {WRAPPER: _nie("window_size_right"), PREPARED: _nie("window_size_right")},
-        detect=lambda c: _is_dense(c) and c.window_right >= 0 and not c.causal, tamper="raw_right_bound",
+        detect=lambda c: _is_dense(c) and c.window_right >= 0 and not c.causal,
+        tamper="raw_right_bound",
         why=f"a right band widens the causal diagonal; without causal there is none ({_API}:7293)",
     ),
     Rule(
-        "thd_window_right_without_causal", "thd", _right_band_alone,
+        "thd_window_right_without_causal",
+        "thd",
+        _right_band_alone,
         {
             WRAPPER: _nie("window_size_right"),
             PREPARED: _nie("window_size_right"),
         },
-        detect=lambda c: c.is_thd and c.window_right >= 0 and not c.causal, tamper="raw_right_bound",
+        detect=lambda c: c.is_thd and c.window_right >= 0 and not c.causal,
+        tamper="raw_right_bound",
         why="as window_right_without_causal, on the THD path",
     ),
     Rule(
-        "bottom_right_without_causal_or_window", None, _bottom_right_alone,
+        "bottom_right_without_causal_or_window",
+        None,
+        _bottom_right_alone,
         {WRAPPER: _ve("causal_bottom_right"), CONFIG: _ve("causal_bottom_right"), PREPARED: _ve("causal_bottom_right")},
         detect=lambda c: c.bottom_right and not (c.causal or c.window_left >= 0),
         why=(
@@ -260,34 +304,54 @@ RULES: Tuple[Rule, ...] = (
     ),
     # ---- wrapper arguments the Case cannot state
     Rule(
-        "scale_output_not_one", None, _same, {WRAPPER: _nie("scale_output")}, tamper="scale_output",
+        "scale_output_not_one",
+        None,
+        _same,
+        {WRAPPER: _nie("scale_output")},
+        tamper="scale_output",
         why=f"'scale_output != 1.0 is not supported yet' ({_API}:7242)",
     ),
     _thd_params_rule("thd_rope", "rope_freqs", {"has_rope": True}, "rope_freqs", "rope", why=f"{_API}:7250-7257; {_CFG}:147"),
     _thd_params_rule(
-        "thd_seq_kv_lens", "thd_seq_lens", {"has_seq_kv_lens": True}, "seq_kv_lens", "seq-lens",
-        facts=lambda c: c.replace(seq_kv_lens=c.kv_lens), detect=lambda c: c.is_thd and c.seq_kv_lens is not None,
+        "thd_seq_kv_lens",
+        "thd_seq_lens",
+        {"has_seq_kv_lens": True},
+        "seq_kv_lens",
+        "seq-lens",
+        facts=lambda c: c.replace(seq_kv_lens=c.kv_lens),
+        detect=lambda c: c.is_thd and c.seq_kv_lens is not None,
         why=f"THD carries lengths in cu_seqlens ({_API}:7250-7257; {_CFG}:147)",
     ),
     _thd_params_rule(
-        "thd_seq_q_lens", "thd_seq_lens", {"has_seq_q_lens": True}, "seq_len_q", "seq-lens",
-        facts=lambda c: c.replace(seq_q_lens=c.q_lens), detect=lambda c: c.is_thd and c.seq_q_lens is not None,
+        "thd_seq_q_lens",
+        "thd_seq_lens",
+        {"has_seq_q_lens": True},
+        "seq_len_q",
+        "seq-lens",
+        facts=lambda c: c.replace(seq_q_lens=c.q_lens),
+        detect=lambda c: c.is_thd and c.seq_q_lens is not None,
         why="as thd_seq_kv_lens",
     ),
     Rule(
-        "thd_scheduler", "thd", _same,
+        "thd_scheduler",
+        "thd",
+        _same,
         {
             WRAPPER: _nie("scheduler"),
             CONFIG: _ve("sched_policy", unsafe_launch=True),
         },
-        tamper="scheduler", params={"sched_policy": _SCHED_LPT},
+        tamper="scheduler",
+        params={"sched_policy": _SCHED_LPT},
         why=f"the varlen grid is 3-D: natural scheduler only ({_API}:7250-7257)",
     ),
     # ---- config: flavor table and TemplateParams
     Rule(
-        "flavor_unknown", None, _same,
+        "flavor_unknown",
+        None,
+        _same,
         {CONFIG: _ve("flavor")},
-        flavor="mistral", why="params_for_flavor('mistral') should name the supported flavors",
+        flavor="mistral",
+        why="params_for_flavor('mistral') should name the supported flavors",
     ),
     _params_rule("params_tile_n", {"tile_n": 32}, "tile_n"),
     _params_rule("params_num_warps", {"num_warps": 2}, "num_warps"),
@@ -299,7 +363,7 @@ RULES: Tuple[Rule, ...] = (
     _params_rule("params_score_sign", {"score_sign": 2}, "score_sign"),
     _params_rule("params_sched_policy", {"sched_policy": 7}, "sched_policy"),
     _params_rule("params_sched_l2_mib", {"sched_l2_mib": 0}, "sched_l2_mib"),
-)  # fmt: skip
+)
 
 RULES_BY_NAME: Dict[str, Rule] = {r.name: r for r in RULES}
 
@@ -317,7 +381,7 @@ def broken_rules(case: Case) -> Tuple[str, ...]:
 
 
 # ------------------------------------------------------------ the backward
-# What the SM80 backward's entry points refuse (issue 14), one row per rule.
+# What the SM80 backward's entry points refuse, one row per rule.
 # ``sdpa_bwd_wrapper_sm80`` (cudnn/sdpa/bwd/api_dsl.py) reaches every one of
 # them; the prepared entry (SdpaBwdDslSm80 driven directly) shares those of
 # check_support and build_spec. Every row is refused before anything is
@@ -360,14 +424,30 @@ BWD_RULES: Tuple[BwdRule, ...] = (
     BwdRule("bwd_hint_q_without_cu_seqlens", _BWD_DENSE, ("kwarg", ("max_s_q", 17)), Expect(ValueError, "max_s_q"), f"{_BWD_API}:1699-1700"),
     BwdRule("bwd_gqa_not_divisible", dict(_BWD_DENSE, h_q=3, h_kv=2), ("none", None), Expect(ValueError, "H_kv"), f"{_BWD_API}:1229"),
     BwdRule("bwd_d_qk_below_d_v", dict(_BWD_DENSE, d_qk=64, d_v=128), ("none", None), Expect(ValueError, "D_QK >= D_V"), f"{_BWD_API}:1233"),
-    BwdRule("bwd_head_dim_past_envelopes", dict(_BWD_DENSE, d_qk=288, d_v=64), ("none", None), Expect(ValueError, "exceeds supported"), f"{_BWD_API}:1234-1239"),
+    BwdRule(
+        "bwd_head_dim_past_envelopes", dict(_BWD_DENSE, d_qk=288, d_v=64), ("none", None), Expect(ValueError, "exceeds supported"), f"{_BWD_API}:1234-1239"
+    ),
     BwdRule("bwd_fp32_io", _BWD_DENSE, ("dtype", ("q", "float32")), Expect(ValueError, "Q"), f"{_BWD_API}:1241"),
     BwdRule("bwd_mixed_io_dtypes", _BWD_DENSE, ("dtype", ("k", "bfloat16")), Expect(ValueError, "must match Q dtype"), f"{_BWD_API}:1242-1243"),
     BwdRule("bwd_lse_not_fp32", _BWD_DENSE, ("dtype", ("lse", "float16")), Expect(ValueError, "stats"), f"{_BWD_API}:1244"),
-    BwdRule("bwd_right_band_alone", dict(_BWD_DENSE, window_right=4), ("none", None), Expect(NotImplementedError, "window_size_right"), f"{_BWD_API}:1368-1372"),
+    BwdRule(
+        "bwd_right_band_alone", dict(_BWD_DENSE, window_right=4), ("none", None), Expect(NotImplementedError, "window_size_right"), f"{_BWD_API}:1368-1372"
+    ),
     BwdRule("bwd_bottom_right_alone", dict(_BWD_DENSE, bottom_right=True), ("none", None), Expect(ValueError, "causal_bottom_right"), f"{_BWD_API}:1375-1378"),
-    BwdRule("bwd_bias_one_head", dict(_BWD_DENSE, bias="float32"), ("bias_heads", None), Expect(ValueError, "bias must have shape"), "cudnn/sdpa/bwd/prepared_sm80.py:56-63"),
-    BwdRule("bwd_bias_other_half_dtype", dict(_BWD_DENSE, bias="bfloat16"), ("none", None), Expect(ValueError, "float32 or Q's dtype"), "cudnn/sdpa/bwd/prepared_sm80.py:56-63"),
-)  # fmt: skip
+    BwdRule(
+        "bwd_bias_one_head",
+        dict(_BWD_DENSE, bias="float32"),
+        ("bias_heads", None),
+        Expect(ValueError, "bias must have shape"),
+        "cudnn/sdpa/bwd/prepared_sm80.py:56-63",
+    ),
+    BwdRule(
+        "bwd_bias_other_half_dtype",
+        dict(_BWD_DENSE, bias="bfloat16"),
+        ("none", None),
+        Expect(ValueError, "float32 or Q's dtype"),
+        "cudnn/sdpa/bwd/prepared_sm80.py:56-63",
+    ),
+)
 BWD_RULE_NAMES = tuple(r.name for r in BWD_RULES)
 assert len(set(BWD_RULE_NAMES)) == len(BWD_RULES) and all(r.change[0] in BWD_CHANGES for r in BWD_RULES)

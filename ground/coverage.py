@@ -78,10 +78,17 @@ def _thd_lengths(c: Case):
     if not c.is_thd:
         return []
     lens = c.q_lens + c.kv_lens
-    return [x for x, hit in (
-        ("a zero length", 0 in lens), ("a length of 1", 1 in lens), ("a tile-edge length", any(map(on_tile_edge, lens))),
-        ("a long sequence (> 2 Q tiles)", any(n > 2 * TILE_M for n in lens)), ("several sequences", c.n_seq > 1),
-    ) if hit]  # fmt: skip
+    return [
+        x
+        for x, hit in (
+            ("a zero length", 0 in lens),
+            ("a length of 1", 1 in lens),
+            ("a tile-edge length", any(map(on_tile_edge, lens))),
+            ("a long sequence (> 2 Q tiles)", any(n > 2 * TILE_M for n in lens)),
+            ("several sequences", c.n_seq > 1),
+        )
+        if hit
+    ]
 
 
 _DENSE = lambda f: lambda c: [] if c.is_thd else f(c)  # noqa: E731  (an axis of dense Cases only)
@@ -89,25 +96,56 @@ _DENSE = lambda f: lambda c: [] if c.is_thd else f(c)  # noqa: E731  (an axis of
 # Axes that no single fact holds (Fact.coverage names them).
 DERIVED: Tuple[Axis, ...] = (
     Axis("flavor", FLAVORS, lambda c: [flavor_of(c.d_qk, c.d_v)], "the SM80 flavor serving the head dims (the kernels' pick)"),
-    Axis("head dims", ("exact envelope", "padded into envelope"),
-         lambda c: ["exact envelope" if FLAVOR_ENVELOPES.get(flavor_of(c.d_qk, c.d_v)) == (c.d_qk, c.d_v) else "padded into envelope"],
-         "head dims equal to the flavor envelope, or smaller and padded into it"),
+    Axis(
+        "head dims",
+        ("exact envelope", "padded into envelope"),
+        lambda c: ["exact envelope" if FLAVOR_ENVELOPES.get(flavor_of(c.d_qk, c.d_v)) == (c.d_qk, c.d_v) else "padded into envelope"],
+        "head dims equal to the flavor envelope, or smaller and padded into it",
+    ),
     Axis("heads", ("MHA (h_q = h_kv)", "GQA", "MQA (h_kv = 1)"), _heads, "head grouping"),
-    Axis("mask", ("none", "causal", "causal_br", "swa", "swa_br", "band", "causal+swa"), _mask,
-         "mask parts (Case.mask_name split at '+'), and a causal mask with a left window"),
-    Axis("causal alignment", tuple(f"{corner}, s_q {o} s_kv" for corner in ("top-left", "bottom-right") for o in (">", "<")), _alignment,
-         "causal diagonal corner with unequal Q and K/V lengths (THD: per sequence)"),
+    Axis(
+        "mask",
+        ("none", "causal", "causal_br", "swa", "swa_br", "band", "causal+swa"),
+        _mask,
+        "mask parts (Case.mask_name split at '+'), and a causal mask with a left window",
+    ),
+    Axis(
+        "causal alignment",
+        tuple(f"{corner}, s_q {o} s_kv" for corner in ("top-left", "bottom-right") for o in (">", "<")),
+        _alignment,
+        "causal diagonal corner with unequal Q and K/V lengths (THD: per sequence)",
+    ),
     Axis("bias", ("none",) + BIAS_DTYPES + ("broadcast over batch",), _bias, "bias dtype, and one bias serving several batch entries"),
     Axis("scale", ("default 1/sqrt(d)", "positive", "negative", "zero"), _scale, "softmax scale"),
     Axis("memory", MEMORY_ORDERS + ("thd packed",), lambda c: ["thd packed" if c.is_thd else c.memory], "storage order of Q/K/V/O"),
     Axis("dense batch", ("1", "> 1"), _DENSE(lambda c: ["1" if c.batch == 1 else "> 1"]), "dense batch size"),
-    Axis("dense lengths", ("off tile edge", "tile edge"), _DENSE(lambda c: ["tile edge" if on_tile_edge(c.s_q) or on_tile_edge(c.s_kv) else "off tile edge"]),
-         "dense physical lengths within one token of a tile boundary"),
-    Axis("padding", ("dense: none", "dense: seq_q_lens", "dense: seq_kv_lens", "dense: seq_q_lens + seq_kv_lens", "dense: a zero length",
-                     "thd: tight", "thd: first offset > 0", "thd: capacity slack"), _padding,
-         "dense padding-length operands; THD first offsets and capacity slack"),  # fmt: skip
-    Axis("thd lengths", ("a zero length", "a length of 1", "a tile-edge length", "a long sequence (> 2 Q tiles)", "several sequences"), _thd_lengths,
-         "THD per-sequence lengths"),
+    Axis(
+        "dense lengths",
+        ("off tile edge", "tile edge"),
+        _DENSE(lambda c: ["tile edge" if on_tile_edge(c.s_q) or on_tile_edge(c.s_kv) else "off tile edge"]),
+        "dense physical lengths within one token of a tile boundary",
+    ),
+    Axis(
+        "padding",
+        (
+            "dense: none",
+            "dense: seq_q_lens",
+            "dense: seq_kv_lens",
+            "dense: seq_q_lens + seq_kv_lens",
+            "dense: a zero length",
+            "thd: tight",
+            "thd: first offset > 0",
+            "thd: capacity slack",
+        ),
+        _padding,
+        "dense padding-length operands; THD first offsets and capacity slack",
+    ),
+    Axis(
+        "thd lengths",
+        ("a zero length", "a length of 1", "a tile-edge length", "a long sequence (> 2 Q tiles)", "several sequences"),
+        _thd_lengths,
+        "THD per-sequence lengths",
+    ),
 )
 
 
@@ -147,15 +185,13 @@ def exercised(case: Case) -> Dict[str, Tuple[str, ...]]:
 
 
 def labels(case: Case) -> FrozenSet[str]:
-    """"axis:value" labels of one valid Case."""
+    """ "axis:value" labels of one valid Case."""
     return frozenset(f"{axis}:{v}" for axis, values in exercised(case).items() for v in values)
 
 
 # The non-default values of the backward-only facts: the backward strategies
 # (strategies.backward) reach them, the forward ones never do.
-BACKWARD_ONLY: FrozenSet[str] = frozenset(
-    f"{name}:{v}" for a in AXES for name in BACKWARD_FACTS if a.name == name for v in a.values[1:]
-)
+BACKWARD_ONLY: FrozenSet[str] = frozenset(f"{name}:{v}" for a in AXES for name in BACKWARD_FACTS if a.name == name for v in a.values[1:])
 # Every label a healthy run of the (forward) strategies reaches (tests/test_strategies.py).
 REQUIRED: FrozenSet[str] = frozenset(f"{a.name}:{v}" for a in AXES for v in a.values) - BACKWARD_ONLY
 # What the backward strategies reach on top (tests/test_backward.py).

@@ -367,8 +367,7 @@ def wrapped_span(first: int, end: int, row: int) -> Optional[Tuple[int, int]]:
     return max(a, WRAP) - WRAP, b - WRAP
 
 
-def _packed_span(capacity: int, h: int, d: int, first: int, end: int, values: torch.Tensor, dt, device,
-                 poison: bool, decoys: torch.Generator) -> torch.Tensor:
+def _packed_span(capacity: int, h: int, d: int, first: int, end: int, values: torch.Tensor, dt, device, poison: bool, decoys: torch.Generator) -> torch.Tensor:
     """A guarded packed (capacity, h, d) buffer on ``device``: poison (0 when
     not ``poison``) everywhere, ``values`` at tokens [first, end), decoys at
     ``wrapped_span``."""
@@ -387,8 +386,11 @@ def decoy_spans(case: Case) -> Dict[str, Tuple[int, int]]:
     if not case.is_thd:
         return {}
     cu_q, cu_kv = case.cu_seqlens("q"), case.cu_seqlens("kv")
-    spans = {"q": wrapped_span(cu_q[0], cu_q[-1], case.h_q * case.d_qk), "k": wrapped_span(cu_kv[0], cu_kv[-1], case.h_kv * case.d_qk),
-             "v": wrapped_span(cu_kv[0], cu_kv[-1], case.h_kv * case.d_v)}
+    spans = {
+        "q": wrapped_span(cu_q[0], cu_q[-1], case.h_q * case.d_qk),
+        "k": wrapped_span(cu_kv[0], cu_kv[-1], case.h_kv * case.d_qk),
+        "v": wrapped_span(cu_kv[0], cu_kv[-1], case.h_kv * case.d_v),
+    }
     return {n: s for n, s in spans.items() if s is not None}
 
 
@@ -412,8 +414,9 @@ def _thd_span_inputs(case: Case, device, poison: bool) -> CaseTensors:
     v = _packed_span(case.t_kv, case.h_kv, case.d_v, cu_kv[0], cu_kv[-1], v, dt, device, poison, decoys)
     sinks = relocate(guarded_copy(randn(case.h_q) * SINK_SPREAD), device) if case.sinks else None
     ints = lambda xs: relocate(_guarded_ints(xs), device)  # noqa: E731
-    return CaseTensors(case, q, k, v, sinks=sinks, cu_q=ints(cu_q), cu_kv=ints(cu_kv),
-                       q_live=_packed_live(cu_q, case.t_q), kv_live=_packed_live(cu_kv, case.t_kv))
+    return CaseTensors(
+        case, q, k, v, sinks=sinks, cu_q=ints(cu_q), cu_kv=ints(cu_kv), q_live=_packed_live(cu_q, case.t_q), kv_live=_packed_live(cu_kv, case.t_kv)
+    )
 
 
 @timed("inputs")
@@ -460,8 +463,12 @@ def make_inputs(case: Case, device="cpu", *, poison: bool = True, pad_fill: floa
     q_live = _lens_mask(case.q_lengths(), case.s_q)
     kv_live = _lens_mask(case.kv_lengths(), case.s_kv)
     q = _fill_dense(_dense_storage(b, case.h_q, case.s_q, case.d_qk, dt, case.memory, "cpu"), randn(b, case.h_q, case.s_q, case.d_qk), q_live, poison, pad_fill)
-    k = _fill_dense(_dense_storage(b, case.h_kv, case.s_kv, case.d_qk, dt, case.memory, "cpu"), randn(b, case.h_kv, case.s_kv, case.d_qk), kv_live, poison, pad_fill)
-    v = _fill_dense(_dense_storage(b, case.h_kv, case.s_kv, case.d_v, dt, case.memory, "cpu"), randn(b, case.h_kv, case.s_kv, case.d_v), kv_live, poison, pad_fill)
+    k = _fill_dense(
+        _dense_storage(b, case.h_kv, case.s_kv, case.d_qk, dt, case.memory, "cpu"), randn(b, case.h_kv, case.s_kv, case.d_qk), kv_live, poison, pad_fill
+    )
+    v = _fill_dense(
+        _dense_storage(b, case.h_kv, case.s_kv, case.d_v, dt, case.memory, "cpu"), randn(b, case.h_kv, case.s_kv, case.d_v), kv_live, poison, pad_fill
+    )
     bias = None
     if case.bias is not None:
         bias = guarded_copy(randn(case.bias_batch, case.h_q, case.s_q, case.s_kv).to(TORCH_DTYPES[case.bias]))
@@ -477,8 +484,17 @@ def make_inputs(case: Case, device="cpu", *, poison: bool = True, pad_fill: floa
     envelope = FLAVOR_ENVELOPES.get(flavor_of(case.d_qk, case.d_v), (case.d_qk,))[0]
     rope = rope_freqs(case, envelope // 2) if case.rope else None
     t = CaseTensors(
-        case, q, k, v, bias=bias, sinks=sinks, seq_q_lens=lens(case.seq_q_lens), seq_kv_lens=lens(case.seq_kv_lens), rope=rope,
-        q_live=q_live, kv_live=kv_live,
+        case,
+        q,
+        k,
+        v,
+        bias=bias,
+        sinks=sinks,
+        seq_q_lens=lens(case.seq_q_lens),
+        seq_kv_lens=lens(case.seq_kv_lens),
+        rope=rope,
+        q_live=q_live,
+        kv_live=kv_live,
     )
     return t.to(device)
 

@@ -108,7 +108,7 @@ def axes_of(fact_names: Iterable[str]) -> Tuple[str, ...]:
 
 
 def field_axes() -> Dict[str, Tuple[str, ...]]:
-    """"source.name" -> the coverage axes of the facts drawing it (the
+    """ "source.name" -> the coverage axes of the facts drawing it (the
     report's field x value table)."""
     return {f"{src}.{name}": axes_of(facts) for (src, name), facts in DRAWN.items()}
 

@@ -160,7 +160,10 @@ CHECKS: Dict[str, Dict[str, Tuple[str, str]]] = {
         **_GUARDS,
     },
     "backward_addressing": {
-        "forward addressing": (PLAIN, "THD cu_seqlens[0] > 0: the gradients of buffers handed as the forward takes them equal those handed from cu_seqlens[0], bit for bit"),
+        "forward addressing": (
+            PLAIN,
+            "THD cu_seqlens[0] > 0: the gradients of buffers handed as the forward takes them equal those handed from cu_seqlens[0], bit for bit",
+        ),
         **_LAUNCH,
         **_GUARDS,
     },
@@ -288,12 +291,18 @@ DERIVED: Dict[str, Tuple[Callable[[Case], Any], Callable[[Any], bool], str]] = {
     # THD with a first cu_seqlens offset > 0 on either side.
     "thd_cu_offset": (lambda c: c.is_thd and bool(c.q_base or c.kv_base), lambda v: isinstance(v, bool), "true/false"),
     # Dense seq_q_lens with an entry of no query row that still has keys (its dK rows are defined).
-    "empty_q_entry_with_keys": (lambda c: not c.is_thd and c.seq_q_lens is not None and any(q == 0 and kv > 0 for q, kv in zip(c.seq_q_lens, c.kv_lengths())),
-                                lambda v: isinstance(v, bool), "true/false"),
+    "empty_q_entry_with_keys": (
+        lambda c: not c.is_thd and c.seq_q_lens is not None and any(q == 0 and kv > 0 for q, kv in zip(c.seq_q_lens, c.kv_lengths())),
+        lambda v: isinstance(v, bool),
+        "true/false",
+    ),
     # THD, one head, and the Stats the backward is handed (from its origin, cu_seqlens_q[0]) keeps a longer
     # stride on its size-1 dims: a compact Stats sliced past q_base > 0, or a head-padded one.
-    "thd_one_head_stats_strided": (lambda c: c.is_thd and c.h_q == 1 and (c.lse_layout == "padded" or (c.lse_layout == "compact" and c.q_base > 0)),
-                                   lambda v: isinstance(v, bool), "true/false"),
+    "thd_one_head_stats_strided": (
+        lambda c: c.is_thd and c.h_q == 1 and (c.lse_layout == "padded" or (c.lse_layout == "compact" and c.q_base > 0)),
+        lambda v: isinstance(v, bool),
+        "true/false",
+    ),
     # Dense seq_kv_lens with a length short of the physical S_KV: padded K/V rows exist.
     "kv_padded": (lambda c: not c.is_thd and c.seq_kv_lens is not None and any(n < c.s_kv for n in c.seq_kv_lens), lambda v: isinstance(v, bool), "true/false"),
     # Fused RoPE whose last partial Q tile (TILE_M rows) or K tile (TILE_N rows) reaches past the
@@ -301,8 +310,11 @@ DERIVED: Dict[str, Tuple[Callable[[Case], Any], Callable[[Any], bool], str]] = {
     "rope_table_overread": (lambda c: rope_table_overread(c), lambda v: isinstance(v, bool), "true/false"),
     # Sinks and three or more batch entries / THD sequences with Q rows: dSink[h] sums their partials by
     # fp32 atomics (two adds onto 0 commute; a third can land in either order).
-    "dsink_unordered_sum": (lambda c: c.sinks and sum(1 for n in (c.q_lens if c.is_thd else c.q_lengths()) if n > 0) >= 3,
-                            lambda v: isinstance(v, bool), "true/false"),
+    "dsink_unordered_sum": (
+        lambda c: c.sinks and sum(1 for n in (c.q_lens if c.is_thd else c.q_lengths()) if n > 0) >= 3,
+        lambda v: isinstance(v, bool),
+        "true/false",
+    ),
 }
 
 
@@ -460,8 +472,10 @@ class Finding:
 
 def _refuse_selector(where: str, entry: dict) -> None:
     if "nodeid" in entry:
-        raise FindingsError(f"{where}: key 'nodeid': node-id selectors are gone (they excused whole tests); "
-                            "name the property, check and region of the failure instead (docs/known_findings.md)")
+        raise FindingsError(
+            f"{where}: key 'nodeid': node-id selectors are gone (they excused whole tests); "
+            "name the property, check and region of the failure instead (docs/known_findings.md)"
+        )
 
 
 def _string(where: str, entry: dict, key: str, choices: Optional[Sequence[str]] = None, required: bool = False) -> Optional[str]:
@@ -495,8 +509,9 @@ def _when(where: str, entry: dict) -> dict:
             except CaseFileError as e:
                 raise FindingsError(f"{where}: key 'when': {e}") from None
         else:
-            raise FindingsError(f"{where}: key 'when': {name!r} is not a Case field, a derived fact ({', '.join(DERIVED)}) "
-                                f"nor a property parameter ({', '.join(PARAMETERS)})")
+            raise FindingsError(
+                f"{where}: key 'when': {name!r} is not a Case field, a derived fact ({', '.join(DERIVED)}) nor a property parameter ({', '.join(PARAMETERS)})"
+            )
     return facts
 
 
@@ -528,8 +543,10 @@ def _entry(where: str, entry: dict, source: str) -> Finding:
         raise FindingsError(f"{where}: key 'race': only a plain check (e.g. determinism's bitwise) can describe a race")
     # Specific by construction: a finding bounds what failed.
     if kind == STORAGE and (region not in STORAGE_REGIONS or quantity is None):
-        raise FindingsError(f"{where}: key 'check': {prop} check {check!r} judges whole storage; a finding must bound it with quantity and a "
-                            f"storage region ({', '.join(STORAGE_REGIONS)})")
+        raise FindingsError(
+            f"{where}: key 'check': {prop} check {check!r} judges whole storage; a finding must bound it with quantity and a "
+            f"storage region ({', '.join(STORAGE_REGIONS)})"
+        )
     if kind != STORAGE and region in STORAGE_REGIONS:
         raise FindingsError(f"{where}: key 'region': {region!r} is a storage region; check {check!r} judges output rows")
     if kind == STORAGE:
@@ -584,8 +601,10 @@ def _steer(where: str, entry: dict, when: Mapping[str, Any], entry_point: str) -
     another value: every steered Case is provably outside the region."""
     steer = entry.get("steer")
     if not isinstance(steer, dict) or not steer:
-        raise FindingsError(f"{where}: key 'steer' is required for a crash finding: a table of Case facts the tests draw instead of "
-                            "the Cases it selects, e.g. steer = { rope = false }")  # fmt: skip
+        raise FindingsError(
+            f"{where}: key 'steer' is required for a crash finding: a table of Case facts the tests draw instead of "
+            "the Cases it selects, e.g. steer = { rope = false }"
+        )
     out = {}
     for name, value in steer.items():
         if name not in FACTS:
@@ -602,8 +621,10 @@ def _steer(where: str, entry: dict, when: Mapping[str, Any], entry_point: str) -
             raise FindingsError(f"{where}: key 'steer': {name} = {value!r}: the {entry_point} adapter cannot express it (only {', '.join(f.adapters)})")
     if not any(name in when and when[name] != value for name, value in out.items()):
         named = [n for n in when if n in FACTS]
-        raise FindingsError(f"{where}: key 'steer': {', '.join(f'{k} = {v!r}' for k, v in out.items())} does not leave the region: a steer must set "
-                            f"a Case fact that 'when' names ({', '.join(named) or 'none: it names only derived facts or parameters'}) to another value")  # fmt: skip
+        raise FindingsError(
+            f"{where}: key 'steer': {', '.join(f'{k} = {v!r}' for k, v in out.items())} does not leave the region: a steer must set "
+            f"a Case fact that 'when' names ({', '.join(named) or 'none: it names only derived facts or parameters'}) to another value"
+        )
     return out
 
 
@@ -702,8 +723,15 @@ class Verdict:
         return sorted({f.id for _, f in self.excused})
 
 
-def judge(property: str, case: Case, failures: Sequence, *, entry: Optional[str] = None, params: Optional[Mapping[str, Any]] = None,
-          entries: Optional[Sequence[Finding]] = None) -> Verdict:  # fmt: skip
+def judge(
+    property: str,
+    case: Case,
+    failures: Sequence,
+    *,
+    entry: Optional[str] = None,
+    params: Optional[Mapping[str, Any]] = None,
+    entries: Optional[Sequence[Finding]] = None,
+) -> Verdict:
     """Partition the check failures of one example: each is excused by the
     first finding (in force, or ``entries``) that describes it exactly, or
     not at all. ``params``: the property parameters the example ran with."""
@@ -723,8 +751,9 @@ def judge(property: str, case: Case, failures: Sequence, *, entry: Optional[str]
 
 
 # ------------------------------------------------------- steering (crashes)
-def steer(property: str, case: Case, entries_launched: Sequence[str], params: Optional[Mapping[str, Any]] = None,
-          entries: Optional[Sequence[Finding]] = None) -> Tuple[Case, List[Finding]]:  # fmt: skip
+def steer(
+    property: str, case: Case, entries_launched: Sequence[str], params: Optional[Mapping[str, Any]] = None, entries: Optional[Sequence[Finding]] = None
+) -> Tuple[Case, List[Finding]]:
     """``case`` as a test draws it while crash findings are in force (or
     ``entries``): each crash finding that selects it for one of the entry
     points the example launches (``entries_launched``: adapter names) replaces
@@ -738,8 +767,10 @@ def steer(property: str, case: Case, entries_launched: Sequence[str], params: Op
         if f is None:
             return case, hit
         if f in hit:  # parse makes a steer leave its own region; two findings may still send a Case back and forth
-            raise FindingsError(f"{f.source or 'known findings'}: finding {f.id!r}: key 'steer': the crash findings "
-                                f"{', '.join(repr(x.id) for x in hit)} steer {case.describe()} back into this one's region")  # fmt: skip
+            raise FindingsError(
+                f"{f.source or 'known findings'}: finding {f.id!r}: key 'steer': the crash findings "
+                f"{', '.join(repr(x.id) for x in hit)} steer {case.describe()} back into this one's region"
+            )
         case = f.steered(case)
         hit.append(f)
 
@@ -774,9 +805,11 @@ def statuses(entries: Sequence[Any], observations: Iterable[dict], steered: Opti
         status = REPRODUCED if n_rep else (RACE_UNSEEN if d.get("race") else STALE) if n_ex else NOT_EXERCISED
         d.update(status=status, exercised=n_ex, reproduced=n_rep)
         if status == STALE:
-            d["message"] = (f"{d.get('source') or 'known findings'}: known finding {d['id']!r} did not reproduce: "
-                            f"{n_ex} example(s) it selects ran ({d.get('selects', '')}) and none failed as it describes; "
-                            "the kernel changed: remove the entry (and its case file) or correct it")
+            d["message"] = (
+                f"{d.get('source') or 'known findings'}: known finding {d['id']!r} did not reproduce: "
+                f"{n_ex} example(s) it selects ran ({d.get('selects', '')}) and none failed as it describes; "
+                "the kernel changed: remove the entry (and its case file) or correct it"
+            )
         out.append(d)
     return out
 

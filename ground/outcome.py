@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import unittest
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from .tables import CAPABILITIES
 
-# ``Case`` in the annotations below is ground.case.Case, not imported: ground.case
-# raises this module's Unsupported (Case.require_expressible), so importing it back
-# would be a cycle (tests/test_layers.py); annotations are never evaluated here.
+if TYPE_CHECKING:  # annotations only: ground.case raises this module's Unsupported (Case.require_expressible)
+    from .case import Case
 
 
 @dataclass
@@ -63,8 +62,18 @@ class PropertyFailure(AssertionError):
     (this one first).
     """
 
-    def __init__(self, property: str, case: Case, summary: str, detail: Optional[dict] = None, observation: Optional[Observation] = None,
-                 *, check: Optional[str] = None, where: Any = None, observed: Optional[str] = None):
+    def __init__(
+        self,
+        property: str,
+        case: Case,
+        summary: str,
+        detail: Optional[dict] = None,
+        observation: Optional[Observation] = None,
+        *,
+        check: Optional[str] = None,
+        where: Any = None,
+        observed: Optional[str] = None,
+    ):
         super().__init__(f"[{property}] {summary}")
         self.property = property
         self.case = case
@@ -119,8 +128,7 @@ class Unsupported(unittest.SkipTest):
     ``lacking`` (an adapter's missing capability) or ``case`` (a fact the
     adapter cannot express; a relation that does not move the Case)."""
 
-    def __init__(self, scope: str, reason: str, *, adapter: Optional[str] = None, capability: Optional[str] = None, what: Optional[str] = None,
-                 hint: str = ""):  # fmt: skip
+    def __init__(self, scope: str, reason: str, *, adapter: Optional[str] = None, capability: Optional[str] = None, what: Optional[str] = None, hint: str = ""):
         if scope not in REFUSALS:
             raise ValueError(f"refusal scope {scope!r}: one of {', '.join(REFUSALS)}")
         self.scope, self.reason, self.hint = scope, reason, hint

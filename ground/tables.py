@@ -56,7 +56,6 @@ STRATA = [(f, d) for f in FLAVORS for d in DTYPES]
 STRATA_IDS = [f"{f}-{DTYPE_SHORT[d]}" for f, d in STRATA]
 
 
-
 # ----------------------------------------------------------------- adapters
 # name -> what it drives; kernels.ADAPTERS maps the same names to classes.
 ADAPTERS: Dict[str, str] = {

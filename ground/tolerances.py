@@ -179,6 +179,7 @@ RECORD_MARGIN = 2.0**-10
 # is judged this way too.
 SUBNORMAL_RESCALE_ULPS = 1
 
+
 @dataclass(frozen=True)
 class Quantity:
     layout: str  # what the bound is per
@@ -589,8 +590,15 @@ def handed_error(given: Optional[torch.Tensor], exact: torch.Tensor, rows: torch
     return torch.where(rows, err, torch.zeros_like(err))
 
 
-def backward_bounds(it, grads: Dict[str, torch.Tensor], dtype: str, *, o_given: Optional[torch.Tensor] = None, lse_given: Optional[torch.Tensor] = None,
-                    dbias_dtype: str = "float32") -> Dict[str, torch.Tensor]:  # fmt: skip
+def backward_bounds(
+    it,
+    grads: Dict[str, torch.Tensor],
+    dtype: str,
+    *,
+    o_given: Optional[torch.Tensor] = None,
+    lse_given: Optional[torch.Tensor] = None,
+    dbias_dtype: str = "float32",
+) -> Dict[str, torch.Tensor]:
     """Bounds on |grad_kernel - grad| for one dense attention call (float64
     ``Internals`` ``it`` and the closed-form ``grads`` of
     reference.backward.gradients), shaped like each gradient. ``o_given``
@@ -668,13 +676,23 @@ def backward_bounds(it, grads: Dict[str, torch.Tensor], dtype: str, *, o_given: 
     return {name: x * SECOND_ORDER for name, x in out.items()}
 
 
-TOLERANCES.update({
-    "dq": Quantity("per element", "dS' from the recomputed P (logit, handed-LSE and ex2 errors), dP and D in fp32; dS = scale dS' rounded to "
-                   "the I/O dtype; the dS K mma per KV tile, fp32 atomics across tiles (each may flush a subnormal addend or sum); one final rounding"),
-    "dk": Quantity("per element", "as dQ with Q for K, accumulated over the Q tiles; GQA: each q head's partial rounded (absolutely below "
-                   "the normal range), summed, rounded again"),
-    "dv": Quantity("per element", "P rounded to the I/O dtype for the P^T dO mma; GQA partials rounded, summed, rounded again"),
-    "dbias": Quantity("per element", "the fp32 dS' per cell (no scale, no I/O rounding), fp32 atomics over a broadcast bias' batch, "
-                      "each flushing a subnormal addend or sum to zero (atom.add.f32), one rounding to the dBias dtype"),
-    "dsink": Quantity("per head", "exp2((sink - LSE) log2e) D per row in fp32 with the handed LSE's error, summed over rows and batch"),
-})  # fmt: skip
+TOLERANCES.update(
+    {
+        "dq": Quantity(
+            "per element",
+            "dS' from the recomputed P (logit, handed-LSE and ex2 errors), dP and D in fp32; dS = scale dS' rounded to "
+            "the I/O dtype; the dS K mma per KV tile, fp32 atomics across tiles (each may flush a subnormal addend or sum); one final rounding",
+        ),
+        "dk": Quantity(
+            "per element",
+            "as dQ with Q for K, accumulated over the Q tiles; GQA: each q head's partial rounded (absolutely below the normal range), summed, rounded again",
+        ),
+        "dv": Quantity("per element", "P rounded to the I/O dtype for the P^T dO mma; GQA partials rounded, summed, rounded again"),
+        "dbias": Quantity(
+            "per element",
+            "the fp32 dS' per cell (no scale, no I/O rounding), fp32 atomics over a broadcast bias' batch, "
+            "each flushing a subnormal addend or sum to zero (atom.add.f32), one rounding to the dBias dtype",
+        ),
+        "dsink": Quantity("per head", "exp2((sink - LSE) log2e) D per row in fp32 with the handed LSE's error, summed over rows and batch"),
+    }
+)

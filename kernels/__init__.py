@@ -12,8 +12,8 @@ import os
 from typing import Optional
 
 from ground import tables
-from kernels.base import Adapter  # noqa: F401  (the return type; imports no cudnn)
 from ground.tables import ADAPTER_ENV, DEFAULT_ADAPTER
+from kernels.base import Adapter  # noqa: F401  (the return type; imports no cudnn)
 
 # name -> (module, class)
 ADAPTERS = {

@@ -145,11 +145,24 @@ def plan(case: Case, q, k, v, o, do, lse, grads: Dict[str, torch.Tensor], inputs
     )
     if not case.is_thd:
         return SdpaBwdDslSm80(
-            q, k, v, o, do, lse, grads["dq"], grads["dk"], grads["dv"],
-            sample_bias=inputs_bias, sample_dbias=grads.get("dbias"),
-            seq_kv_lens_present=case.seq_kv_lens is not None, seq_q_lens_present=case.seq_q_lens is not None,
-            has_bias=case.bias is not None, bias_is_fp32=case.bias in (None, "float32"), bias_batch=case.bias_batch, **common,
-        )  # fmt: skip
+            q,
+            k,
+            v,
+            o,
+            do,
+            lse,
+            grads["dq"],
+            grads["dk"],
+            grads["dv"],
+            sample_bias=inputs_bias,
+            sample_dbias=grads.get("dbias"),
+            seq_kv_lens_present=case.seq_kv_lens is not None,
+            seq_q_lens_present=case.seq_q_lens is not None,
+            has_bias=case.bias is not None,
+            bias_is_fp32=case.bias in (None, "float32"),
+            bias_batch=case.bias_batch,
+            **common,
+        )
     # Packed: the envelope descs of _sm80_thd_plan, (n_seq, H, T, D) over [1, T, H, D] rows.
     from cudnn.api_base import TensorDesc
 
@@ -163,8 +176,21 @@ def plan(case: Case, q, k, v, o, do, lse, grads: Dict[str, torch.Tensor], inputs
     stats = TensorDesc(torch.float32, (n, h, tokens), (h * tokens, tokens, 1), (2, 1, 0), lse.device)
     sink = None if inputs_sinks is None else TensorDesc(torch.float32, (h,), (1,), (0,), lse.device)
     common.update(sample_sink=sink, sample_dsink=sink)
-    api = SdpaBwdDslSm80(env(q), env(k), env(v), env(o), env(do), stats, env(grads["dq"]), env(grads["dk"]), env(grads["dv"]),
-                         thd=True, max_total_seq_len_q=q.shape[0], max_total_seq_len_kv=k.shape[0], **common)  # fmt: skip
+    api = SdpaBwdDslSm80(
+        env(q),
+        env(k),
+        env(v),
+        env(o),
+        env(do),
+        stats,
+        env(grads["dq"]),
+        env(grads["dk"]),
+        env(grads["dv"]),
+        thd=True,
+        max_total_seq_len_q=q.shape[0],
+        max_total_seq_len_kv=k.shape[0],
+        **common,
+    )
     # The launch bounds (the wrapper's max_s_q / max_s_kv hints) are set after check_support (_compile).
     api._initialize_packed_outputs = bool(initialize_outputs)
     return api
@@ -185,10 +211,18 @@ def _compile(api, case: Case):
 def compile_key(case: Case) -> str:
     """A short name of what a backward Case compiles (reports count distinct keys):
     its TemplateParams facts and the geometry facts that reach the compile."""
-    facts = {n: getattr(case, n) for n in ("layout", "dtype", "h_q", "h_kv", "d_qk", "d_v", "causal", "bottom_right", "bias", "sinks", "deterministic",
-                                           "memory", "dbias_dtype")}  # fmt: skip
-    facts.update(window=case.window_left >= 0, swa=max(case.window_left, 0), right=max(case.window_right, 0), bias_batch=case.bias_batch if case.bias else 0,
-                 seq_q=case.seq_q_lens is not None, seq_kv=case.seq_kv_lens is not None)  # fmt: skip
+    facts = {
+        n: getattr(case, n)
+        for n in ("layout", "dtype", "h_q", "h_kv", "d_qk", "d_v", "causal", "bottom_right", "bias", "sinks", "deterministic", "memory", "dbias_dtype")
+    }
+    facts.update(
+        window=case.window_left >= 0,
+        swa=max(case.window_left, 0),
+        right=max(case.window_right, 0),
+        bias_batch=case.bias_batch if case.bias else 0,
+        seq_q=case.seq_q_lens is not None,
+        seq_kv=case.seq_kv_lens is not None,
+    )
     if case.is_thd:  # THD operands are handed at the flavor width (prepared_backward): its dims, not the Case's
         fdqk, fdv = _flavor_dims(case)[1]
         facts.update(n_seq=case.n_seq, d_qk=fdqk, d_v=fdv)
@@ -197,8 +231,7 @@ def compile_key(case: Case) -> str:
     return hashlib.sha1(repr(sorted(facts.items())).encode()).hexdigest()[:12]
 
 
-def prepared_backward(adapter, case: Case, inputs, o, lse, do, grads=None, *, initialize_outputs: bool = True,
-                      addressing: str = "backward") -> KernelResult:  # fmt: skip
+def prepared_backward(adapter, case: Case, inputs, o, lse, do, grads=None, *, initialize_outputs: bool = True, addressing: str = "backward") -> KernelResult:
     """Run the backward of ``case`` through ``SdpaBwdDslSm80`` on caller buffers
     (THD buffers handed from ``thd_origin(case, addressing)``)."""
     from kernels.source import backward_sources
@@ -216,8 +249,10 @@ def prepared_backward(adapter, case: Case, inputs, o, lse, do, grads=None, *, in
         width = dict(q=fdqk, k=fdqk, v=fdv, o=fdv, do=fdv, dq=fdqk, dk=fdqk, dv=fdv)
         # An origin at the end of a buffer (every sequence empty, no slack) leaves nothing to hand: one
         # never-live row instead, as the wrapper does for a zero capacity (api_dsl.py:907-910).
-        ran = {n: _packed(t, width[n]) if t.shape[0] else guarded((1, *t.shape[1:-1], width[n]), t.dtype, t.device, row=t.shape[1] * width[n], fill=0)
-               for n, t in view.items()}  # fmt: skip
+        ran = {
+            n: _packed(t, width[n]) if t.shape[0] else guarded((1, *t.shape[1:-1], width[n]), t.dtype, t.device, row=t.shape[1] * width[n], fill=0)
+            for n, t in view.items()
+        }
         q, k, v, o_run, do_run = (ran[n] for n in ("q", "k", "v", "o", "do"))
         run = {n: ran[n] for n in ("dq", "dk", "dv")}
         if "dsink" in grads:
@@ -238,13 +273,43 @@ def prepared_backward(adapter, case: Case, inputs, o, lse, do, grads=None, *, in
     workspace = guarded((max(1, api.scratch_workspace_bytes()),), torch.uint8, dev, row=1, fill=SCRATCH_FILL)
     if case.is_thd:
         env_view = lambda t: t.unsqueeze(0).transpose(1, 2)  # noqa: E731
-        api.execute(env_view(q), env_view(k), env_view(v), env_view(o_run), env_view(do_run), lse_run.unsqueeze(0),
-                    env_view(run["dq"]), env_view(run["dk"]), env_view(run["dv"]), scale_softmax=case.softmax_scale, workspace=workspace,
-                    seq_q_lens=inputs.cu_q, seq_kv_lens=inputs.cu_kv, sink_tensor=inputs.sinks, dsink_tensor=run.get("dsink"))  # fmt: skip
+        api.execute(
+            env_view(q),
+            env_view(k),
+            env_view(v),
+            env_view(o_run),
+            env_view(do_run),
+            lse_run.unsqueeze(0),
+            env_view(run["dq"]),
+            env_view(run["dk"]),
+            env_view(run["dv"]),
+            scale_softmax=case.softmax_scale,
+            workspace=workspace,
+            seq_q_lens=inputs.cu_q,
+            seq_kv_lens=inputs.cu_kv,
+            sink_tensor=inputs.sinks,
+            dsink_tensor=run.get("dsink"),
+        )
     else:
-        api.execute(q, k, v, o, do, lse, grads["dq"], grads["dk"], grads["dv"], scale_softmax=case.softmax_scale, workspace=workspace,
-                    seq_q_lens=inputs.seq_q_lens, seq_kv_lens=inputs.seq_kv_lens, sink_tensor=inputs.sinks, dsink_tensor=grads.get("dsink"),
-                    bias_tensor=inputs.bias, dbias_tensor=grads.get("dbias"))  # fmt: skip
+        api.execute(
+            q,
+            k,
+            v,
+            o,
+            do,
+            lse,
+            grads["dq"],
+            grads["dk"],
+            grads["dv"],
+            scale_softmax=case.softmax_scale,
+            workspace=workspace,
+            seq_q_lens=inputs.seq_q_lens,
+            seq_kv_lens=inputs.seq_kv_lens,
+            sink_tensor=inputs.sinks,
+            dsink_tensor=grads.get("dsink"),
+            bias_tensor=inputs.bias,
+            dbias_tensor=grads.get("dbias"),
+        )
     written = {}
     for name, t in run.items():
         target = view.get(name, grads[name])
@@ -254,19 +319,41 @@ def prepared_backward(adapter, case: Case, inputs, o, lse, do, grads=None, *, in
         written[name] = grads[name] if target is not grads[name] else (t[..., : grads[name].shape[-1]] if name in ("dq", "dk", "dv") else t)
     path = "packed THD chain" if case.is_thd else ("native pointer chain" if api._native_pointer else "staged copies + pointer chain")
     notes = {
-        "adapter": adapter.name, "direction": "bwd", "mode": env.mode, "flavor": api.flavor, "path": path, "d64_kernel": bool(api._use_d64),
+        "adapter": adapter.name,
+        "direction": "bwd",
+        "mode": env.mode,
+        "flavor": api.flavor,
+        "path": path,
+        "d64_kernel": bool(api._use_d64),
         "arch": "sm_80" if env.native else f"{env.live_arch} (the backward's compiles name no --gpu-arch: the DSL targets the live device)",
-        "staged": staged, "compile_key": compile_key(case), "deterministic": case.deterministic,
-    }  # fmt: skip
+        "staged": staged,
+        "compile_key": compile_key(case),
+        "deterministic": case.deterministic,
+    }
     if case.is_thd:
         notes["initialize_outputs"] = bool(initialize_outputs)
         notes["thd_origin"] = {"addressing": addressing, "tokens": list(thd_origin(case, addressing))}
     # Guard bands are checked on whole allocations: a view handed from a THD origin is named by its buffer.
     whole = lambda n, t, full: full if view.get(n) is t else t  # noqa: E731
-    handed = {role: t for role, t in (("q", whole("q", q, inputs.q)), ("k", whole("k", k, inputs.k)), ("v", whole("v", v, inputs.v)),
-                                      ("o", whole("o", o_run, o)), ("do", whole("do", do_run, do)), ("lse", lse_run), ("bias", inputs.bias),
-                                      ("sinks", inputs.sinks), ("seq_q_lens", inputs.seq_q_lens), ("seq_kv_lens", inputs.seq_kv_lens),
-                                      ("cu_q", inputs.cu_q), ("cu_kv", inputs.cu_kv), ("workspace", workspace)) if t is not None}  # fmt: skip
+    handed = {
+        role: t
+        for role, t in (
+            ("q", whole("q", q, inputs.q)),
+            ("k", whole("k", k, inputs.k)),
+            ("v", whole("v", v, inputs.v)),
+            ("o", whole("o", o_run, o)),
+            ("do", whole("do", do_run, do)),
+            ("lse", lse_run),
+            ("bias", inputs.bias),
+            ("sinks", inputs.sinks),
+            ("seq_q_lens", inputs.seq_q_lens),
+            ("seq_kv_lens", inputs.seq_kv_lens),
+            ("cu_q", inputs.cu_q),
+            ("cu_kv", inputs.cu_kv),
+            ("workspace", workspace),
+        )
+        if t is not None
+    }
     handed.update({n: whole(n, t, grads[n]) for n, t in run.items()})
     return KernelResult(o, lse, box.delta, notes, handed, grads=written)
 
@@ -351,8 +438,14 @@ def wrapper_backward(adapter, case: Case, inputs, o, lse, do, grads=None, *, ini
 
     case.require_expressible(adapter.name)
     env, mode = adapter.serving_mode("sdpa_bwd_wrapper_sm80")
-    kw = dict(is_causal=case.causal, window_size=(case.window_left, case.window_right), scale_softmax=case.scale, causal_bottom_right=case.bottom_right,
-              sinks=inputs.sinks, deterministic=case.deterministic)  # fmt: skip
+    kw = dict(
+        is_causal=case.causal,
+        window_size=(case.window_left, case.window_right),
+        scale_softmax=case.scale,
+        causal_bottom_right=case.bottom_right,
+        sinks=inputs.sinks,
+        deterministic=case.deterministic,
+    )
     bq, bk = thd_origin(case)
     if case.is_thd:  # handed from the THD origin (thd_origin): the wrapper normalizes cu_seqlens as the prepared entry does
         h = from_origin(case, q=inputs.q, k=inputs.k, v=inputs.v, o=o, do=do)
@@ -376,13 +469,39 @@ def wrapper_backward(adapter, case: Case, inputs, o, lse, do, grads=None, *, ini
     for name in ("dbias", "dsink"):
         if f"{name}_tensor" in got:
             out[name] = got[f"{name}_tensor"]
-    notes = {"adapter": adapter.name, "direction": "bwd", "mode": mode, "sm80_compat": adapter.sm80_compat, "compile_key": compile_key(case),
-             "outputs": "wrapper-owned (as returned by sdpa_bwd_wrapper_sm80; no guard bands)", "deterministic": case.deterministic}  # fmt: skip
+    notes = {
+        "adapter": adapter.name,
+        "direction": "bwd",
+        "mode": mode,
+        "sm80_compat": adapter.sm80_compat,
+        "compile_key": compile_key(case),
+        "outputs": "wrapper-owned (as returned by sdpa_bwd_wrapper_sm80; no guard bands)",
+        "deterministic": case.deterministic,
+    }
     if case.is_thd and (bq or bk):
-        notes["thd_origin"] = {"addressing": "backward", "tokens": [bq, bk], "gradients": "the returned rows placed from the origin; rows before it NaN (never handed)"}
-    handed = {role: t for role, t in (("q", inputs.q), ("k", inputs.k), ("v", inputs.v), ("o", o), ("do", do), ("lse", lse), ("bias", inputs.bias),
-                                      ("sinks", inputs.sinks), ("seq_q_lens", inputs.seq_q_lens), ("seq_kv_lens", inputs.seq_kv_lens), ("cu_q", inputs.cu_q),
-                                      ("cu_kv", inputs.cu_kv)) if t is not None}  # fmt: skip
+        notes["thd_origin"] = {
+            "addressing": "backward",
+            "tokens": [bq, bk],
+            "gradients": "the returned rows placed from the origin; rows before it NaN (never handed)",
+        }
+    handed = {
+        role: t
+        for role, t in (
+            ("q", inputs.q),
+            ("k", inputs.k),
+            ("v", inputs.v),
+            ("o", o),
+            ("do", do),
+            ("lse", lse),
+            ("bias", inputs.bias),
+            ("sinks", inputs.sinks),
+            ("seq_q_lens", inputs.seq_q_lens),
+            ("seq_kv_lens", inputs.seq_kv_lens),
+            ("cu_q", inputs.cu_q),
+            ("cu_kv", inputs.cu_kv),
+        )
+        if t is not None
+    }
     return KernelResult(o, lse, box.delta, notes, handed, grads=out)
 
 
@@ -415,8 +534,14 @@ def rejected_call(case: Case, inputs, o, lse, do, change) -> None:
         ops[role] = ops[role].to(TORCH_DTYPES[to])
     if kind == "bias_heads":
         ops["bias"] = ops["bias"][:, :1].contiguous()
-    kw = dict(is_causal=case.causal, window_size=(case.window_left, case.window_right), scale_softmax=case.scale, causal_bottom_right=case.bottom_right,
-              sinks=inputs.sinks, deterministic=case.deterministic)  # fmt: skip
+    kw = dict(
+        is_causal=case.causal,
+        window_size=(case.window_left, case.window_right),
+        scale_softmax=case.scale,
+        causal_bottom_right=case.bottom_right,
+        sinks=inputs.sinks,
+        deterministic=case.deterministic,
+    )
     if case.is_thd:
         kw.update(cum_seqlen_q_tensor=inputs.cu_q, cum_seqlen_k_tensor=None if kind == "drop_cu_k" else inputs.cu_kv)
     else:

@@ -113,8 +113,17 @@ class Adapter(Protocol):
         without "compile-only" refuses (``require``)."""
         ...
 
-    def backward(self, case: Case, inputs: CaseTensors, o: torch.Tensor, lse: torch.Tensor, do: torch.Tensor,
-                 grads: Optional[dict] = None, *, initialize_outputs: bool = True) -> KernelResult:  # fmt: skip
+    def backward(
+        self,
+        case: Case,
+        inputs: CaseTensors,
+        o: torch.Tensor,
+        lse: torch.Tensor,
+        do: torch.Tensor,
+        grads: Optional[dict] = None,
+        *,
+        initialize_outputs: bool = True,
+    ) -> KernelResult:
         """Launch the backward of ``case`` (direction "bwd") on O, LSE and dO
         (O's layout); ``grads`` are caller-owned gradient buffers
         (ground.data.make_grad_outputs) where the entry point takes

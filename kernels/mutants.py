@@ -34,7 +34,7 @@ class Mutant:
         return tuple(sorted({rw.target for rw in self.rewrites}))
 
 
-# The bug classes issue #6 asks for (seen in this kernel family and its peers).
+# The bug classes the catalogue covers (seen in this kernel family and its peers).
 BUG_CLASSES = {
     "bias": "bias indexing or scaling (batch-0 bias broadcast: see NOT_PLANTED)",
     "off_envelope": "off-envelope head dims bound with the unpadded stride / width",
@@ -51,14 +51,14 @@ BUG_CLASSES = {
     "output_tail": "output tail left unwritten or over-written",
     "right_band": "causal right band ignored (beyond the list: a mask-family bug)",
     "large_offsets": "an element offset computed in 32 bits (wraps past 2^31 elements)",
-    # The schema-3 feature families (issue 13).
+    # The schema-3 feature families.
     "rope": "fused RoPE applied at the wrong positions or convention",
     "scheduler": "a tile scheduler that drops or repeats (q tile, head, batch) work items",
     "lse_layout": "Stats stored ignoring their declared strides",
     "prefix_dtype": "cu_seqlens read in the wrong integer width",
     "precision": "an arithmetic slip the error model must see: an intermediate rounded to the I/O dtype, a constant "
     "a few digits short, a scale held in the I/O dtype, a key lost from long rows",
-    # The backward (issue 14): dQ/dK/dV/dBias/dSink of the SM80 backward chain.
+    # The backward: dQ/dK/dV/dBias/dSink of the SM80 backward chain.
     "bwd_gqa_accumulation": "backward: dK/dV not summed over the q heads of a kv head (GQA fold)",
     "bwd_dq_relay": "backward: the deterministic dQ relay not ordering the atomics",
     "bwd_mask": "backward: the causal / sliding-window mask missing when P is recomputed",
@@ -110,9 +110,15 @@ BWD = dict(direction="bwd", d_qk=128, d_v=128)
 BWD_THD = dict(BWD, layout="thd", q_lens=(5, 70), kv_lens=(9, 100), h_q=2, h_kv=1)
 BWD_MUTANTS: Tuple[Mutant, ...] = (
     Mutant(
-        "bwd_gqa_fold_first_head", "bwd_gqa_accumulation",
-        (Rewrite("bwd_f16", "        acc = cutlass.Float32(0.0)\n        for g in cutlass.range_constexpr(ratio):",
-                 "        acc = cutlass.Float32(0.0)\n        for g in cutlass.range_constexpr(1):"),),
+        "bwd_gqa_fold_first_head",
+        "bwd_gqa_accumulation",
+        (
+            Rewrite(
+                "bwd_f16",
+                "        acc = cutlass.Float32(0.0)\n        for g in cutlass.range_constexpr(ratio):",
+                "        acc = cutlass.Float32(0.0)\n        for g in cutlass.range_constexpr(1):",
+            ),
+        ),
         "backward_dense",
         "The dense GQA fold (_dkv_reduce_kernel) keeps the first q head's dK/dV partial instead of summing the group: "
         "each kv head's gradient misses the other q heads that read it.",
@@ -120,7 +126,8 @@ BWD_MUTANTS: Tuple[Mutant, ...] = (
         scope="bwd_f16 only: the backward has one generic template (the d=64 kernel serves MHA only)",
     ),
     Mutant(
-        "bwd_dq_relay_no_acquire", "bwd_dq_relay",
+        "bwd_dq_relay_no_acquire",
+        "bwd_dq_relay",
         (Rewrite("bwd_f16", "                _dq_sem_wait(sem_ptr, relay_turn)", "                pass  # mutant: no acquire"),),
         "backward_thd",
         "deterministic=True still releases the dQ token but never waits for its turn: the fp32 dQ atomics of a q tile "
@@ -130,7 +137,8 @@ BWD_MUTANTS: Tuple[Mutant, ...] = (
         scope="bwd_f16 only: the relay lives in the generic template",
     ),
     Mutant(
-        "bwd_causal_mask_dropped", "bwd_mask",
+        "bwd_causal_mask_dropped",
+        "bwd_mask",
         (Rewrite("bwd_host", "mask = (MASK_CAUSAL if params.is_causal else MASK_NONE)", "mask = (MASK_NONE)"),),
         "backward_dense",
         "The backward host compiles the generic kernel without the causal flag: P is recomputed for keys above the "
@@ -139,7 +147,8 @@ BWD_MUTANTS: Tuple[Mutant, ...] = (
         scope="bwd_host only: the mask flags are chosen by the pointer host",
     ),
     Mutant(
-        "bwd_window_mask_dropped", "bwd_mask",
+        "bwd_window_mask_dropped",
+        "bwd_mask",
         (Rewrite("bwd_host", "(MASK_SWA if params.has_swa else 0)", "(0)"),),
         "backward_dense",
         "The backward host drops the sliding-window flag: keys left of the window get gradients.",
@@ -147,7 +156,8 @@ BWD_MUTANTS: Tuple[Mutant, ...] = (
         scope="bwd_host only: the mask flags are chosen by the pointer host",
     ),
     Mutant(
-        "bwd_dbias_broadcast_per_batch", "bwd_dbias_reduction",
+        "bwd_dbias_broadcast_per_batch",
+        "bwd_dbias_reduction",
         (Rewrite("bwd_host", "cutlass.Int64(0 if params.bias_broadcast else h * sq * skv)", "cutlass.Int64(h * sq * skv)"),),
         "backward_dense",
         "A broadcast [1, H, SQ, SKV] bias is addressed with a per-batch stride: batch entries past 0 read bias past the "
@@ -156,7 +166,8 @@ BWD_MUTANTS: Tuple[Mutant, ...] = (
         scope="bwd_host only: the host passes the bias batch stride",
     ),
     Mutant(
-        "bwd_dbias_batch_term_dropped", "bwd_dbias_reduction",
+        "bwd_dbias_batch_term_dropped",
+        "bwd_dbias_reduction",
         (Rewrite("bwd_f16", "bias_base = cutlass.Int64(batch) * cutlass.Int64(bias_bstride)", "bias_base = cutlass.Int64(0) * cutlass.Int64(bias_bstride)"),),
         "backward_dense",
         "A per-batch [B, H, SQ, SKV] bias and its dBias are indexed without the batch term: every batch entry reads "
@@ -165,9 +176,15 @@ BWD_MUTANTS: Tuple[Mutant, ...] = (
         scope="bwd_f16 only: the bias address is the generic template's",
     ),
     Mutant(
-        "bwd_dsink_log2_units", "bwd_dsink_units",
-        (Rewrite("bwd_f16", "term = cute.math.exp2((sink_h - lse_q) * cutlass.Float32(_LOG2E), fastmath=True) * dd_q",
-                 "term = cute.math.exp2((sink_h - lse_q), fastmath=True) * dd_q"),),
+        "bwd_dsink_log2_units",
+        "bwd_dsink_units",
+        (
+            Rewrite(
+                "bwd_f16",
+                "term = cute.math.exp2((sink_h - lse_q) * cutlass.Float32(_LOG2E), fastmath=True) * dd_q",
+                "term = cute.math.exp2((sink_h - lse_q), fastmath=True) * dd_q",
+            ),
+        ),
         "backward_dense",
         "The dSink reduction exponentiates the natural-log sink minus LSE in base 2 (the log2 e factor lost): the sink's "
         "softmax weight, hence dSink, is wrong.",
@@ -175,7 +192,8 @@ BWD_MUTANTS: Tuple[Mutant, ...] = (
         scope="bwd_f16 only: the dSink kernel lives in the generic template file",
     ),
     Mutant(
-        "bwd_d64_ds_unscaled", "bwd_d64_kernel",
+        "bwd_d64_ds_unscaled",
+        "bwd_d64_kernel",
         (Rewrite("bwd_d64", "ds0 = attn_scale * (acc_dP[off + 0] - dd_t) * p_f[off + 0]", "ds0 = (acc_dP[off + 0] - dd_t) * p_f[off + 0]"),),
         "backward_dense",
         "The dedicated d=64 MHA kernel drops the softmax scale from one of its four dS fragments: dQ and dK of the "
@@ -184,9 +202,15 @@ BWD_MUTANTS: Tuple[Mutant, ...] = (
         scope="bwd_d64 only: the d=64 kernel alone",
     ),
     Mutant(
-        "bwd_thd_kv_tiles_floor", "bwd_thd_kv_bound",
-        (Rewrite("bwd_host", "cutlass.Int32((max_skv + params.tile_kv - 1) // params.tile_kv if params.thd_varlen else 0)",
-                 "cutlass.Int32(max_skv // params.tile_kv if params.thd_varlen else 0)"),),
+        "bwd_thd_kv_tiles_floor",
+        "bwd_thd_kv_bound",
+        (
+            Rewrite(
+                "bwd_host",
+                "cutlass.Int32((max_skv + params.tile_kv - 1) // params.tile_kv if params.thd_varlen else 0)",
+                "cutlass.Int32(max_skv // params.tile_kv if params.thd_varlen else 0)",
+            ),
+        ),
         "backward_thd",
         "The THD grid's KV-tile count rounds the longest-sequence bound down, as an undersized max_s_kv hint does: the "
         "last partial KV tile of the longest sequences is never run (its dK/dV never written, its dQ terms missing).",
@@ -194,16 +218,22 @@ BWD_MUTANTS: Tuple[Mutant, ...] = (
         scope="bwd_host only: the host sizes the THD grid",
     ),
     Mutant(
-        "bwd_thd_key_token_totals", "bwd_compile_key",
-        (Rewrite("bwd_spec", "thd=(api.batch_size, api._thd_lse_token_major) if api.thd else None",
-                 "thd=(api.batch_size, api._thd_lse_token_major, api._t_q_cap) if api.thd else None"),),
+        "bwd_thd_key_token_totals",
+        "bwd_compile_key",
+        (
+            Rewrite(
+                "bwd_spec",
+                "thd=(api.batch_size, api._thd_lse_token_major) if api.thd else None",
+                "thd=(api.batch_size, api._thd_lse_token_major, api._t_q_cap) if api.thd else None",
+            ),
+        ),
         "backward_compile_reuse_thd",
-        "The packed backward's compile key carries the Q token capacity (issue #604's lesson undone): every new token "
+        "The packed backward's compile key carries the Q token capacity (the lesson of cudnn-frontend#604 undone): every new token "
         "total recompiles the chain (4-9 s each on the H200).",
         BWD_THD,
         scope="bwd_spec only: build_spec names the pointer chain's key",
     ),
-)  # fmt: skip
+)
 
 MUTANTS: Tuple[Mutant, ...] = (
     Mutant(
@@ -340,8 +370,7 @@ MUTANTS: Tuple[Mutant, ...] = (
         "sink_units",
         _both("if cutlass.const_expr(PARAMS.sink_natural):", "if cutlass.const_expr(not PARAMS.sink_natural):"),
         "numerics_dense",
-        "Natural-log sink logits used as log2 units (the sink_natural * log2 e conversion dropped): every sink is "
-        "weighted exp2(s) instead of exp(s).",
+        "Natural-log sink logits used as log2 units (the sink_natural * log2 e conversion dropped): every sink is weighted exp2(s) instead of exp(s).",
         dict(s_q=5, s_kv=7, sinks=True),
     ),
     Mutant(
@@ -349,8 +378,7 @@ MUTANTS: Tuple[Mutant, ...] = (
         "last_partial_tile",
         _both(MASK_INDENT + "t = col >= eff_skv", MASK_INDENT + "t = col > eff_skv"),
         "numerics_dense",
-        "The last partial KV tile's column predicate lets key eff_skv through (> instead of >=): one zero-filled or "
-        "padded key joins every row's softmax.",
+        "The last partial KV tile's column predicate lets key eff_skv through (> instead of >=): one zero-filled or padded key joins every row's softmax.",
         dict(s_q=5, s_kv=70),
     ),
     Mutant(
@@ -361,8 +389,7 @@ MUTANTS: Tuple[Mutant, ...] = (
             "kv_head_idx = head_idx if heads_per_kv == 1 else (head_idx % cutlass.Int32(H_kv))",
         ),
         "numerics_dense",
-        "Q head h reads KV head h % H_kv (repeat) instead of h // group (repeat_interleave): right for MHA and MQA, "
-        "wrong for GQA with more than one KV head.",
+        "Q head h reads KV head h % H_kv (repeat) instead of h // group (repeat_interleave): right for MHA and MQA, wrong for GQA with more than one KV head.",
         dict(s_q=5, s_kv=7, h_q=4, h_kv=2),
     ),
     Mutant(
@@ -396,8 +423,7 @@ MUTANTS: Tuple[Mutant, ...] = (
         "output_tail",
         (Rewrite("host", "if t_q > 0:", "if t_q < 0:"),),
         "numerics_thd",
-        "The THD host skips zero_outputs although initialize_outputs is set: the holes and tails the wrapper "
-        "promises as zeros keep the caller's bytes.",
+        "The THD host skips zero_outputs although initialize_outputs is set: the holes and tails the wrapper promises as zeros keep the caller's bytes.",
         THD,
         scope="host only: thd_host initializes outputs for both templates",
     ),
@@ -449,8 +475,11 @@ MUTANTS: Tuple[Mutant, ...] = (
         "rope",
         (
             Rewrite("f16", "sK_cur, rope_cs_ptr, kv_row_base_cur", "sK_cur, rope_cs_ptr, cutlass.Int32(0)"),
-            Rewrite("d256", "                rope_cs_ptr,\n                kv_iter * cutlass.Int32(tile_n),\n",
-                    "                rope_cs_ptr,\n                cutlass.Int32(0),\n"),
+            Rewrite(
+                "d256",
+                "                rope_cs_ptr,\n                kv_iter * cutlass.Int32(tile_n),\n",
+                "                rope_cs_ptr,\n                cutlass.Int32(0),\n",
+            ),
         ),
         "numerics_dense",
         "K rows are rotated with their position inside the KV tile instead of in the sequence (the tile base dropped): "
@@ -472,7 +501,8 @@ MUTANTS: Tuple[Mutant, ...] = (
         _both(
             "row_rank = within_blk // (agroup_eff * cutlass.Int32(heads_per_kv_decode))",
             "row_rank = within_blk // (active_groups * cutlass.Int32(heads_per_kv_decode))",
-        ) + _both(
+        )
+        + _both(
             "in_rank = within_blk % (agroup_eff * cutlass.Int32(heads_per_kv_decode))",
             "in_rank = within_blk % (active_groups * cutlass.Int32(heads_per_kv_decode))",
         ),
@@ -558,8 +588,11 @@ FAULTS: Tuple[Mutant, ...] = (
     Mutant(
         "fault_v_stride_out_of_bounds",
         "illegal_address",
-        (Rewrite("f16", "    V_STRIDE_64 = V_TILE_STRIDE_E.to(cutlass.Int64)\n",
-                 "    V_STRIDE_64 = V_TILE_STRIDE_E.to(cutlass.Int64) * cutlass.Int64(1 << 32)\n"),),
+        (
+            Rewrite(
+                "f16", "    V_STRIDE_64 = V_TILE_STRIDE_E.to(cutlass.Int64)\n", "    V_STRIDE_64 = V_TILE_STRIDE_E.to(cutlass.Int64) * cutlass.Int64(1 << 32)\n"
+            ),
+        ),
         "numerics_dense",
         "The V running pointer steps 2^32 tiles per KV iteration instead of one (a tile stride in the wrong units): "
         "every CTA with two or more KV tiles (s_kv > 64 in its window) loads V terabytes below its buffer, an illegal "
@@ -571,12 +604,20 @@ FAULTS: Tuple[Mutant, ...] = (
         "fault_kv_loop_never_ends",
         "hang",
         (
-            Rewrite("f16", _KV_LOOP, _KV_LOOP + "    kv_stuck = cutlass.Int32(iter_count > cutlass.Int32(2))\n"
-                    "    kv_step = cutlass.Int32(1) - kv_stuck\n"
-                    "    iter_count = iter_count * kv_step + kv_stuck * cutlass.Int32(2147483647)\n"),
+            Rewrite(
+                "f16",
+                _KV_LOOP,
+                _KV_LOOP + "    kv_stuck = cutlass.Int32(iter_count > cutlass.Int32(2))\n"
+                "    kv_step = cutlass.Int32(1) - kv_stuck\n"
+                "    iter_count = iter_count * kv_step + kv_stuck * cutlass.Int32(2147483647)\n",
+            ),
             Rewrite("f16", "        kv_iter = prologue_kv_iter - i\n", "        kv_iter = prologue_kv_iter - i * kv_step\n"),
-            Rewrite("f16", _KV_ADVANCE, "        v_cur_gmem = v_cur_gmem - V_STRIDE_64 * kv_step.to(cutlass.Int64)\n"
-                    "        k_next_gmem = k_next_gmem - K_STRIDE_64 * kv_step.to(cutlass.Int64)\n"),
+            Rewrite(
+                "f16",
+                _KV_ADVANCE,
+                "        v_cur_gmem = v_cur_gmem - V_STRIDE_64 * kv_step.to(cutlass.Int64)\n"
+                "        k_next_gmem = k_next_gmem - K_STRIDE_64 * kv_step.to(cutlass.Int64)\n",
+            ),
         ),
         "numerics_dense",
         "A CTA with more than two KV tiles (s_kv > 128 in its window) re-reads its first KV tile 2^31 - 1 times (the "

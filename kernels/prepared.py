@@ -17,10 +17,10 @@ from typing import Callable, List, Optional
 import torch
 
 from ground.case import Case
+from ground.data import TORCH_DTYPES, CaseTensors, dense_view, guarded, guarded_copy, make_outputs
+from ground.outcome import Unsupported
 from ground.phases import timed
 from ground.tables import NO_GPU
-from ground.data import CaseTensors, TORCH_DTYPES, dense_view, guarded, guarded_copy, make_outputs
-from ground.outcome import Unsupported
 from kernels.arch import COMPILE_ONLY_ARCH, compile_arch
 from kernels.backward import compile_only_backward, prepared_backward
 from kernels.base import CompileDelta, KernelResult
@@ -244,7 +244,9 @@ class PreparedAdapter:
         check_rewrites(self.rewrites)  # a stale mutant fails here, before any compile
         self._env = None
         # For the pytest header and reports.
-        self.label = self.name if not self.rewrites else f"{self.name} ({f'mutant {self.planted}: ' if self.planted else ''}{len(self.rewrites)} source rewrites)"
+        self.label = (
+            self.name if not self.rewrites else f"{self.name} ({f'mutant {self.planted}: ' if self.planted else ''}{len(self.rewrites)} source rewrites)"
+        )
 
     # ----------------------------------------------------------- plumbing
     @property
@@ -356,8 +358,18 @@ class PreparedAdapter:
         def result() -> KernelResult:
             written = _written_o(o_run, o, case.d_v)
             arch = "sm_80" if env.native else f"{env.live_arch} (compile_host names no --gpu-arch: the DSL targets the live device)"
-            handed = _handed(q=q, k=k, v=v, o=o_run, lse=lse_run, seq_kv_lens=inputs.seq_kv_lens, seq_q_lens=inputs.seq_q_lens, sinks=inputs.sinks,
-                             bias=inputs.bias, rope=rope)  # fmt: skip
+            handed = _handed(
+                q=q,
+                k=k,
+                v=v,
+                o=o_run,
+                lse=lse_run,
+                seq_kv_lens=inputs.seq_kv_lens,
+                seq_q_lens=inputs.seq_q_lens,
+                sinks=inputs.sinks,
+                bias=inputs.bias,
+                rope=rope,
+            )
             key = key_digest(_dense_key(spec, geometry))
             return KernelResult(written, lse, box.delta, self._notes(spec, arch=arch, mode=env.mode, staged=staged, compile_key=key), handed)
 
@@ -372,18 +384,38 @@ class PreparedAdapter:
         # other layouts are handed as they are, through lse_stride.
         o_run = _stage_packed(o, fdv)
         lse_run = (_stage_contiguous(lse) if case.lse_layout == "compact" else lse) if case.has_lse else None
-        staged = [n for n, a, b in (("q", q, inputs.q), ("k", k, inputs.k), ("v", v, inputs.v), ("o", o_run, o), ("lse", lse_run, lse)) if a is not None and a is not b]
+        staged = [
+            n
+            for n, a, b in (("q", q, inputs.q), ("k", k, inputs.k), ("v", v, inputs.v), ("o", o_run, o), ("lse", lse_run, lse))
+            if a is not None and a is not b
+        ]
         arch = None if env.native else env.live_arch
         with measure() as box:
             _, fn = self._compile_thd(case, spec, arch, initialize_outputs)
         scale = kernel_scale(case.softmax_scale)
         args = (
-            _ptr(q), _ptr(k), _ptr(v), _ptr(o_run), _ptr(lse_run), _ptr(inputs.cu_q), _ptr(inputs.cu_kv), _ptr(inputs.sinks),
-            case.t_q, case.t_kv, case.max_s_q,
-            case.h_q * fdqk, fdqk, case.h_kv * fdqk, fdqk, case.h_kv * fdv, fdv,
-            scale * LOG2E, 1.0 / scale, spec.right_bound,
+            _ptr(q),
+            _ptr(k),
+            _ptr(v),
+            _ptr(o_run),
+            _ptr(lse_run),
+            _ptr(inputs.cu_q),
+            _ptr(inputs.cu_kv),
+            _ptr(inputs.sinks),
+            case.t_q,
+            case.t_kv,
+            case.max_s_q,
+            case.h_q * fdqk,
+            fdqk,
+            case.h_kv * fdqk,
+            fdqk,
+            case.h_kv * fdv,
+            fdv,
+            scale * LOG2E,
+            1.0 / scale,
+            spec.right_bound,
             (inputs.cu_q.stride(0), inputs.cu_kv.stride(0), inputs.sinks.stride(0) if inputs.sinks is not None else 1),
-        )  # fmt: skip
+        )
 
         def launch():
             fn(*args, self._launch_context(q.device))
@@ -402,8 +434,9 @@ class PreparedAdapter:
         return Prepared(launch, result, staged)
 
     # ---------------------------------------------------------- backward
-    def backward(self, case: Case, inputs: CaseTensors, o, lse, do, grads=None, *, initialize_outputs: bool = True,
-                 addressing: str = "backward") -> KernelResult:  # fmt: skip
+    def backward(
+        self, case: Case, inputs: CaseTensors, o, lse, do, grads=None, *, initialize_outputs: bool = True, addressing: str = "backward"
+    ) -> KernelResult:
         """The backward through SdpaBwdDslSm80 on caller buffers (kernels/backward.py; ``addressing``: backward.ADDRESSINGS)."""
         return prepared_backward(self, case, inputs, o, lse, do, grads, initialize_outputs=initialize_outputs, addressing=addressing)
 
@@ -428,7 +461,9 @@ class PreparedAdapter:
             with measure() as box, _entry_optional(host):
                 # The unwrapped function: the lru must never hold an artifact
                 # built for another arch than the live runs' (nor an entry-less one).
-                host.compile_thd_host.__wrapped__(self._module(spec), case.h_q, case.h_kv, case.n_seq, spec.swa_window, *thd_host_args(case), initialize_outputs)
+                host.compile_thd_host.__wrapped__(
+                    self._module(spec), case.h_q, case.h_kv, case.n_seq, spec.swa_window, *thd_host_args(case), initialize_outputs
+                )
             return box.delta
         geometry = meta_dense_geometry(case, spec)  # the layouts a run would hand the host
         with measure() as box:
@@ -439,8 +474,7 @@ class PreparedAdapter:
         """compile_thd_host's lru call, as a launch makes it: (artifact, entry).
         It hard-codes sm_80; ``arch`` (off SM80: the live one) retargets it."""
         with compile_arch(self.host, arch):
-            return self.host.compile_thd_host(self._module(spec), case.h_q, case.h_kv, case.n_seq, spec.swa_window, *thd_host_args(case),
-                                              initialize_outputs)  # fmt: skip
+            return self.host.compile_thd_host(self._module(spec), case.h_q, case.h_kv, case.n_seq, spec.swa_window, *thd_host_args(case), initialize_outputs)
 
     def _compile_live(self, case: Case, spec, initialize_outputs: bool) -> CompileDelta:
         """The compile step of a run (prepare's), from the facts alone: the dense

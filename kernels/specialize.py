@@ -60,7 +60,7 @@ def specialize(case: Case, *, sched_policy: Optional[int] = None) -> Specializat
     templates serve (no envelope covers the head dims, invalid params)."""
     from cudnn.frost.tile_dsl.constants import SCHED_NATURAL
     from cudnn.sdpa.fwd import config_sm80 as cfg
-    from cudnn.sdpa.fwd.api_dsl import _SM80_FLAVOR_CAUSAL_L2_MIB, _SM80_FLAVOR_KNOBS, _SM80_FLAVOR_DIMS
+    from cudnn.sdpa.fwd.api_dsl import _SM80_FLAVOR_CAUSAL_L2_MIB, _SM80_FLAVOR_DIMS, _SM80_FLAVOR_KNOBS
 
     flavor = pick_flavor(case.d_qk, case.d_v)
     fdqk, fdv = _SM80_FLAVOR_DIMS[flavor]

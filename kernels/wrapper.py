@@ -33,6 +33,7 @@ from kernels.tampers import apply_wrapper_tamper
 
 ENTRY = "sdpa_fwd_wrapper_sm80"
 
+
 @contextmanager
 def _sm80_capability_for_api_dsl():
     """``torch.cuda.get_device_capability`` answers (8, 0) to api_dsl's callers
@@ -59,9 +60,9 @@ class WrapperAdapter:
         "caller-outputs": "sdpa_fwd_wrapper_sm80 takes no output buffers: it allocates and returns its own O/LSE",
         "no-init": "sdpa_fwd_wrapper_sm80's THD path always runs the host that zero-initializes O/LSE (api_dsl._sm80_thd_forward)",
         "compile-only": "sdpa_fwd_wrapper_sm80 has no compile-only entry: it compiles inside the call, on CUDA tensors "
-                        "(the CPU compile tier runs on the prepared adapter)",
+        "(the CPU compile tier runs on the prepared adapter)",
         "thd-addressing": "the adapter hands sdpa_bwd_wrapper_sm80 its THD buffers from cu_seqlens[0] only (its own contract); "
-                          "the forward's addressing is judged through the prepared entry, which shares the chain (api_dsl._sm80_thd_backward)",
+        "the forward's addressing is judged through the prepared entry, which shares the chain (api_dsl._sm80_thd_backward)",
     }
 
     def __init__(self, sm80_compat=None):
@@ -138,16 +139,34 @@ class WrapperAdapter:
         o_w, lse_w = got["o_tensor"], got["lse_tensor"]
         if case.is_thd:  # packed [1, T_q, H, D_V] and [1, H, T_q]: views, not copies
             o_w, lse_w = o_w[0], lse_w[0]
-        notes = {"adapter": self.name, "mode": mode, "sm80_compat": self.sm80_compat,
-                 "outputs": "wrapper-owned (as returned by sdpa_fwd_wrapper_sm80; no guard bands); the caller's buffers are not used"}  # fmt: skip
+        notes = {
+            "adapter": self.name,
+            "mode": mode,
+            "sm80_compat": self.sm80_compat,
+            "outputs": "wrapper-owned (as returned by sdpa_fwd_wrapper_sm80; no guard bands); the caller's buffers are not used",
+        }
         if case.is_thd:
             # The wrapper's THD host always zero-initializes the whole capacity.
             notes["initialize_outputs"] = True
         else:
             notes["scheduler"] = case.sched
         # What the adapter handed the wrapper (the wrapper may stage copies of its own).
-        handed = {role: t for role, t in (("q", x.q), ("k", x.k), ("v", x.v), ("bias", x.bias), ("sinks", x.sinks), ("seq_q_lens", x.seq_q_lens),
-                                          ("seq_kv_lens", x.seq_kv_lens), ("cu_q", x.cu_q), ("cu_kv", x.cu_kv), ("rope", x.rope)) if t is not None}  # fmt: skip
+        handed = {
+            role: t
+            for role, t in (
+                ("q", x.q),
+                ("k", x.k),
+                ("v", x.v),
+                ("bias", x.bias),
+                ("sinks", x.sinks),
+                ("seq_q_lens", x.seq_q_lens),
+                ("seq_kv_lens", x.seq_kv_lens),
+                ("cu_q", x.cu_q),
+                ("cu_kv", x.cu_kv),
+                ("rope", x.rope),
+            )
+            if t is not None
+        }
         return KernelResult(o_w, lse_w, box.delta, notes, handed)
 
     def backward(self, case: Case, inputs: CaseTensors, o, lse, do, grads=None, *, initialize_outputs: bool = True) -> KernelResult:

@@ -19,7 +19,7 @@ import time
 import torch
 
 from ground.case import Case
-from ground.data import FINITE_PAD, TORCH_DTYPES, bits_of, dbias_dtype_of, make_grad_output, make_grad_outputs, make_inputs, make_outputs
+from ground.data import FINITE_PAD, bits_of, dbias_dtype_of, make_grad_output, make_grad_outputs, make_inputs, make_outputs
 from ground.outcome import Observation, PropertyFailure
 from properties import judge, recorder
 from properties.common import accepted, device, finish, launched_buffers
@@ -108,8 +108,13 @@ def _bitwise(case: Case, inputs, kept, second) -> None:
         b = second.grads[name]
         n = int(((bits_of(a) != bits_of(b)) & _live(case, inputs, name, a.shape)).sum())
         if n:
-            judge.failed("determinism", case, f"deterministic=True, two launches differ bitwise: {name} in {n} element(s)",
-                         {"quantity": name, "count": n}, check="bitwise")  # fmt: skip
+            judge.failed(
+                "determinism",
+                case,
+                f"deterministic=True, two launches differ bitwise: {name} in {n} element(s)",
+                {"quantity": name, "count": n},
+                check="bitwise",
+            )
 
 
 def check_backward(case: Case, adapter) -> Observation:
@@ -154,8 +159,16 @@ def check_backward(case: Case, adapter) -> Observation:
             live = _live(case, inputs, name, want.shape)
             zero = ref.get(f"zero:{name}")
             fixed = (zero == 1.0) & live if zero is not None else torch.zeros_like(live)
-            judge.exactly("backward", case, name, got, torch.zeros_like(want), fixed,
-                          f"{name} the kernel's gating makes exactly 0 (no visible key, padded rows, unseen keys, masked cells)", check="contract rows")  # fmt: skip
+            judge.exactly(
+                "backward",
+                case,
+                name,
+                got,
+                torch.zeros_like(want),
+                fixed,
+                f"{name} the kernel's gating makes exactly 0 (no visible key, padded rows, unseen keys, masked cells)",
+                check="contract rows",
+            )
             bound = ref.get(f"bound:{name}", torch.zeros_like(want))
             ratios[name] = judge.within_model("backward", case, name, got, want, bound, live & ~fixed)
         return ratios
@@ -190,8 +203,16 @@ def check_backward_addressing(case: Case, adapter) -> Observation:
         for name in GRADS:
             if name in own.grads:
                 live = _live(case, inputs, name, own.grads[name].shape)
-                judge.exactly(ADDRESSING, case, name, bits_of(as_fwd.grads[name]), bits_of(own.grads[name]), live,
-                              f"{name} handed as the forward takes it vs from cu_seqlens[0] = ({case.q_base}, {case.kv_base})", check="forward addressing")  # fmt: skip
+                judge.exactly(
+                    ADDRESSING,
+                    case,
+                    name,
+                    bits_of(as_fwd.grads[name]),
+                    bits_of(own.grads[name]),
+                    live,
+                    f"{name} handed as the forward takes it vs from cu_seqlens[0] = ({case.q_base}, {case.kv_base})",
+                    check="forward addressing",
+                )
         return {}
 
     notes = {"own": own.notes.get("thd_origin"), "forward": as_fwd.notes.get("thd_origin"), "compile_key": own.notes.get("compile_key")}

@@ -52,11 +52,11 @@ import torch
 
 from ground.case import Case
 from ground.data import bits_of, body_storage, make_grad_output, make_grad_outputs, make_inputs
+from kernels.base import require
 from properties import judge, recorder
 from properties.backward import GRADS, _live, handed_inputs
 from properties.common import accepted, device, finish, launched_buffers
 from properties.tails import storage_outside_view
-from kernels.base import require
 
 PROPERTY = "backward_tails"
 ZERO, CALLER = "0", "the caller's bytes"
@@ -79,32 +79,66 @@ class TailRule:
 
     def holds(self, case: Case, grad: str, initialize_outputs: bool) -> bool:
         gqa = case.h_q != case.h_kv
-        return (self.layout == case.layout and grad in self.grads and (self.init is None or not case.is_thd or self.init == initialize_outputs)
-                and (self.heads is None or self.heads == ("gqa" if gqa else "mha")))  # fmt: skip
+        return (
+            self.layout == case.layout
+            and grad in self.grads
+            and (self.init is None or not case.is_thd or self.init == initialize_outputs)
+            and (self.heads is None or self.heads == ("gqa" if gqa else "mha"))
+        )
 
 
 TAIL_RULES: Tuple[TailRule, ...] = (
     # ---- dense: the chain writes every row and cell; padding is P = 0
-    TailRule("dense", ("dq",), "padded rows", ZERO,
-             "host:318, 526 zero the fp32 dQ accumulator; only rows below seq_q_len add to it (b16:1136, 1154); host:410 casts every row"),
-    TailRule("dense", ("dk", "dv"), "padded rows", ZERO,
-             "dense stores are gated by the physical SKV only (b16:378, 1249): every row is stored from an accumulator that starts "
-             "at 0 (b16:654) and sees P = 0 past seq_kv_len (b16:166); GQA: host:411-413 folds every row"),
-    TailRule("dense", ("dbias",), "dead cells", ZERO,
-             "host:318 zeroes the dBias accumulator, cells past a length get P = 0 (b16:166, 899), host:417 casts every cell"),
-    TailRule("dense", ("dq", "dk", "dv"), "pad columns", CALLER,
-             "staged:52 stages a padded layout; the copy back writes the logical view only (cudnn/sdpa/fwd/kernels/staged_copy.py:19-33)"),
+    TailRule(
+        "dense",
+        ("dq",),
+        "padded rows",
+        ZERO,
+        "host:318, 526 zero the fp32 dQ accumulator; only rows below seq_q_len add to it (b16:1136, 1154); host:410 casts every row",
+    ),
+    TailRule(
+        "dense",
+        ("dk", "dv"),
+        "padded rows",
+        ZERO,
+        "dense stores are gated by the physical SKV only (b16:378, 1249): every row is stored from an accumulator that starts "
+        "at 0 (b16:654) and sees P = 0 past seq_kv_len (b16:166); GQA: host:411-413 folds every row",
+    ),
+    TailRule(
+        "dense",
+        ("dbias",),
+        "dead cells",
+        ZERO,
+        "host:318 zeroes the dBias accumulator, cells past a length get P = 0 (b16:166, 899), host:417 casts every cell",
+    ),
+    TailRule(
+        "dense",
+        ("dq", "dk", "dv"),
+        "pad columns",
+        CALLER,
+        "staged:52 stages a padded layout; the copy back writes the logical view only (cudnn/sdpa/fwd/kernels/staged_copy.py:19-33)",
+    ),
     # ---- THD: rows before the first sequence (head) and past the last (tail)
     # Rows before cu[0] are never handed: the backward addresses its packed buffers from token 0
     # (it normalizes cu_seqlens), so the adapters hand them from cu[0] (kernels.backward.thd_origin).
-    TailRule("thd", ("dq", "dk", "dv"), "head", CALLER,
-             "not handed: the backward reads and writes its packed buffers from token 0 of what it is handed, cu_seqlens "
-             "normalized to cu - cu[0] (cudnn/frost/tile_dsl/thd.py:115-127, :186-190); the buffers are handed from cu[0]"),
+    TailRule(
+        "thd",
+        ("dq", "dk", "dv"),
+        "head",
+        CALLER,
+        "not handed: the backward reads and writes its packed buffers from token 0 of what it is handed, cu_seqlens "
+        "normalized to cu - cu[0] (cudnn/frost/tile_dsl/thd.py:115-127, :186-190); the buffers are handed from cu[0]",
+    ),
     TailRule("thd", ("dq",), "tail", ZERO, "initialize_outputs zeroes the caller's dQ (host:287-293; api:928 'zeroed dQ ... tails')", init=True),
-    TailRule("thd", ("dq",), "tail", CALLER,
-             "rows past cu_q[n_seq] 'are the caller's capacity tail and must stay as the caller left them' (b16:1582-1583, 1609)", init=False),
-    TailRule("thd", ("dk", "dv"), "tail", ZERO, "initialize_outputs zeroes GQA dK/dV (host:291-293; api:928 'GQA output tails')",
-             init=True, heads="gqa"),
+    TailRule(
+        "thd",
+        ("dq",),
+        "tail",
+        CALLER,
+        "rows past cu_q[n_seq] 'are the caller's capacity tail and must stay as the caller left them' (b16:1582-1583, 1609)",
+        init=False,
+    ),
+    TailRule("thd", ("dk", "dv"), "tail", ZERO, "initialize_outputs zeroes GQA dK/dV (host:291-293; api:928 'GQA output tails')", init=True, heads="gqa"),
     TailRule("thd", ("dk", "dv"), "tail", CALLER, "the GQA fold writes rows below cu_k[n_seq] only (b16:1676, 1701)", init=False, heads="gqa"),
     TailRule("thd", ("dk", "dv"), "tail", CALLER, "MHA dK/dV are direct kernel outputs (api:928-929; b16:1249; host:291-292)", heads="mha"),
 )
@@ -203,7 +237,9 @@ def check_backward_tails(case: Case, adapter, *, initialize_outputs: bool = True
                     pad = storage_outside_view(got)
                     flat = body_storage(got)
                     checked[label] = int(pad.sum())
-                    judge.exactly(PROPERTY, case, name, bits_of(flat), bits_of(prefill[name][1]), pad, f"{label} ({rule.want}: {rule.why})", check="pad columns")
+                    judge.exactly(
+                        PROPERTY, case, name, bits_of(flat), bits_of(prefill[name][1]), pad, f"{label} ({rule.want}: {rule.why})", check="pad columns"
+                    )
                     continue
                 where = REGIONS[rule.region](case, inputs, name, got.shape)
                 ruled |= where
@@ -213,12 +249,24 @@ def check_backward_tails(case: Case, adapter, *, initialize_outputs: bool = True
                 judge.exactly(PROPERTY, case, name, g, w, where, f"{label} ({rule.want}: {rule.why})", check="capacity")
             live = _live(case, inputs, name, got.shape) & ~ruled
             checked[f"{name} defined"] = int(live.sum())
-            judge.exactly(PROPERTY, case, name, torch.isnan(got), torch.zeros_like(got, dtype=torch.bool), live,
-                          "gradient elements the contract defines (NaN read from a dead input, or never written)", check="no nan")  # fmt: skip
+            judge.exactly(
+                PROPERTY,
+                case,
+                name,
+                torch.isnan(got),
+                torch.zeros_like(got, dtype=torch.bool),
+                live,
+                "gradient elements the contract defines (NaN read from a dead input, or never written)",
+                check="no nan",
+            )
         return {}
 
-    notes = {**result.notes, "initialize_outputs": initialize_outputs, "checked_elements": checked,
-             "judged_memory": "caller buffers" if caller else "the adapter's own gradients (caller-byte rules not judged)"}  # fmt: skip
+    notes = {
+        **result.notes,
+        "initialize_outputs": initialize_outputs,
+        "checked_elements": checked,
+        "judged_memory": "caller buffers" if caller else "the adapter's own gradients (caller-byte rules not judged)",
+    }
     if fwd is not None:
         notes["forward"] = {k: fwd.notes.get(k) for k in ("compile_key", "mode", "arch")}
     return finish(PROPERTY, case, start, judged, params={"initialize_outputs": initialize_outputs}, compile=result.compile.to_dict(), notes=notes)

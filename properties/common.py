@@ -17,7 +17,6 @@ from ground.outcome import Observation, PropertyFailure, Unsupported
 from ground.tables import NO_GPU, TILE_M
 from properties import recorder
 
-
 # The entry point (adapter) the example runs against, set by ``served``: findings
 # that only one entry point shows select by it (finish's default ``entry``).
 _ENTRY: ContextVar[Optional[str]] = ContextVar("property_entry", default=None)
@@ -32,8 +31,14 @@ class Refused(PropertyFailure):
     def __init__(self, property: str, case: Case, exc: BaseException, start: float):
         from properties.watchdog import first_line
 
-        super().__init__(property, case, f"the entry point refused a valid Case: {first_line(exc)}", {"exception": type(exc).__name__},
-                         check="launch", observed=type(exc).__name__)  # fmt: skip
+        super().__init__(
+            property,
+            case,
+            f"the entry point refused a valid Case: {first_line(exc)}",
+            {"exception": type(exc).__name__},
+            check="launch",
+            observed=type(exc).__name__,
+        )
         self.start = start
 
 
@@ -177,7 +182,6 @@ def row_mask(case: Case, inputs, quantity: str, shape) -> torch.Tensor:
     return live[:, None, None].expand(shape) if quantity == "o" else live[None, :].expand(shape)
 
 
-
 def launched_buffers(inputs, outputs=None, result=None) -> dict:
     """name -> buffer, for judge.guards_intact after a launch: the Case's
     inputs, the caller's output buffers, and whatever the adapter handed the
@@ -216,11 +220,12 @@ def served(check):
         except Unsupported as refusal:
             refusal_policy(refusal)
         except Refused as refused:  # judged like any check: a finding may excuse exactly it
+            err = refused
 
             def raised():
-                raise refused
+                raise err
 
-            return finish(refused.property, case, refused.start, raised, params={k: v for k, v in params.items() if k != "entry"})
+            return finish(err.property, case, err.start, raised, params={k: v for k, v in params.items() if k != "entry"})
         finally:
             _ENTRY.reset(token)
 
@@ -240,7 +245,6 @@ def entry_adapter(entry: str):
     return get_adapter(entry)
 
 
-
 def lse_untouched(property: str, case, lse) -> int:
     """Without a Stats output (``case.has_lse`` false) the LSE buffer is never
     handed to the kernel: its whole body must still hold the NaN it was filled
@@ -252,8 +256,16 @@ def lse_untouched(property: str, case, lse) -> int:
     from properties import judge
 
     flat = body_storage(lse)
-    judge.exactly(property, case, "lse", flat, torch.full_like(flat, float("nan")), torch.ones_like(flat, dtype=torch.bool),
-                  "LSE buffer of a run without a Stats output (never handed)", check="lse untouched")  # fmt: skip
+    judge.exactly(
+        property,
+        case,
+        "lse",
+        flat,
+        torch.full_like(flat, float("nan")),
+        torch.ones_like(flat, dtype=torch.bool),
+        "LSE buffer of a run without a Stats output (never handed)",
+        check="lse untouched",
+    )
     return int(flat.numel())
 
 

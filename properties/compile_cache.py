@@ -26,7 +26,10 @@ def runtime_variants(case: Case):
     if case.is_thd:
         grow = tuple(n + 1 for n in case.q_lens)
         yield "new token totals", case.replace(q_lens=grow, kv_lens=tuple(n + 3 for n in case.kv_lens))
-        yield "new capacities and first offsets", case.replace(q_base=case.q_base + 5, kv_base=case.kv_base + 2, q_slack=case.q_slack + 7, kv_slack=case.kv_slack + 1)
+        yield (
+            "new capacities and first offsets",
+            case.replace(q_base=case.q_base + 5, kv_base=case.kv_base + 2, q_slack=case.q_slack + 7, kv_slack=case.kv_slack + 1),
+        )
     else:
         if case.seq_kv_lens is not None:
             yield "new padding lengths", case.replace(seq_kv_lens=tuple(max(0, n - 1) for n in case.seq_kv_lens))
@@ -43,13 +46,13 @@ NEW_SEQUENCE_COUNT = {"misses": 1, "modules": 0}
 # How compile_reuse judges a call (the Observation's notes say which one ran).
 REUSE_RULES = {
     "entries": "the compiled-cache entries each call asks for (cudnn.frost.compiled_cache.record_entries(), memo hits included), the memos "
-               "in front of compile_cached forgotten before each call: a function of the Case alone; counters (compiles, template modules) too",
+    "in front of compile_cached forgotten before each call: a function of the Case alone; counters (compiles, template modules) too",
     "keys": "record_entries() recorded nothing (no device manifest: the CPU tier; or the compiled cache disabled): the compile_cached keys each "
-            "call asks for instead (compiled_cache._record, what record_entries() is built on), the memos in front forgotten before each call: "
-            "a function of the Case alone; counters (compiles, template modules) too",
+    "call asks for instead (compiled_cache._record, what record_entries() is built on), the memos in front forgotten before each call: "
+    "a function of the Case alone; counters (compiles, template modules) too",
     "counters": "today's counters rule alone (no request could be observed): history-dependent, a key an earlier example of this process "
-                "compiled is answered by a memo and passes unseen",
-}  # fmt: skip
+    "compiled is answered by a memo and passes unseen",
+}
 
 
 @contextmanager
@@ -131,11 +134,13 @@ def check_compile_reuse(case: Case, adapter, *, launch: bool = True) -> Observat
             notes.setdefault("new_requests", {})[what] = len(new)
             if len(new) > most:
                 names = "; ".join(label(v) for v in new.values())
-                judge.failed("compile_reuse", c,
-                             f"{what}: asked the compiled cache for {len(new)} {'entry' if len(new) == 1 else 'entries'} the Case did not "
-                             f"(at most {most}): {names}",
-                             {"what": what, "rule": rule, "new": list(new.values()), "case_requests": len(base), "delta": delta.to_dict()},
-                             check="compile budget")  # fmt: skip
+                judge.failed(
+                    "compile_reuse",
+                    c,
+                    f"{what}: asked the compiled cache for {len(new)} {'entry' if len(new) == 1 else 'entries'} the Case did not (at most {most}): {names}",
+                    {"what": what, "rule": rule, "new": list(new.values()), "case_requests": len(base), "delta": delta.to_dict()},
+                    check="compile budget",
+                )
         if recording:  # the forgotten THD lrus miss by design (the requests stand for them)
             budget = {k: v for k, v in budget.items() if k != "thd_lru_misses"}
         judge.compile_delta("compile_reuse", c, delta, budget, what)
@@ -189,7 +194,9 @@ def _launch_in_new_process(case: Case, adapter, cache_dir, prelude: str) -> dict
     env.pop("CUDNN_FRONTEND_DISABLE_COMPILED_CACHE", None)
     if getattr(adapter, "sm80_compat", False):
         env[COMPAT_ENV] = "1"  # the mode this run's wrapper adapter is in
-    done = subprocess.run([sys.executable, "-c", _PROBE.replace("#PRELUDE", prelude), case.to_json(), adapter.name], env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE.replace("#PRELUDE", prelude), case.to_json(), adapter.name], env=env, capture_output=True, text=True, timeout=300
+    )
     lines = [line for line in done.stdout.splitlines() if line.startswith("COUNTERS ")]
     if done.returncode != 0 or not lines:
         raise RuntimeError(f"the probe process failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
@@ -218,11 +225,12 @@ def check_disk_reuse(case: Case, adapter, *, prelude: str = "") -> Observation:
             # the template modules) start empty, so they miss once per key by design.
             judge.compile_delta("disk_reuse", case, second, {"misses": 0}, "a second process on the same on-disk cache")
             if second.get("hits", 0) < 1:
-                raise PropertyFailure("disk_reuse", case, f"the second process neither compiled nor read the on-disk cache: {second}", {"second": second}, check="disk hit")
+                raise PropertyFailure(
+                    "disk_reuse", case, f"the second process neither compiled nor read the on-disk cache: {second}", {"second": second}, check="disk hit"
+                )
             return {}
 
         return finish("disk_reuse", case, start, judged, compile=first, notes=seen)
-
 
 
 def check_compiles(case: Case, adapter) -> Observation:
@@ -235,12 +243,11 @@ def check_compiles(case: Case, adapter) -> Observation:
     return finish("compiles", case, start, lambda: {}, compile=delta.to_dict())
 
 
-
 # ---------------------------------------------------------- compile distinct
 # Facts the kernels compile in, each with the other value of a Case and the
 # source that bakes it in. A Case and its variant must not share a kernel:
 # on a cache that holds only the Case's artifact, the variant must compile
-# (the reverse of compile_reuse; upstream issue #604's lesson: a key that
+# (the reverse of compile_reuse; cudnn-frontend#604's lesson: a key that
 # omits a compiled-in fact hands one specialization the other's artifact).
 @dataclass(frozen=True)
 class CompiledFact:
@@ -255,12 +262,15 @@ class CompiledFact:
 COMPILED_FACTS: Dict[str, CompiledFact] = {
     # A Case without Stats gains them: base-2 Stats need a Stats output (also compiled in).
     "lse_log2": CompiledFact(lambda c: c.replace(lse_log2=not c.lse_log2, has_lse=True), "TemplateParams.stats_log2 (cudnn/sdpa/fwd/config_sm80.py)"),
-    "deterministic": CompiledFact(lambda c: c.replace(deterministic=not c.deterministic),
-                                  "TemplateParams.deterministic: the dQ semaphore relay (cudnn/sdpa/bwd/config_sm80.py)"),
-    "dbias_dtype": CompiledFact(lambda c: c.replace(dbias_dtype="io" if c.dbias_dtype == "float32" else "float32"),
-                                "compile_host bakes the dBias dtype in (cudnn/sdpa/bwd/kernels/sm80/prepared_host.py:524, its pointer type :576, _copy_aux's cast :183)",
-                                {"bias": True}),
-}  # fmt: skip
+    "deterministic": CompiledFact(
+        lambda c: c.replace(deterministic=not c.deterministic), "TemplateParams.deterministic: the dQ semaphore relay (cudnn/sdpa/bwd/config_sm80.py)"
+    ),
+    "dbias_dtype": CompiledFact(
+        lambda c: c.replace(dbias_dtype="io" if c.dbias_dtype == "float32" else "float32"),
+        "compile_host bakes the dBias dtype in (cudnn/sdpa/bwd/kernels/sm80/prepared_host.py:524, its pointer type :576, _copy_aux's cast :183)",
+        {"bias": True},
+    ),
+}
 
 
 @contextmanager
@@ -302,13 +312,22 @@ def check_compile_distinct(case: Case, adapter, *, fact: str) -> Observation:
 
     def judged():
         if first.misses < 1:
-            raise PropertyFailure("compile_distinct", case, f"a fresh compiled cache served {case.describe()} without compiling: {first.to_dict()}",
-                                  {"first": first.to_dict()}, check="cold first compile")  # fmt: skip
+            raise PropertyFailure(
+                "compile_distinct",
+                case,
+                f"a fresh compiled cache served {case.describe()} without compiling: {first.to_dict()}",
+                {"first": first.to_dict()},
+                check="cold first compile",
+            )
         if second.misses < 1:
-            judge.failed("compile_distinct", case,
-                         f"{fact}={getattr(other, fact)!r} compiled nothing after {fact}={getattr(case, fact)!r}: it was handed the other "
-                         f"value's kernel ({second.to_dict()}); compiled in by {row.source}", {"fact": fact, "delta": second.to_dict()},
-                         check="distinct kernel")  # fmt: skip
+            judge.failed(
+                "compile_distinct",
+                case,
+                f"{fact}={getattr(other, fact)!r} compiled nothing after {fact}={getattr(case, fact)!r}: it was handed the other "
+                f"value's kernel ({second.to_dict()}); compiled in by {row.source}",
+                {"fact": fact, "delta": second.to_dict()},
+                check="distinct kernel",
+            )
         return {}
 
     return finish("compile_distinct", case, start, judged, compile=second.to_dict(), params={"fact": fact})

@@ -133,13 +133,15 @@ def within_model(property: str, case: Case, quantity: str, got, ref, bound, live
     b = bound.to(torch.float64)
     broken = live & ~(torch.isfinite(b) & (b >= 0))
     if bool(broken.any()):
-        _fail(PropertyFailure(
-            property,
-            case,
-            f"{quantity.upper()}: the error model is non-finite on {int(broken.sum())} judged element(s); nothing can be accepted",
-            {"quantity": quantity, "model_non_finite": int(broken.sum()), "worst": worst_elements(case, quantity, b, torch.zeros_like(b), broken, regions)},
-            check="model finite",
-        ))
+        _fail(
+            PropertyFailure(
+                property,
+                case,
+                f"{quantity.upper()}: the error model is non-finite on {int(broken.sum())} judged element(s); nothing can be accepted",
+                {"quantity": quantity, "model_non_finite": int(broken.sum()), "worst": worst_elements(case, quantity, b, torch.zeros_like(b), broken, regions)},
+                check="model finite",
+            )
+        )
         return float("inf")
     if not bool(live.any()):
         return 0.0
@@ -150,13 +152,23 @@ def within_model(property: str, case: Case, quantity: str, got, ref, bound, live
         at = int(ratio.flatten().argmax())
         e, bb = float(err.flatten()[at]), float(b.flatten()[at])
         over = int((ratio > 1).sum())
-        _fail(PropertyFailure(
-            property,
-            case,
-            f"{quantity.upper()} |kernel - ref| = {e:.3g} exceeds its bound {bb:.3g} (ratio {worst:.3g}; {over} element(s) over)",
-            {"quantity": quantity, "error": e, "bound": bb, "ratio": worst, "over": over, "worst": worst_elements(case, quantity, got, ref, live, regions, bound=b)},
-            check=check, where=live & (ratio > 1),
-        ))
+        _fail(
+            PropertyFailure(
+                property,
+                case,
+                f"{quantity.upper()} |kernel - ref| = {e:.3g} exceeds its bound {bb:.3g} (ratio {worst:.3g}; {over} element(s) over)",
+                {
+                    "quantity": quantity,
+                    "error": e,
+                    "bound": bb,
+                    "ratio": worst,
+                    "over": over,
+                    "worst": worst_elements(case, quantity, got, ref, live, regions, bound=b),
+                },
+                check=check,
+                where=live & (ratio > 1),
+            )
+        )
     return worst
 
 
@@ -165,13 +177,16 @@ def exactly(property: str, case: Case, quantity: str, got, want, where, what: st
     g, w = got.to(torch.float64), want.to(torch.float64)
     bad = where & ~((g == w) | (torch.isnan(g) & torch.isnan(w)))
     if bool(bad.any()):
-        _fail(PropertyFailure(
-            property,
-            case,
-            f"{quantity.upper()}: {int(bad.sum())} element(s) of {what} differ from the contract",
-            {"quantity": quantity, "what": what, "count": int(bad.sum()), "worst": worst_elements(case, quantity, got, want, bad, regions)},
-            check=check or what, where=bad,
-        ))
+        _fail(
+            PropertyFailure(
+                property,
+                case,
+                f"{quantity.upper()}: {int(bad.sum())} element(s) of {what} differ from the contract",
+                {"quantity": quantity, "what": what, "count": int(bad.sum()), "worst": worst_elements(case, quantity, got, want, bad, regions)},
+                check=check or what,
+                where=bad,
+            )
+        )
 
 
 def raises_contract(property: str, case: Case, call: Callable[[], object], exc_type, fragment: str, *, check: str = "rejects") -> Optional[BaseException]:
@@ -188,18 +203,22 @@ def raises_contract(property: str, case: Case, call: Callable[[], object], exc_t
             case,
             f"rule {case.violation!r}: expected {exc_type.__name__} naming {fragment!r}, got {type(e).__name__}: {str(e)[:300]}",
             {"expected": exc_type.__name__, "fragment": fragment, "got_type": type(e).__name__, "got_message": str(e)[:2000]},
-            check=check, observed=type(e).__name__ if not isinstance(e, exc_type) else f"{type(e).__name__} not naming {fragment}",
+            check=check,
+            observed=type(e).__name__ if not isinstance(e, exc_type) else f"{type(e).__name__} not naming {fragment}",
         )
         failure.__cause__ = e
         _fail(failure)
         return e
-    _fail(PropertyFailure(
-        property,
-        case,
-        f"rule {case.violation!r}: expected {exc_type.__name__} naming {fragment!r}, but the call returned normally",
-        {"expected": exc_type.__name__, "fragment": fragment},
-        check=check, observed="accepted",
-    ))
+    _fail(
+        PropertyFailure(
+            property,
+            case,
+            f"rule {case.violation!r}: expected {exc_type.__name__} naming {fragment!r}, but the call returned normally",
+            {"expected": exc_type.__name__, "fragment": fragment},
+            check=check,
+            observed="accepted",
+        )
+    )
     return None
 
 
@@ -215,13 +234,15 @@ def compile_delta(property: str, case: Case, delta, budget: dict, what: str, *, 
     d = delta.to_dict() if hasattr(delta, "to_dict") else dict(delta)
     over = {k: d.get(k, 0) for k, most in budget.items() if d.get(k, 0) > most}
     if over:
-        _fail(PropertyFailure(
-            property,
-            case,
-            f"{what}: counters over budget {over} (budget {budget})",
-            {"delta": d, "budget": budget, "what": what},
-            check=check,
-        ))
+        _fail(
+            PropertyFailure(
+                property,
+                case,
+                f"{what}: counters over budget {over} (budget {budget})",
+                {"delta": d, "budget": budget, "what": what},
+                check=check,
+            )
+        )
 
 
 def guards_intact(property: str, case: Case, buffers: Mapping[str, torch.Tensor]) -> int:

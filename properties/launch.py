@@ -91,8 +91,10 @@ def _fresh_eager(adapter, case: Case, dev):
 
 def _require_unstaged(prepared, case: Case) -> None:
     if prepared.staged:
-        raise ValueError(f"{case.describe()}: operands {prepared.staged} are staged copies; a change in place would not reach the kernel "
-                         "(draw on-envelope dims: strategies.large.REPLAY_ROWS)")
+        raise ValueError(
+            f"{case.describe()}: operands {prepared.staged} are staged copies; a change in place would not reach the kernel "
+            "(draw on-envelope dims: strategies.large.REPLAY_ROWS)"
+        )
 
 
 def check_graph_replay(case: Case, adapter) -> Observation:
@@ -135,12 +137,20 @@ def check_graph_replay(case: Case, adapter) -> Observation:
 
     def judged():
         if captured_error is not None:
-            raise PropertyFailure("graph_replay", case, f"the launch cannot be captured in a CUDA graph: {captured_error}", {"error": str(captured_error)},
-                                  check="capture", observed="capture failed")  # fmt: skip
+            raise PropertyFailure(
+                "graph_replay",
+                case,
+                f"the launch cannot be captured in a CUDA graph: {captured_error}",
+                {"error": str(captured_error)},
+                check="capture",
+                observed="capture failed",
+            )
         judge.guards_intact("graph_replay", case, launched_buffers(inputs, outputs, replayed))
         judge.guards_intact("graph_replay", case, launched_buffers(eager_inputs, eager_outputs, eager))
         judge.compile_delta("graph_replay", case, counters.delta, NO_COMPILE, "capture, in-place change, replay and eager launch of the variant")
-        _bits_equal("graph_replay", case, "o", replayed.o, eager.o, "the replayed O (after the inputs changed in place) vs an eager launch", "replay equals eager")
+        _bits_equal(
+            "graph_replay", case, "o", replayed.o, eager.o, "the replayed O (after the inputs changed in place) vs an eager launch", "replay equals eager"
+        )
         _bits_equal("graph_replay", case, "lse", replayed.lse, eager.lse, "the replayed LSE vs an eager launch", "replay equals eager")
         return {}
 
@@ -216,12 +226,19 @@ def check_launch_hygiene(case: Case, adapter) -> Observation:
         judge.guards_intact("launch_hygiene", case, launched_buffers(inputs, outputs, result))
         judge.guards_intact("launch_hygiene", case, launched_buffers(eager_inputs, eager_outputs, eager))
         if error is not None or caught:
-            judge.failed("launch_hygiene", case, f"the launch synchronizes with or reads back to the host: {caught or error}",
-                         {"calls": caught, "error": str(error)}, check="no host synchronization", observed="synchronized")
+            judge.failed(
+                "launch_hygiene",
+                case,
+                f"the launch synchronizes with or reads back to the host: {caught or error}",
+                {"calls": caught, "error": str(error)},
+                check="no host synchronization",
+                observed="synchronized",
+            )
         moved = {k: after[k] - before[k] for k in ALLOCATION_COUNTERS if after[k] != before[k]}
         if moved:
-            judge.failed("launch_hygiene", case, f"the launch allocated device memory: {moved}", {"allocations": moved},
-                         check="no allocation", observed="allocated")
+            judge.failed(
+                "launch_hygiene", case, f"the launch allocated device memory: {moved}", {"allocations": moved}, check="no allocation", observed="allocated"
+            )
         judge.compile_delta("launch_hygiene", case, counters.delta, NO_COMPILE, "a warm launch")
         _bits_equal("launch_hygiene", case, "o", result.o, eager.o, "O of the watched launch vs an eager launch", "launch did the work")
         _bits_equal("launch_hygiene", case, "lse", result.lse, eager.lse, "LSE of the watched launch vs an eager launch", "launch did the work")

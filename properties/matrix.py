@@ -242,8 +242,10 @@ class Family:
             restricted = FACTS[name].adapters
             for e in entries:
                 if restricted is not None and e not in restricted:
-                    return (f"{self.test}: the {e} adapter ({ADAPTERS[e]}) cannot express the fact {name!r} ({where}); only "
-                            f"{', '.join(restricted)} can, and a Case projected without it would not test what this test is for")  # fmt: skip
+                    return (
+                        f"{self.test}: the {e} adapter ({ADAPTERS[e]}) cannot express the fact {name!r} ({where}); only "
+                        f"{', '.join(restricted)} can, and a Case projected without it would not test what this test is for"
+                    )
         return None
 
     def serve(self, case: Case, values: Mapping, entries: Tuple[str, ...], known: Optional[List[findings.Finding]] = None) -> Served:
@@ -260,8 +262,10 @@ class Family:
                 projected.append((e, names))
                 case = case.expressed(e)
         if case.violation in RULES_BY_NAME and projected and not RULES_BY_NAME[case.violation].broken_by(case):
-            raise AssertionError(f"{self.test}: projecting for {', '.join(e for e, _ in projected)} undid the contract rule {case.violation!r} "
-                                 "(Family.unservable should have skipped it)")  # fmt: skip
+            raise AssertionError(
+                f"{self.test}: projecting for {', '.join(e for e, _ in projected)} undid the contract rule {case.violation!r} "
+                "(Family.unservable should have skipped it)"
+            )
         case, steered = findings.steer(self.property, case, entries, self.params_for(values), entries=known)
         for e in entries:  # a steer keeps what its entry point expresses (findings.parse): never a filter, nor a refusal
             why = case.unexpressible(e)
@@ -275,7 +279,9 @@ def stratum_of(case: Case) -> dict:
     return {"flavor": flavor_of(case.d_qk, case.d_v), "dtype": case.dtype}
 
 
-NUMERICS, TAILS, COMPILE, CONTRACTS, METAMORPHIC, BACKWARD = (f"conformance/test_{m}.py" for m in ("numerics", "tails", "compile", "contracts", "metamorphic", "backward"))
+NUMERICS, TAILS, COMPILE, CONTRACTS, METAMORPHIC, BACKWARD = (
+    f"conformance/test_{m}.py" for m in ("numerics", "tails", "compile", "contracts", "metamorphic", "backward")
+)
 LARGE, PARITY = "conformance/test_large.py", "conformance/test_parity.py"
 GPU, COMPILE_TIER = ("gpu",), ("compile",)
 # The large tier: selected by --large (or -m large) and the nightly profile, skipped otherwise (conformance.plugin).
@@ -294,57 +300,154 @@ MATRIX: Tuple[Family, ...] = (
     Family("test_numerics_thd", NUMERICS, "numerics", "numerics", GPU, (STRATA_AXIS,), thd_cases, target=True, kind="numerics_thd", params={"tails": True}),
     # tails: output storage outside the live rows, NaN behind every dead input (THD with initialized outputs: test_numerics_thd).
     Family("test_tails_thd", TAILS, "tails", "tails", GPU, (STRATA_AXIS, NO_INIT), thd_cases, kind="tails_thd"),
-    Family("test_tails_dense", TAILS, "tails", "tails", GPU, (STRATA_AXIS,), partial(dense_cases, memory=("bshd_padded",), padding=False),
-           kind="tails_dense"),  # fmt: skip
-    Family("test_padding_poison", TAILS, "tails", "tails", GPU, (STRATA_AXIS, PADDED_AXIS), partial(dense_cases, padding=True),
-           transform=_drop_other_lengths, kind="padding_poison"),  # fmt: skip
+    Family("test_tails_dense", TAILS, "tails", "tails", GPU, (STRATA_AXIS,), partial(dense_cases, memory=("bshd_padded",), padding=False), kind="tails_dense"),
+    Family(
+        "test_padding_poison",
+        TAILS,
+        "tails",
+        "tails",
+        GPU,
+        (STRATA_AXIS, PADDED_AXIS),
+        partial(dense_cases, padding=True),
+        transform=_drop_other_lengths,
+        kind="padding_poison",
+    ),
     # compile cache and the CPU compile tier.
     Family("test_valid_cases_compile_for_sm80", COMPILE, "compiles", "compile", COMPILE_TIER, (), cases, adapter="prepared_adapter"),
-    Family("test_runtime_facts_mint_no_compile_cpu", COMPILE, "compile_reuse", "compile", COMPILE_TIER, (), cases, params={"launch": False},
-           adapter="prepared_adapter"),  # fmt: skip
+    Family(
+        "test_runtime_facts_mint_no_compile_cpu",
+        COMPILE,
+        "compile_reuse",
+        "compile",
+        COMPILE_TIER,
+        (),
+        cases,
+        params={"launch": False},
+        adapter="prepared_adapter",
+    ),
     # Per stratum (xdist spreads the strata): each THD example compiles its sequence count + 1, one test of them all was 288 s on the H200.
     Family("test_runtime_facts_mint_no_compile", COMPILE, "compile_reuse", "compile_reuse", GPU, (STRATA_AXIS, LAYOUTS), _layout_cases, kind="compile_reuse"),
-    Family("test_disk_cache_serves_a_second_process", COMPILE, "disk_reuse", None, GPU, (DISK_LAYOUTS,), case=_disk_case,
-           doc="CUDNN_FRONTEND_COMPILED_CACHE: a second process reloads what the first compiled, without compiling "
-               "(counters read around its one launch)."),  # fmt: skip
+    Family(
+        "test_disk_cache_serves_a_second_process",
+        COMPILE,
+        "disk_reuse",
+        None,
+        GPU,
+        (DISK_LAYOUTS,),
+        case=_disk_case,
+        doc="CUDNN_FRONTEND_COMPILED_CACHE: a second process reloads what the first compiled, without compiling (counters read around its one launch).",
+    ),
     # A compiled-in fact gets a kernel per value (one family per COMPILED_FACTS row, each on the Cases it applies to).
-    *(Family(f"test_{fact}_compiles_its_own_kernel", COMPILE, "compile_distinct", "backward_compile" if fact in BACKWARD_FACTS else "compile",
-             COMPILE_TIER, (), partial(backward_cases if fact in BACKWARD_FACTS else cases, layouts=("dense",), **row.options),
-             params={"fact": fact}, adapter="prepared_adapter", doc=f"{fact}: {row.source}") for fact, row in COMPILED_FACTS.items()),
+    *(
+        Family(
+            f"test_{fact}_compiles_its_own_kernel",
+            COMPILE,
+            "compile_distinct",
+            "backward_compile" if fact in BACKWARD_FACTS else "compile",
+            COMPILE_TIER,
+            (),
+            partial(backward_cases if fact in BACKWARD_FACTS else cases, layouts=("dense",), **row.options),
+            params={"fact": fact},
+            adapter="prepared_adapter",
+            doc=f"{fact}: {row.source}",
+        )
+        for fact, row in COMPILED_FACTS.items()
+    ),
     # the large tier (strategies.large): production-scale shapes against the row-chunked reference.
-    Family("test_large", LARGE, "numerics", "large", LARGE_TIER, (_axis("shape", LARGE_SHAPES, SOURCE),), large_cases,
-           doc="dense S 32k, S_q = 1 against 32k KV, H_q 64 GQA 8:1, 1,024-CTA grids, >= 64 packed sequences of >= 64k tokens"),
-    Family("test_large_offsets", LARGE, "numerics", "large", LARGE_TIER, (_axis("shape", OFFSET_SHAPES, SOURCE),), large_cases, kind="numerics_large",
-           doc="THD K/V element offsets past 2^31 and 2^32, decoys where a 32-bit offset would read (ground.data.wrapped_span)"),
-    Family("test_large_slice", LARGE, "numerics", "large", GPU, (_axis("shape", SLICE_SHAPES, SOURCE),), large_cases,
-           doc="the large tier's ci slice: decode rows against 8k KV, 64 packed sequences"),
+    Family(
+        "test_large",
+        LARGE,
+        "numerics",
+        "large",
+        LARGE_TIER,
+        (_axis("shape", LARGE_SHAPES, SOURCE),),
+        large_cases,
+        doc="dense S 32k, S_q = 1 against 32k KV, H_q 64 GQA 8:1, 1,024-CTA grids, >= 64 packed sequences of >= 64k tokens",
+    ),
+    Family(
+        "test_large_offsets",
+        LARGE,
+        "numerics",
+        "large",
+        LARGE_TIER,
+        (_axis("shape", OFFSET_SHAPES, SOURCE),),
+        large_cases,
+        kind="numerics_large",
+        doc="THD K/V element offsets past 2^31 and 2^32, decoys where a 32-bit offset would read (ground.data.wrapped_span)",
+    ),
+    Family(
+        "test_large_slice",
+        LARGE,
+        "numerics",
+        "large",
+        GPU,
+        (_axis("shape", SLICE_SHAPES, SOURCE),),
+        large_cases,
+        doc="the large tier's ci slice: decode rows against 8k KV, 64 packed sequences",
+    ),
     # upstream parity (cudnn-frontend's SM80 tests): GQA groups, padded-row LSE, graph replay, launch hygiene.
     Family("test_gqa_groups", PARITY, "numerics", "parity", GPU, (_axis("shape", GQA_SHAPES, SOURCE),), large_cases),
     Family("test_padded_row_lse", PARITY, "numerics", "parity", GPU, (_axis("shape", LSE_PAD_SHAPES, SOURCE),), large_cases),
-    Family("test_graph_replay", PARITY, "graph_replay", "parity", GPU, (_axis("layout", REPLAY_ROWS, SOURCE),), replay_cases,
-           adapter="prepared_adapter"),  # fmt: skip
-    Family("test_launch_hygiene", PARITY, "launch_hygiene", "parity", GPU, (_axis("layout", REPLAY_ROWS, SOURCE),), replay_cases,
-           adapter="prepared_adapter"),  # fmt: skip
+    Family("test_graph_replay", PARITY, "graph_replay", "parity", GPU, (_axis("layout", REPLAY_ROWS, SOURCE),), replay_cases, adapter="prepared_adapter"),
+    Family("test_launch_hygiene", PARITY, "launch_hygiene", "parity", GPU, (_axis("layout", REPLAY_ROWS, SOURCE),), replay_cases, adapter="prepared_adapter"),
     # contract rejections, per entry point.
     Family("test_config_rejects", CONTRACTS, "rejection", "contracts", (), (rules_of(CONFIG),), _violating, params={"entry": CONFIG}, adapter=None),
-    Family("test_prepared_rejects_before_compiling", CONTRACTS, "rejection", "compile", COMPILE_TIER, (rules_of(PREPARED),), _violating,
-           params={"entry": PREPARED, "launch": False}, adapter="prepared_adapter"),  # fmt: skip
-    Family("test_prepared_rejects", CONTRACTS, "rejection", "contracts", GPU, (rules_of(PREPARED),), _violating, params={"entry": PREPARED},
-           adapter="prepared_adapter"),  # fmt: skip
-    Family("test_wrapper_rejects", CONTRACTS, "rejection", "contracts", GPU, (rules_of(WRAPPER),), _violating, params={"entry": WRAPPER},
-           adapter="wrapper_adapter"),  # fmt: skip
+    Family(
+        "test_prepared_rejects_before_compiling",
+        CONTRACTS,
+        "rejection",
+        "compile",
+        COMPILE_TIER,
+        (rules_of(PREPARED),),
+        _violating,
+        params={"entry": PREPARED, "launch": False},
+        adapter="prepared_adapter",
+    ),
+    Family(
+        "test_prepared_rejects",
+        CONTRACTS,
+        "rejection",
+        "contracts",
+        GPU,
+        (rules_of(PREPARED),),
+        _violating,
+        params={"entry": PREPARED},
+        adapter="prepared_adapter",
+    ),
+    Family(
+        "test_wrapper_rejects", CONTRACTS, "rejection", "contracts", GPU, (rules_of(WRAPPER),), _violating, params={"entry": WRAPPER}, adapter="wrapper_adapter"
+    ),
     # metamorphic: two launches whose O and LSE must agree bit for bit (no reference), every relation x stratum.
-    Family("test_metamorphic_dense", METAMORPHIC, "metamorphic", "metamorphic", GPU, (STRATA_AXIS, DENSE_RELATION_AXIS), dense_cases,
-           kind="metamorphic_dense"),  # fmt: skip
+    Family("test_metamorphic_dense", METAMORPHIC, "metamorphic", "metamorphic", GPU, (STRATA_AXIS, DENSE_RELATION_AXIS), dense_cases, kind="metamorphic_dense"),
     # The same relations at the large tier's sizes, where a reference bound is widest and they are the strongest check.
-    Family("test_metamorphic_large_dense", LARGE, "metamorphic", "large", LARGE_TIER,
-           (_axis("shape", LARGE_DENSE_SHAPES, SOURCE), _axis("relation", LARGE_DENSE_RELATIONS, PARAM)), large_cases),
-    Family("test_metamorphic_large_one_batch", LARGE, "metamorphic", "large", LARGE_TIER,
-           (_axis("shape", LARGE_ONE_BATCH_SHAPES, SOURCE), _axis("relation", LARGE_ONE_BATCH_RELATIONS, PARAM)), large_cases),
-    Family("test_metamorphic_large_thd", LARGE, "metamorphic", "large", LARGE_TIER,
-           (_axis("shape", LARGE_THD_SHAPES, SOURCE), _axis("relation", LARGE_THD_RELATIONS, PARAM)), large_cases),
-    Family("test_metamorphic_thd", METAMORPHIC, "metamorphic", "metamorphic", GPU, (STRATA_AXIS, THD_RELATION_AXIS), thd_cases,
-           kind="metamorphic_thd"),  # fmt: skip
+    Family(
+        "test_metamorphic_large_dense",
+        LARGE,
+        "metamorphic",
+        "large",
+        LARGE_TIER,
+        (_axis("shape", LARGE_DENSE_SHAPES, SOURCE), _axis("relation", LARGE_DENSE_RELATIONS, PARAM)),
+        large_cases,
+    ),
+    Family(
+        "test_metamorphic_large_one_batch",
+        LARGE,
+        "metamorphic",
+        "large",
+        LARGE_TIER,
+        (_axis("shape", LARGE_ONE_BATCH_SHAPES, SOURCE), _axis("relation", LARGE_ONE_BATCH_RELATIONS, PARAM)),
+        large_cases,
+    ),
+    Family(
+        "test_metamorphic_large_thd",
+        LARGE,
+        "metamorphic",
+        "large",
+        LARGE_TIER,
+        (_axis("shape", LARGE_THD_SHAPES, SOURCE), _axis("relation", LARGE_THD_RELATIONS, PARAM)),
+        large_cases,
+    ),
+    Family("test_metamorphic_thd", METAMORPHIC, "metamorphic", "metamorphic", GPU, (STRATA_AXIS, THD_RELATION_AXIS), thd_cases, kind="metamorphic_thd"),
 )
 # The backward (direction "bwd"): gradients, determinism, its compile tier and compile reuse.
 BACKWARD_LAYOUTS = Axis(("layouts",), ((("dense",),), (("thd",),)), ("dense", "thd"), SOURCE)
@@ -353,33 +456,112 @@ BWD_INIT = Axis(("initialize_outputs",), ((True,), (False,)), ("init", "no-init"
 MATRIX += (
     # A deterministic draw (about half) launches twice and is also judged bitwise (the determinism check,
     # check_backward): one compile for both verdicts, where a test of its own paid one per example.
-    Family("test_backward_dense", BACKWARD, "backward", "backward", GPU, (STRATA_AXIS,), partial(backward_cases, layouts=("dense",)), target=True,
-           kind="backward_dense", doc="dQ, dK, dV, dBias, dSink of dense backward Cases against the float64 closed form under the backward error model; "
-                                      "deterministic=True: two launches give bitwise identical gradients."),
-    Family("test_backward_thd", BACKWARD, "backward", "backward", GPU, (STRATA_AXIS,), partial(backward_cases, layouts=("thd",)), target=True,
-           kind="backward_thd", doc="dQ, dK, dV, dSink of packed THD backward Cases against the float64 closed form; deterministic=True: bitwise repeatable."),
+    Family(
+        "test_backward_dense",
+        BACKWARD,
+        "backward",
+        "backward",
+        GPU,
+        (STRATA_AXIS,),
+        partial(backward_cases, layouts=("dense",)),
+        target=True,
+        kind="backward_dense",
+        doc="dQ, dK, dV, dBias, dSink of dense backward Cases against the float64 closed form under the backward error model; "
+        "deterministic=True: two launches give bitwise identical gradients.",
+    ),
+    Family(
+        "test_backward_thd",
+        BACKWARD,
+        "backward",
+        "backward",
+        GPU,
+        (STRATA_AXIS,),
+        partial(backward_cases, layouts=("thd",)),
+        target=True,
+        kind="backward_thd",
+        doc="dQ, dK, dV, dSink of packed THD backward Cases against the float64 closed form; deterministic=True: bitwise repeatable.",
+    ),
     # tails: NaN behind every input element the backward must not read, gradient capacity per TAIL_RULES (one launch each).
-    Family("test_backward_tails_dense", BACKWARD, "backward_tails", "backward", GPU, (STRATA_AXIS,),
-           partial(backward_cases, layouts=("dense",), inputs_from="reference", padding=True), kind="backward_tails_dense",
-           doc="Dense backward with NaN in padded Q/K/V/dO/O/LSE rows: no NaN in any gradient, padded rows and dead dBias cells 0, pad columns untouched."),
-    Family("test_backward_tails_thd", BACKWARD, "backward_tails", "backward", GPU, (STRATA_AXIS, BWD_INIT),
-           partial(backward_cases, layouts=("thd",), inputs_from="reference"), kind="backward_tails_thd",
-           doc="THD backward with NaN outside every sequence: no NaN in live rows; dQ/dK/dV capacity zeroed or untouched per initialize_outputs and GQA."),
+    Family(
+        "test_backward_tails_dense",
+        BACKWARD,
+        "backward_tails",
+        "backward",
+        GPU,
+        (STRATA_AXIS,),
+        partial(backward_cases, layouts=("dense",), inputs_from="reference", padding=True),
+        kind="backward_tails_dense",
+        doc="Dense backward with NaN in padded Q/K/V/dO/O/LSE rows: no NaN in any gradient, padded rows and dead dBias cells 0, pad columns untouched.",
+    ),
+    Family(
+        "test_backward_tails_thd",
+        BACKWARD,
+        "backward_tails",
+        "backward",
+        GPU,
+        (STRATA_AXIS, BWD_INIT),
+        partial(backward_cases, layouts=("thd",), inputs_from="reference"),
+        kind="backward_tails_thd",
+        doc="THD backward with NaN outside every sequence: no NaN in live rows; dQ/dK/dV capacity zeroed or untouched per initialize_outputs and GQA.",
+    ),
     # THD cu_seqlens[0] > 0: the backward's addressing against the forward's (two deterministic launches, bitwise).
-    Family("test_backward_thd_forward_addressing", BACKWARD, "backward_addressing", "determinism", GPU, (), based_thd_backward_cases,
-           adapter="prepared_adapter", doc="THD backward with cu_seqlens_q[0] > 0, buffers handed as the forward takes them vs from cu_seqlens[0]: "
-                                           "the same gradients bit for bit (kernels.backward.thd_origin)."),
-    Family("test_backward_cases_compile_for_sm80", BACKWARD, "compiles", "backward_compile", COMPILE_TIER, (), backward_cases, adapter="prepared_adapter",
-           doc="Every valid backward Case plans and compiles its chain for sm_80 without a GPU."),
-    Family("test_backward_runtime_facts_mint_no_compile_cpu", BACKWARD, "compile_reuse", "backward_compile", COMPILE_TIER, (), backward_cases,
-           params={"launch": False}, adapter="prepared_adapter",
-           doc="Runtime facts of a backward Case (data, THD token totals, padding lengths, the scale's magnitude) reach no compile key."),
-    Family("test_backward_runtime_facts_mint_no_compile", BACKWARD, "compile_reuse", "determinism", GPU, (BACKWARD_LAYOUTS,),
-           partial(backward_cases, inputs_from="reference"), kind="backward_compile_reuse"),
-    Family("test_backward_wrapper_rejects", BACKWARD, "backward_rejection", None, (), (_axis("rule", BWD_RULE_NAMES, SOURCE),),
-           case=lambda rule: next(r for r in BWD_RULES if r.name == rule).case(), adapter=None,
-           doc="sdpa_bwd_wrapper_sm80 refuses each backward contract row with its exception naming the argument, before compiling (CPU)."),
-)  # fmt: skip
+    Family(
+        "test_backward_thd_forward_addressing",
+        BACKWARD,
+        "backward_addressing",
+        "determinism",
+        GPU,
+        (),
+        based_thd_backward_cases,
+        adapter="prepared_adapter",
+        doc="THD backward with cu_seqlens_q[0] > 0, buffers handed as the forward takes them vs from cu_seqlens[0]: "
+        "the same gradients bit for bit (kernels.backward.thd_origin).",
+    ),
+    Family(
+        "test_backward_cases_compile_for_sm80",
+        BACKWARD,
+        "compiles",
+        "backward_compile",
+        COMPILE_TIER,
+        (),
+        backward_cases,
+        adapter="prepared_adapter",
+        doc="Every valid backward Case plans and compiles its chain for sm_80 without a GPU.",
+    ),
+    Family(
+        "test_backward_runtime_facts_mint_no_compile_cpu",
+        BACKWARD,
+        "compile_reuse",
+        "backward_compile",
+        COMPILE_TIER,
+        (),
+        backward_cases,
+        params={"launch": False},
+        adapter="prepared_adapter",
+        doc="Runtime facts of a backward Case (data, THD token totals, padding lengths, the scale's magnitude) reach no compile key.",
+    ),
+    Family(
+        "test_backward_runtime_facts_mint_no_compile",
+        BACKWARD,
+        "compile_reuse",
+        "determinism",
+        GPU,
+        (BACKWARD_LAYOUTS,),
+        partial(backward_cases, inputs_from="reference"),
+        kind="backward_compile_reuse",
+    ),
+    Family(
+        "test_backward_wrapper_rejects",
+        BACKWARD,
+        "backward_rejection",
+        None,
+        (),
+        (_axis("rule", BWD_RULE_NAMES, SOURCE),),
+        case=lambda rule: next(r for r in BWD_RULES if r.name == rule).case(),
+        adapter=None,
+        doc="sdpa_bwd_wrapper_sm80 refuses each backward contract row with its exception naming the argument, before compiling (CPU).",
+    ),
+)
 FAMILIES: Dict[str, Family] = {f.test: f for f in MATRIX}
 assert len(FAMILIES) == len(MATRIX), "two families share a test name"
 

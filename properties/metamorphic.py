@@ -147,8 +147,7 @@ def _head_perm(case: Case, x1: CaseTensors, rng, adapter) -> Plan:
     if x1.sinks is not None:
         _set_sinks(x2.sinks, x1.sinks[s])
     lse_axis = 0 if case.is_thd else 1  # THD LSE is (H, T)
-    return Plan(case, x2, lambda o1, lse1: _same(o1.index_select(1, s), lse1.index_select(lse_axis, s), x2, case),
-                {"q_heads": sigma, "kv_heads": tau})  # fmt: skip
+    return Plan(case, x2, lambda o1, lse1: _same(o1.index_select(1, s), lse1.index_select(lse_axis, s), x2, case), {"q_heads": sigma, "kv_heads": tau})
 
 
 # ------------------------------------------------------------ THD packing
@@ -338,38 +337,72 @@ def _expressible(case: Case, other) -> None:
 # ------------------------------------------------------------------ table
 DENSE, THD = ("dense",), ("thd",)
 BOTH = DENSE + THD
-RELATIONS: Dict[str, Relation] = {r.name: r for r in (
-    Relation("batch_perm", DENSE, _batch_perm, moves=lambda c: c.batch > 1, exact=
-             "a CTA computes one (batch, head, Q tile) from that batch entry's rows and padding lengths alone "
-             "(prefill_f16.py block_idx -> batch_idx; Q/K/V/O/LSE offsets batch_idx * stride; seq lens [batch_idx]); "
-             "the bias is one [1, H, SQ, SKV] for every entry (kept); the scheduler only renames CTAs"),
-    Relation("head_perm", BOTH, _head_perm, moves=lambda c: c.h_q > 1, exact=
-             "a CTA's head reads its own Q head, bias head (head_idx * SQ * SKV) and sink, and KV head head // group: "
-             "moving Q heads with their KV group (and the bias heads and sinks with them) moves every operand of a head"),
-    Relation("seq_perm", THD, _seq_perm, moves=lambda c: c.n_seq > 1, exact=
-             "a THD sequence is addressed from cu_seqlens[b] alone and tiled from its own first row "
-             "(q_row_base = tile * TILE_M, KV tiles kv_iter * TILE_N from kv_seq_origin): moving whole sequences "
-             "(rows and cu_seqlens) moves their outputs; the sequence count (the compile key) is kept"),
-    Relation("position", THD, _position,
-             "the same: the packed offset of a sequence enters only as the origin of its addresses, never a tile "
-             "boundary or a mask position; shifts that are no multiple of TILE_N would expose a tile anchored to the pack"),
-    Relation("isolation", BOTH, _isolation,
-             "no CTA reads another batch entry's / sequence's rows; storage outside the live rows is either never "
-             "loaded (THD: rows past a sequence are predicated off and zero-filled) or weighted P = 0 (dense padded "
-             "K/V rows of the last tile: 0 x finite = 0; NaN there is the known finding dense-padded-kv-rows-nan, "
-             "so this relation changes finite values only): changing those leaves every other output identical"),
-    Relation("v_pow2", BOTH, _v_pow2,
-             "V enters only P@V: p * v * 2^k is exact, the fp32 accumulation's rounding (alignment grid at the "
-             "largest term) and acc * (1/l) scale with it, so O scales by 2^k where the I/O dtype rounds it as a "
-             "normal number (tolerances.SUBNORMAL_RESCALE_ULPS below); LSE never reads V"),
-    Relation("determinism", BOTH, _determinism,
-             "no atomics, no split-KV reduction: every output element is computed by one CTA in a fixed order"),
-    Relation("entry", BOTH, _entry,
-             "the public wrapper launches the same template arithmetic (same TemplateParams arithmetic, the same "
-             "scale * log2(e) and 1 / scale launch arguments: api_dsl.py 7005-7031, kernels.prepared); its padding "
-             "copies add zero columns (exact no-ops in q.k and P@V) and its scheduler only renames CTAs",
-             same_key=False, other_entry=True),
-)}  # fmt: skip
+RELATIONS: Dict[str, Relation] = {
+    r.name: r
+    for r in (
+        Relation(
+            "batch_perm",
+            DENSE,
+            _batch_perm,
+            moves=lambda c: c.batch > 1,
+            exact="a CTA computes one (batch, head, Q tile) from that batch entry's rows and padding lengths alone "
+            "(prefill_f16.py block_idx -> batch_idx; Q/K/V/O/LSE offsets batch_idx * stride; seq lens [batch_idx]); "
+            "the bias is one [1, H, SQ, SKV] for every entry (kept); the scheduler only renames CTAs",
+        ),
+        Relation(
+            "head_perm",
+            BOTH,
+            _head_perm,
+            moves=lambda c: c.h_q > 1,
+            exact="a CTA's head reads its own Q head, bias head (head_idx * SQ * SKV) and sink, and KV head head // group: "
+            "moving Q heads with their KV group (and the bias heads and sinks with them) moves every operand of a head",
+        ),
+        Relation(
+            "seq_perm",
+            THD,
+            _seq_perm,
+            moves=lambda c: c.n_seq > 1,
+            exact="a THD sequence is addressed from cu_seqlens[b] alone and tiled from its own first row "
+            "(q_row_base = tile * TILE_M, KV tiles kv_iter * TILE_N from kv_seq_origin): moving whole sequences "
+            "(rows and cu_seqlens) moves their outputs; the sequence count (the compile key) is kept",
+        ),
+        Relation(
+            "position",
+            THD,
+            _position,
+            "the same: the packed offset of a sequence enters only as the origin of its addresses, never a tile "
+            "boundary or a mask position; shifts that are no multiple of TILE_N would expose a tile anchored to the pack",
+        ),
+        Relation(
+            "isolation",
+            BOTH,
+            _isolation,
+            "no CTA reads another batch entry's / sequence's rows; storage outside the live rows is either never "
+            "loaded (THD: rows past a sequence are predicated off and zero-filled) or weighted P = 0 (dense padded "
+            "K/V rows of the last tile: 0 x finite = 0; NaN there is the known finding dense-padded-kv-rows-nan, "
+            "so this relation changes finite values only): changing those leaves every other output identical",
+        ),
+        Relation(
+            "v_pow2",
+            BOTH,
+            _v_pow2,
+            "V enters only P@V: p * v * 2^k is exact, the fp32 accumulation's rounding (alignment grid at the "
+            "largest term) and acc * (1/l) scale with it, so O scales by 2^k where the I/O dtype rounds it as a "
+            "normal number (tolerances.SUBNORMAL_RESCALE_ULPS below); LSE never reads V",
+        ),
+        Relation("determinism", BOTH, _determinism, "no atomics, no split-KV reduction: every output element is computed by one CTA in a fixed order"),
+        Relation(
+            "entry",
+            BOTH,
+            _entry,
+            "the public wrapper launches the same template arithmetic (same TemplateParams arithmetic, the same "
+            "scale * log2(e) and 1 / scale launch arguments: api_dsl.py 7005-7031, kernels.prepared); its padding "
+            "copies add zero columns (exact no-ops in q.k and P@V) and its scheduler only renames CTAs",
+            same_key=False,
+            other_entry=True,
+        ),
+    )
+}
 DENSE_RELATIONS = tuple(n for n, r in RELATIONS.items() if "dense" in r.layouts)
 THD_RELATIONS = tuple(n for n, r in RELATIONS.items() if "thd" in r.layouts)
 
@@ -396,8 +429,11 @@ def check_metamorphic(case: Case, adapter, *, relation: str) -> Observation:
     if relation == "entry":
         _expressible(case, other_adapter(adapter))
     if not rel.moves(case):  # no verdict: a test draws a Case the relation moves
-        raise Unsupported.case(f"relation {relation!r} does not move {case.describe()}: its second launch would repeat the first, "
-                               "which is the determinism relation's check, not this one's", adapter=getattr(adapter, "name", None))  # fmt: skip
+        raise Unsupported.case(
+            f"relation {relation!r} does not move {case.describe()}: its second launch would repeat the first, "
+            "which is the determinism relation's check, not this one's",
+            adapter=getattr(adapter, "name", None),
+        )
     recorder.begin(NAME, case, relation=relation)
     start = time.perf_counter()
     dev = device()

@@ -80,13 +80,33 @@ def check_numerics(case: Case, adapter, *, legacy: bool = False, tails: bool = F
             o_fixed = o_fixed.T[..., None].expand_as(ref_o)
         else:
             o_fixed = o_fixed[..., None].expand_as(ref_o)
-        judge.exactly("numerics", case, "o", result.o, ref_o, o_rows & o_fixed, "O rows the contract fixes (padded Q rows, rows with no visible key: 0)", regions, check="contract rows")
+        judge.exactly(
+            "numerics",
+            case,
+            "o",
+            result.o,
+            ref_o,
+            o_rows & o_fixed,
+            "O rows the contract fixes (padded Q rows, rows with no visible key: 0)",
+            regions,
+            check="contract rows",
+        )
         if not case.has_lse:  # no Stats output: O alone is judged; the LSE buffer was never handed
             lse_untouched("numerics", case, outputs[1])
             if legacy:
                 notes["legacy_ratios"] = {"o": legacy_ratios(case, inputs, result.o, ref_lse, o_rows, lse_rows)["o"]}
             return {"o": judge.within_model("numerics", case, "o", result.o, ref_o, model["o"], o_rows & ~o_fixed, regions)}
-        judge.exactly("numerics", case, "lse", result.lse, ref_lse, lse_rows & lse_fixed, "LSE rows the contract fixes (padded Q rows, rows with no visible key: -inf)", regions, check="contract rows")
+        judge.exactly(
+            "numerics",
+            case,
+            "lse",
+            result.lse,
+            ref_lse,
+            lse_rows & lse_fixed,
+            "LSE rows the contract fixes (padded Q rows, rows with no visible key: -inf)",
+            regions,
+            check="contract rows",
+        )
         if legacy:
             notes["legacy_ratios"] = legacy_ratios(case, inputs, result.o, result.lse, o_rows, lse_rows)
         # Inside finish every check is judged (judge.collecting): both ratios are recorded either way.

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from typing import IO, Optional
 
 from ground.case import Case
-from ground.phases import timed
 from ground.outcome import Observation
+from ground.phases import timed
 
 
 @dataclass(frozen=True)
@@ -69,8 +69,18 @@ def observe(observation: Observation) -> None:
 def steered(finding: str, property: str, case: Case, entries) -> None:
     """A drawn ``case`` that the crash finding ``finding`` steered before
     ``property`` ran (conformance.testgen): the report counts these per finding."""
-    write({"kind": "steered", "test": _state.test, "finding": finding, "property": property, "entries": list(entries),
-           "case": case.to_dict(), "context": _state.context, "t": time.time()})  # fmt: skip
+    write(
+        {
+            "kind": "steered",
+            "test": _state.test,
+            "finding": finding,
+            "property": property,
+            "entries": list(entries),
+            "case": case.to_dict(),
+            "context": _state.context,
+            "t": time.time(),
+        }
+    )
 
 
 def last_begun() -> Optional[Begun]:

@@ -70,8 +70,16 @@ def check_rejection(case: Case, adapter=None, *, entry: str, launch: bool = True
         if outputs is not None:
             for quantity, buf in zip(("o", "lse"), outputs):
                 flat = body_storage(buf)
-                judge.exactly("rejection", case, quantity, flat, torch.full_like(flat, float("nan")), torch.ones_like(flat, dtype=torch.bool),
-                              "caller output storage after a rejection", check="outputs untouched")  # fmt: skip
+                judge.exactly(
+                    "rejection",
+                    case,
+                    quantity,
+                    flat,
+                    torch.full_like(flat, float("nan")),
+                    torch.ones_like(flat, dtype=torch.bool),
+                    "caller output storage after a rejection",
+                    check="outputs untouched",
+                )
         judge.compile_delta("rejection", case, box.delta, NO_COMPILE_REQUEST, "a rejected call", check="compiles nothing")
         return {}
 
@@ -89,4 +97,3 @@ def check_rejection(case: Case, adapter=None, *, entry: str, launch: bool = True
 def _reraise(error):
     if error is not None:
         raise error
-

@@ -54,9 +54,15 @@ def _accepted(case: Case) -> bool:
 
 
 def shrink_geometry(
-    check: Callable, case: Case, first: BaseException, *, max_runs: int = 300, budget_s: float = 3600.0,
-    log: Callable[[Shrunk], None] = lambda state: None, **params,
-) -> Shrunk:  # fmt: skip
+    check: Callable,
+    case: Case,
+    first: BaseException,
+    *,
+    max_runs: int = 300,
+    budget_s: float = 3600.0,
+    log: Callable[[Shrunk], None] = lambda state: None,
+    **params,
+) -> Shrunk:
     """Shrink ``case`` (which failed ``check`` with ``first``) over free geometry.
     ``check(case, **params)`` runs the property; ``log(state)`` hears each
     accepted step (``state.case``, ``state.failure``, ``state.runs``)."""
@@ -96,4 +102,3 @@ def _failure(check, case: Case, params: dict) -> Optional[BaseException]:
     if getattr(obs, "outcome", None) == "xfailed":  # a finding declared in code still reproduces
         return PropertyFailure(obs.property, case, obs.notes.get("summary", "known finding"))
     return None
-

@@ -10,9 +10,9 @@ import torch
 from ground.case import Case
 from ground.data import body_storage, guard_bands, make_inputs, make_outputs
 from ground.outcome import Observation
+from kernels.base import require
 from properties import judge, recorder
 from properties.common import device, finish, launched_buffers, lse_pitch_untouched, lse_untouched, row_mask, row_regions
-from kernels.base import require
 
 
 def storage_outside_view(view: torch.Tensor) -> torch.Tensor:
@@ -71,7 +71,9 @@ def judge_tails(case: Case, inputs, outputs, result, initialize_outputs: bool, s
     o, lse = outputs
     ran = result.notes.get("initialize_outputs", initialize_outputs)
     if case.is_thd and ran != initialize_outputs:
-        raise RuntimeError(f"adapter {result.notes.get('adapter', '?')!r} ran initialize_outputs={ran} when asked for {initialize_outputs}: it must refuse (Unsupported) instead")
+        raise RuntimeError(
+            f"adapter {result.notes.get('adapter', '?')!r} ran initialize_outputs={ran} when asked for {initialize_outputs}: it must refuse (Unsupported) instead"
+        )
     regions = row_regions(case, inputs)
     checked = {}
 
@@ -88,7 +90,17 @@ def judge_tails(case: Case, inputs, outputs, result, initialize_outputs: bool, s
             for quantity, got in quantities:
                 dead = ~row_mask(case, inputs, quantity, got.shape)
                 checked[f"{quantity} capacity tail"] = int(dead.sum())
-                judge.exactly("tails", case, quantity, got, torch.full_like(got, want), dead, f"{quantity.upper()} capacity outside the live tokens", regions, check="capacity")
+                judge.exactly(
+                    "tails",
+                    case,
+                    quantity,
+                    got,
+                    torch.full_like(got, want),
+                    dead,
+                    f"{quantity.upper()} capacity outside the live tokens",
+                    regions,
+                    check="capacity",
+                )
         else:
             # The pad columns of the O the kernel was handed: the caller's when
             # it went natively; a compact staging copy or the wrapper's own O
@@ -100,9 +112,18 @@ def judge_tails(case: Case, inputs, outputs, result, initialize_outputs: bool, s
             judge.exactly("tails", case, "o", flat, torch.full_like(flat, float("nan")), pad, "O pad columns (never written)", check="pad columns")
         for quantity, got in quantities:
             live = row_mask(case, inputs, quantity, got.shape)
-            judge.exactly("tails", case, quantity, torch.isnan(got), torch.zeros_like(got, dtype=torch.bool), live, "live outputs (poison left or NaN produced)", regions, check="no nan")
+            judge.exactly(
+                "tails",
+                case,
+                quantity,
+                torch.isnan(got),
+                torch.zeros_like(got, dtype=torch.bool),
+                live,
+                "live outputs (poison left or NaN produced)",
+                regions,
+                check="no nan",
+            )
         return {}
 
     notes = {**result.notes, "initialize_outputs": initialize_outputs, "checked_elements": checked}
     return finish("tails", case, start, judged, params={"initialize_outputs": initialize_outputs}, compile=result.compile.to_dict(), notes=notes)
-

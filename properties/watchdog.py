@@ -50,10 +50,19 @@ BACKSTOP_S = 120.0  # after the bound: the C-level exit, should no Python thread
 # Words of the CUDA errors that leave a context unusable (a hint for the
 # message; the probe decides).
 STICKY_HINTS = (
-    "illegal memory access", "illegal address", "unspecified launch failure", "illegal instruction",
-    "misaligned address", "launch timed out", "hardware stack error", "uncorrectable ecc",
-    "device-side assert", "cuda error", "cuda_error", "cudaerror",
-)  # fmt: skip
+    "illegal memory access",
+    "illegal address",
+    "unspecified launch failure",
+    "illegal instruction",
+    "misaligned address",
+    "launch timed out",
+    "hardware stack error",
+    "uncorrectable ecc",
+    "device-side assert",
+    "cuda error",
+    "cuda_error",
+    "cudaerror",
+)
 
 
 def looks_like_cuda_error(exc: BaseException) -> bool:
@@ -62,7 +71,9 @@ def looks_like_cuda_error(exc: BaseException) -> bool:
 
 
 # The suite's own packages, and the mark of the kernels under test's files (the cudnn package).
-SUITE_PACKAGES = tuple(str(Path(__file__).resolve().parents[1] / d) + os.sep for d in ("conformance", "reports", "properties", "kernels", "strategies", "reference", "ground"))
+SUITE_PACKAGES = tuple(
+    str(Path(__file__).resolve().parents[1] / d) + os.sep for d in ("conformance", "reports", "properties", "kernels", "strategies", "reference", "ground")
+)
 KERNEL_PACKAGE = os.sep + "cudnn" + os.sep
 
 

@@ -63,7 +63,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Optional, Sequence, Union
 
 import torch
 
@@ -213,8 +213,7 @@ def attention(
                 raise ValueError(f"bias shape {tuple(bias.shape)} is not [1|{b}, 1|{h_q}, {s_q}, {s_kv}]")
             bias_acc = bias.to(device=dev, dtype=acc)
             logits.add_(bias_acc)
-        vis = masks.visibility(s_q, s_kv, n_q, n_kv, causal=causal, bottom_right=bottom_right,
-                               window_left=window_left, window_right=window_right, row0=row0)
+        vis = masks.visibility(s_q, s_kv, n_q, n_kv, causal=causal, bottom_right=bottom_right, window_left=window_left, window_right=window_right, row0=row0)
         logits.masked_fill_(~vis, float("-inf"))
         del vis
 
@@ -245,11 +244,28 @@ def attention(
         o = torch.matmul(p.view(b, h_kv, g * s_q, s_kv), vz).view(b, h_q, s_q, d_v).to(acc)
         if internals:
             sink_p = sink_w * inv_l if sink_w is not None else torch.zeros_like(l)
-            unsure = [None if x is None else torch.where(live[:, None, :, None], x.to(compute_dtype), 0.0)
-                      for x, live in ((q_unsure, q_live), (k_unsure, kv_live))]  # fmt: skip
-            inner = Internals(q=qz, k=kz, v=vz, group=g, scale=float(scale), logits=kept, bias=bias_acc, sink=sink, p=p,
-                              sink_p=sink_p, m=m_true, l=l, o=o.clone(), lse=lse.clone(), q_live=q_live, q_unsure=unsure[0],
-                              k_unsure=unsure[1])
+            unsure = [
+                None if x is None else torch.where(live[:, None, :, None], x.to(compute_dtype), 0.0) for x, live in ((q_unsure, q_live), (k_unsure, kv_live))
+            ]
+            inner = Internals(
+                q=qz,
+                k=kz,
+                v=vz,
+                group=g,
+                scale=float(scale),
+                logits=kept,
+                bias=bias_acc,
+                sink=sink,
+                p=p,
+                sink_p=sink_p,
+                m=m_true,
+                l=l,
+                o=o.clone(),
+                lse=lse.clone(),
+                q_live=q_live,
+                q_unsure=unsure[0],
+                k_unsure=unsure[1],
+            )
 
     if q_lens is not None:  # dense padded Q rows: O = 0, LSE = -inf (sinks or not)
         row = q_live[:, None, :]
@@ -309,8 +325,19 @@ def rotate(x: torch.Tensor, angles: torch.Tensor, width: Optional[int] = None, *
 REF_CHUNK_ELEMS = 1 << 24
 
 
-def chunked_attention(q, k, v, *, bias=None, q_lens: Lens = None, kv_lens: Lens = None, extra: Optional[Extra] = None,
-                      chunk_elems: Optional[int] = None, q_unsure: Optional[torch.Tensor] = None, **common):
+def chunked_attention(
+    q,
+    k,
+    v,
+    *,
+    bias=None,
+    q_lens: Lens = None,
+    kv_lens: Lens = None,
+    extra: Optional[Extra] = None,
+    chunk_elems: Optional[int] = None,
+    q_unsure: Optional[torch.Tensor] = None,
+    **common,
+):
     """``attention`` over chunks of query rows, each of at most ``chunk_elems``
     (row, key) pairs: (O, LSE, extras) with ``extra`` applied to each chunk's
     ``Internals`` and the pieces joined on the row axis (extras None without
@@ -335,8 +362,7 @@ def chunked_attention(q, k, v, *, bias=None, q_lens: Lens = None, kv_lens: Lens 
 
 
 @timed("reference")
-def reference_for_case(case, tensors, compute_dtype: torch.dtype = torch.float32, *, extra: Optional[Extra] = None,
-                       chunk_elems: Optional[int] = None):
+def reference_for_case(case, tensors, compute_dtype: torch.dtype = torch.float32, *, extra: Optional[Extra] = None, chunk_elems: Optional[int] = None):
     """(O, LSE) of a ``ground.case.Case`` on the ``CaseTensors`` that
     ``make_inputs`` made, in the layouts of ``ground.data.make_outputs``
     (dense O (B,H,SQ,Dv), LSE (B,H,SQ); THD O (T_q,H,Dv), LSE (H,T_q)), float32
@@ -369,8 +395,7 @@ def reference_for_case(case, tensors, compute_dtype: torch.dtype = torch.float32
             else:
                 (q, q_unsure), (k, k_unsure) = (rotate(x, tensors.rope, width, unsure=True) for x in (q, k))
                 unsure = dict(q_unsure=q_unsure, k_unsure=k_unsure)
-        got = chunked_attention(q, k, tensors.v, bias=tensors.bias,
-                                q_lens=tensors.seq_q_lens, kv_lens=tensors.seq_kv_lens, **common, **unsure)
+        got = chunked_attention(q, k, tensors.v, bias=tensors.bias, q_lens=tensors.seq_q_lens, kv_lens=tensors.seq_kv_lens, **common, **unsure)
         return _lse_units(case, *got)
     acc = torch.float64 if compute_dtype == torch.float64 else torch.float32
     dev = tensors.q.device

@@ -129,8 +129,16 @@ def backward_for_case(case, tensors, do: torch.Tensor, *, extra: Optional[Extra]
     own names ("bound:dq", ...) in the gradients' layouts. A THD sequence
     without Q rows makes no call: its keys' rows hold 0 in every extra
     tensor, 1 in "zero:" ones."""
-    common = dict(scale=case.softmax_scale, causal=case.causal, bottom_right=case.bottom_right, window_left=case.window_left,
-                  window_right=case.window_right, sinks=tensors.sinks, compute_dtype=torch.float64, internals=True)  # fmt: skip
+    common = dict(
+        scale=case.softmax_scale,
+        causal=case.causal,
+        bottom_right=case.bottom_right,
+        window_left=case.window_left,
+        window_right=case.window_right,
+        sinks=tensors.sinks,
+        compute_dtype=torch.float64,
+        internals=True,
+    )
 
     def one(q, k, v, dout, o_given, lse_given, **kw):
         _, _, it = attention(q, k, v, **common, **kw)

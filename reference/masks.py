@@ -36,8 +36,9 @@ def band(i, j, n_q, n_kv, *, causal: bool, bottom_right: bool, window_left: int,
     return vis
 
 
-def visibility(s_q: int, s_kv: int, q_lens: torch.Tensor, kv_lens: torch.Tensor, *, causal: bool, bottom_right: bool,
-               window_left: int, window_right: int, row0: int = 0) -> torch.Tensor:
+def visibility(
+    s_q: int, s_kv: int, q_lens: torch.Tensor, kv_lens: torch.Tensor, *, causal: bool, bottom_right: bool, window_left: int, window_right: int, row0: int = 0
+) -> torch.Tensor:
     """Bool (B, 1, SQ, SKV): True where the key is visible. Lengths are int64 (B,).
     ``row0``: the SQ rows are query rows row0 .. row0 + SQ - 1 (a chunk of rows;
     the lengths stay those of the whole query)."""

@@ -21,7 +21,9 @@ _band = masks.band
 # name -> the replacement visibility predicate (same signature as masks.band).
 PLANTS = {
     # Causal diagonal excluded: row i no longer sees key i (+ shift + band).
-    "causal-off-by-one": lambda i, j, n_q, n_kv, **kw: _band(i, j, n_q, n_kv, **kw) & ~(kw["causal"] & (j == i + ((n_kv - n_q) if kw["bottom_right"] else 0) + max(kw["window_right"], 0))),
+    "causal-off-by-one": lambda i, j, n_q, n_kv, **kw: (
+        _band(i, j, n_q, n_kv, **kw) & ~(kw["causal"] & (j == i + ((n_kv - n_q) if kw["bottom_right"] else 0) + max(kw["window_right"], 0)))
+    ),
     # Padding mask one key too wide: the first padded key joins the softmax.
     "kv-length-plus-one": lambda i, j, n_q, n_kv, **kw: _band(i, j, n_q, n_kv + 1, **kw),
 }

@@ -24,17 +24,42 @@ def build(report_dir, run_id=None) -> tuple:
     for u in s.pop("unrecorded_failures"):
         b = u["begin"]
         text = f"the test failed during this example without a verdict (worker crash?): {u['message']}".strip()
-        path = casefile.write(report_dir, property=b["property"], case=b["case"], params=b.get("params"), summary=text, nodeid=u["nodeid"],
-                              environment=env | (b.get("context") or {}))
-        s["failures"].append({"kind": "failure", "nodeid": u["nodeid"], "property": b["property"], "case": b["case"], "summary": text, "case_file": str(path), "repro": casefile.repro_command(path)})
+        path = casefile.write(
+            report_dir,
+            property=b["property"],
+            case=b["case"],
+            params=b.get("params"),
+            summary=text,
+            nodeid=u["nodeid"],
+            environment=env | (b.get("context") or {}),
+        )
+        s["failures"].append(
+            {
+                "kind": "failure",
+                "nodeid": u["nodeid"],
+                "property": b["property"],
+                "case": b["case"],
+                "summary": text,
+                "case_file": str(path),
+                "repro": casefile.repro_command(path),
+            }
+        )
     # One replayable example per reproduced known finding: the first example
     # it excused, written here.
     for e in s["findings"]["entries"]:
         r = s["_first_xfailed"].get(e["id"])
         if r is not None:
             why = (r.get("notes") or {}).get("summary") or e["reason"]
-            path = casefile.write(report_dir, property=r["property"], case=r["case"], params=r.get("params"), summary=why, nodeid=r.get("test"),
-                                  environment=env | (r.get("context") or {}), finding=e["id"])
+            path = casefile.write(
+                report_dir,
+                property=r["property"],
+                case=r["case"],
+                params=r.get("params"),
+                summary=why,
+                nodeid=r.get("test"),
+                environment=env | (r.get("context") or {}),
+                finding=e["id"],
+            )
             e["repro"] = casefile.repro_command(path)
     paths = render.write_all(s, report_dir)
     return s, paths

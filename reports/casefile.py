@@ -130,4 +130,3 @@ def strict(value):
     if isinstance(value, (list, tuple)):
         return [strict(v) for v in value]
     return value
-

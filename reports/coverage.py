@@ -60,6 +60,6 @@ def coverage(cases: Iterable[Case]) -> dict:
 
 
 def kernel_fields(fact_counts: dict) -> dict:
-    """"source.field" -> {"axis: value": examples} over the coverage axes of
+    """ "source.field" -> {"axis: value": examples} over the coverage axes of
     the facts drawing that field (feature_space.field_axes)."""
     return {field: {f"{axis}: {v}": n for axis in axes for v, n in fact_counts[axis].items()} for field, axes in field_axes().items()}

@@ -18,8 +18,22 @@ from ground.case import Case, CaseFileError
 from .casefile import strict
 from .plots import ratio_histogram
 
-ENV_ORDER = ("mode", "adapter", "planted_mutant", "gpu", "capability", "driver", "torch", "nvidia-cudnn-frontend", "nvidia-cutlass-dsl", "kernels_source",
-             "hypothesis_profile", "hypothesis_seed", "report_dir", "known_findings")
+ENV_ORDER = (
+    "mode",
+    "adapter",
+    "planted_mutant",
+    "gpu",
+    "capability",
+    "driver",
+    "torch",
+    "nvidia-cudnn-frontend",
+    "nvidia-cutlass-dsl",
+    "kernels_source",
+    "hypothesis_profile",
+    "hypothesis_seed",
+    "report_dir",
+    "known_findings",
+)
 
 
 def _fmt(v) -> str:
@@ -51,15 +65,41 @@ def _environment(s: dict) -> list:
 def _run(s: dict) -> list:
     run, t = s["run"], s["tests"]
     out = [] if run["complete"] else [("p", "The run did not finish (no session record): counts cover what the shards hold.")]
-    out += [("h", 2, "Run"),
-            ("table", ["examples", "wall s", "examples / min", "tests", "passed", "failed", "xfailed", "xpassed", "skipped", "error", "shards"],
-             [[run["examples"], _fmt(run["wall_seconds"]), _fmt(run["examples_per_minute"]), t["total"], t["passed"], t["failed"], t["xfailed"],
-               t["xpassed"], t["skipped"], t["error"], len(run["shards"])]])]
+    out += [
+        ("h", 2, "Run"),
+        (
+            "table",
+            ["examples", "wall s", "examples / min", "tests", "passed", "failed", "xfailed", "xpassed", "skipped", "error", "shards"],
+            [
+                [
+                    run["examples"],
+                    _fmt(run["wall_seconds"]),
+                    _fmt(run["examples_per_minute"]),
+                    t["total"],
+                    t["passed"],
+                    t["failed"],
+                    t["xfailed"],
+                    t["xpassed"],
+                    t["skipped"],
+                    t["error"],
+                    len(run["shards"]),
+                ]
+            ],
+        ),
+    ]
     if s.get("faults"):
-        out += [("h", 2, f"Processes ended by a fault ({len(s['faults'])})"),
-                ("p", "A lost CUDA context or a hang ends the process that saw it (its test fails; the following tests ran in a fresh worker)."),
-                ("list", [f"{f.get('fault')}: {f.get('nodeid') or '-'} ({f.get('worker') or 'main'}, pid {f.get('pid')}): {f.get('message')}"
-                          + (f"  {f['repro']}" if f.get("repro") else "") for f in s["faults"]])]
+        out += [
+            ("h", 2, f"Processes ended by a fault ({len(s['faults'])})"),
+            ("p", "A lost CUDA context or a hang ends the process that saw it (its test fails; the following tests ran in a fresh worker)."),
+            (
+                "list",
+                [
+                    f"{f.get('fault')}: {f.get('nodeid') or '-'} ({f.get('worker') or 'main'}, pid {f.get('pid')}): {f.get('message')}"
+                    + (f"  {f['repro']}" if f.get("repro") else "")
+                    for f in s["faults"]
+                ],
+            ),
+        ]
     if s["warnings"]:
         out += [("h", 2, "Warnings"), ("list", s["warnings"])]
     return out
@@ -71,8 +111,12 @@ def _failures(s: dict) -> list:
     for f in real:
         hyp = f.get("hypothesis") or {}
         notes = [x for x in (f"hypothesis seed {hyp['seed']}" if hyp.get("seed") is not None else None, hyp.get("reproduce_failure")) if x]
-        out += [("h", 3, f"{f['property']}: {f.get('nodeid') or '-'}"), ("p", f.get("summary", "")), ("p", "case: " + _case_text(f["case"])),
-                ("code", f.get("repro", "") + "".join(f"\n# {n}" for n in notes))]
+        out += [
+            ("h", 3, f"{f['property']}: {f.get('nodeid') or '-'}"),
+            ("p", f.get("summary", "")),
+            ("p", "case: " + _case_text(f["case"])),
+            ("code", f.get("repro", "") + "".join(f"\n# {n}" for n in notes)),
+        ]
     return out if real else out + [("p", "None.")]
 
 
@@ -81,13 +125,30 @@ def _findings(s: dict) -> list:
     out = [("h", 2, "Known findings" + (f" ({fnd['file']})" if fnd.get("file") else ""))]
     if not fnd["entries"]:
         return out + [("p", "No known findings in force.")]
-    rows = [[e["id"], e.get("source") or "-", e.get("selects") or "-", e["status"], e["exercised"], e["reproduced"], e.get("steered", "-"), e["reason"],
-             e.get("repro") or "-"] for e in fnd["entries"]]  # fmt: skip
-    return out + [("table", ["id", "entry", "excuses", "status", "examples exercising it", "examples it excused", "examples steered", "reason", "repro"], rows),
-                  ("p", "reproduced: it excused the failure it describes; stale: examples exercised it and none failed so "
-                        "(the run fails: remove or correct the entry); not exercised: no example of this run could show it; "
-                        "steered (crash findings): the tests drew that many examples it selects as its steered Case instead "
-                        "(the entry point faults on them; conformance/test_findings.py replays its case file).")]
+    rows = [
+        [
+            e["id"],
+            e.get("source") or "-",
+            e.get("selects") or "-",
+            e["status"],
+            e["exercised"],
+            e["reproduced"],
+            e.get("steered", "-"),
+            e["reason"],
+            e.get("repro") or "-",
+        ]
+        for e in fnd["entries"]
+    ]
+    return out + [
+        ("table", ["id", "entry", "excuses", "status", "examples exercising it", "examples it excused", "examples steered", "reason", "repro"], rows),
+        (
+            "p",
+            "reproduced: it excused the failure it describes; stale: examples exercised it and none failed so "
+            "(the run fails: remove or correct the entry); not exercised: no example of this run could show it; "
+            "steered (crash findings): the tests drew that many examples it selects as its steered Case instead "
+            "(the entry point faults on them; conformance/test_findings.py replays its case file).",
+        ),
+    ]
 
 
 def _properties(s: dict) -> list:
@@ -96,15 +157,36 @@ def _properties(s: dict) -> list:
         tt = p["tests"]
         by = p.get("ratios_by_dtype") or p["ratios"]
         ratios = "; ".join(f"{q} max {_fmt(r.get('max'))} p99 {_fmt(r.get('p99'))}" for q, r in by.items()) or "-"
-        rows.append([name, p["examples"], p["passed"], p["failed"], p.get("shrinking", 0), p.get("expected", 0), p["xfailed"], p["errors"],
-                     f"{tt['passed']}/{tt['failed']}/{tt['xfailed']}/{tt['skipped']}", ratios])
+        rows.append(
+            [
+                name,
+                p["examples"],
+                p["passed"],
+                p["failed"],
+                p.get("shrinking", 0),
+                p.get("expected", 0),
+                p["xfailed"],
+                p["errors"],
+                f"{tt['passed']}/{tt['failed']}/{tt['xfailed']}/{tt['skipped']}",
+                ratios,
+            ]
+        )
     if not rows:
         return [("h", 2, "Properties"), ("p", "No test ran.")]
-    return [("h", 2, "Properties"),
-            ("table", ["property", "examples", "passed", "failed", "shrinking", "expected", "xfailed", "errors", "tests pass/fail/xfail/skip", "error/bound"], rows),
-            ("p", "failed: the failing cases the run reports (one per failure, each with its case file); shrinking: further failing "
-                  "examples Hypothesis tried while shrinking those; expected: failures a passing test asked for (the power tests run a "
-                  "property against a planted bug); xfailed: known findings; errors: examples that raised without a verdict.")]
+    return [
+        ("h", 2, "Properties"),
+        (
+            "table",
+            ["property", "examples", "passed", "failed", "shrinking", "expected", "xfailed", "errors", "tests pass/fail/xfail/skip", "error/bound"],
+            rows,
+        ),
+        (
+            "p",
+            "failed: the failing cases the run reports (one per failure, each with its case file); shrinking: further failing "
+            "examples Hypothesis tried while shrinking those; expected: failures a passing test asked for (the power tests run a "
+            "property against a planted bug); xfailed: known findings; errors: examples that raised without a verdict.",
+        ),
+    ]
 
 
 def _ratio_plots(s: dict) -> list:
@@ -119,25 +201,37 @@ def _coverage(s: dict) -> list:
     cov = s["coverage"]
     m = cov["matrix"]
     gaps = cov["gaps"]
-    out = [("h", 2, f"Coverage ({cov['examples']} examples, {len(gaps)} gaps, {cov['empty_cells']} empty matrix cells)"),
-           ("p", "Valid examples per layout/mask (rows) and flavor/dtype (columns); empty cells (0, marked gap) were not exercised."),
-           ("table", ["layout/mask"] + m["columns"], [[r] + c for r, c in zip(m["rows"], m["counts"])], "gaps"),
-           ("h", 3, "gaps: values a complete run reaches that no example exercised"), ("list", gaps) if gaps else ("p", "None.")]
+    out = [
+        ("h", 2, f"Coverage ({cov['examples']} examples, {len(gaps)} gaps, {cov['empty_cells']} empty matrix cells)"),
+        ("p", "Valid examples per layout/mask (rows) and flavor/dtype (columns); empty cells (0, marked gap) were not exercised."),
+        ("table", ["layout/mask"] + m["columns"], [[r] + c for r, c in zip(m["rows"], m["counts"])], "gaps"),
+        ("h", 3, "gaps: values a complete run reaches that no example exercised"),
+        ("list", gaps) if gaps else ("p", "None."),
+    ]
     fields = cov.get("kernel_fields") or {}
     if fields:
         fgaps = cov.get("kernel_field_gaps", [])
-        out += [("h", 3, f"kernel fields x values ({len(fgaps)} empty cells)"),
-                ("p", "Each TemplateParams field and entry-point argument (ground/feature_space.py), the values of the "
-                      "coverage axes of the Case facts that draw it, and the examples that exercised each; an empty cell is a gap."),
-                ("table", ["field", "value", "examples"], [[f, v, n] for f, counts in fields.items() for v, n in counts.items()], "gaps"),
-                ("h", 3, "kernel field gaps"), ("list", fgaps) if fgaps else ("p", "None."),
-                ("h", 3, "declared out of scope"), ("table", ["field", "why"], [[f, why] for f, why in cov.get("out_of_scope", {}).items()])]  # fmt: skip
+        out += [
+            ("h", 3, f"kernel fields x values ({len(fgaps)} empty cells)"),
+            (
+                "p",
+                "Each TemplateParams field and entry-point argument (ground/feature_space.py), the values of the "
+                "coverage axes of the Case facts that draw it, and the examples that exercised each; an empty cell is a gap.",
+            ),
+            ("table", ["field", "value", "examples"], [[f, v, n] for f, counts in fields.items() for v, n in counts.items()], "gaps"),
+            ("h", 3, "kernel field gaps"),
+            ("list", fgaps) if fgaps else ("p", "None."),
+            ("h", 3, "declared out of scope"),
+            ("table", ["field", "why"], [[f, why] for f, why in cov.get("out_of_scope", {}).items()]),
+        ]
     for fact, counts in cov["facts"].items():
         doc = (cov.get("axes") or {}).get(fact)
         out += [("h", 3, fact)] + ([("p", doc)] if doc else []) + [("table", ["value", "examples"], [[v, n] for v, n in counts.items()], "gaps")]
     rules = cov["contract_rules"]
-    return out + [("h", 3, "contract rules (violating examples)"),
-                  ("table", ["rule", "examples"], [[r, n] for r, n in rules.items()]) if rules else ("p", "None exercised.")]
+    return out + [
+        ("h", 3, "contract rules (violating examples)"),
+        ("table", ["rule", "examples"], [[r, n] for r, n in rules.items()]) if rules else ("p", "None exercised."),
+    ]
 
 
 def _compile(s: dict) -> list:
@@ -147,16 +241,28 @@ def _compile(s: dict) -> list:
 
     rows = [row(n, p["compile"]) for n, p in s["properties"].items() if p["examples"]] + [row("total", s["compile"])]
     c = s["compile"]
-    out = [("h", 2, "Compile statistics"),
-           ("table", ["property", "compiles", "hits", "memo hits", "THD LRU misses", "modules", "seconds", "share of example time"], rows)]
+    out = [
+        ("h", 2, "Compile statistics"),
+        ("table", ["property", "compiles", "hits", "memo hits", "THD LRU misses", "modules", "seconds", "share of example time"], rows),
+    ]
     if c.get("keys"):
-        out.append(("p", f"{c['keys']} distinct compile keys among the examples, {c['compiled_keys']} compiled in this run"
-                         f" ({c['repeat_compiles']} compiles of a key already compiled in this run)."))
+        out.append(
+            (
+                "p",
+                f"{c['keys']} distinct compile keys among the examples, {c['compiled_keys']} compiled in this run"
+                f" ({c['repeat_compiles']} compiles of a key already compiled in this run).",
+            )
+        )
     rep = c.get("repeats") or {}
     if c.get("repeat_compiles") and rep.get("top"):
         out.append(("p", "Repeat compiles by where they come from: " + ", ".join(f"{k} {v}" for k, v in rep["by_class"].items()) + "."))
-        out.append(("table", ["key", "compiles", "examples", "workers", "properties", "class"],
-                    [[t["key"][:16], t["compiles"], t["examples"], t["workers"], ", ".join(t["properties"]), t["class"]] for t in rep["top"]]))
+        out.append(
+            (
+                "table",
+                ["key", "compiles", "examples", "workers", "properties", "class"],
+                [[t["key"][:16], t["compiles"], t["examples"], t["workers"], ", ".join(t["properties"]), t["class"]] for t in rep["top"]],
+            )
+        )
     if c.get("cache"):
         out.append(("p", c["cache"]))
     return out
@@ -167,14 +273,23 @@ def _profile(s: dict) -> list:
     if not prof.get("workers"):
         return []
     names = [k for k in prof["phases"]]
-    rows = [[w["worker"], w["examples"], _fmt(w["span_seconds"]), _fmt(w["between_examples"])] + [_fmt(w["phases"].get(k, 0.0)) for k in names]
-            for w in prof["workers"]]
-    rows.append(["total", sum(w["examples"] for w in prof["workers"]), _fmt(prof["span_seconds"]),
-                 _fmt(prof["span_seconds"] - prof["example_seconds"])] + [_fmt(prof["phases"][k]) for k in names])
-    return [("h", 2, "Per-worker profile (seconds)"),
-            ("p", "Each process's span from its first example to its last verdict; 'between examples' is Hypothesis (generation, "
-                  "shrinking), pytest and fixtures; the phases are ground.phases (compile is the adapters' compile step)."),
-            ("table", ["worker", "examples", "span", "between examples"] + names, rows)]
+    rows = [
+        [w["worker"], w["examples"], _fmt(w["span_seconds"]), _fmt(w["between_examples"])] + [_fmt(w["phases"].get(k, 0.0)) for k in names]
+        for w in prof["workers"]
+    ]
+    rows.append(
+        ["total", sum(w["examples"] for w in prof["workers"]), _fmt(prof["span_seconds"]), _fmt(prof["span_seconds"] - prof["example_seconds"])]
+        + [_fmt(prof["phases"][k]) for k in names]
+    )
+    return [
+        ("h", 2, "Per-worker profile (seconds)"),
+        (
+            "p",
+            "Each process's span from its first example to its last verdict; 'between examples' is Hypothesis (generation, "
+            "shrinking), pytest and fixtures; the phases are ground.phases (compile is the adapters' compile step).",
+        ),
+        ("table", ["worker", "examples", "span", "between examples"] + names, rows),
+    ]
 
 
 def _slowest(s: dict) -> list:
@@ -219,9 +334,11 @@ def to_markdown(bl: list, plots_dir: Path) -> str:
     return "\n".join(lines)
 
 
-CSS = ("body{font-family:sans-serif;margin:2em;max-width:110em}table{border-collapse:collapse;margin:.5em 0}"
-       "td,th{border:1px solid #ccc;padding:2px 6px;font-size:90%;text-align:left}pre{background:#f4f4f4;padding:.5em}"
-       "td.gap{background:#fde2e2}")
+CSS = (
+    "body{font-family:sans-serif;margin:2em;max-width:110em}table{border-collapse:collapse;margin:.5em 0}"
+    "td,th{border:1px solid #ccc;padding:2px 6px;font-size:90%;text-align:left}pre{background:#f4f4f4;padding:.5em}"
+    "td.gap{background:#fde2e2}"
+)
 
 
 def to_html(bl: list) -> str:

@@ -52,9 +52,21 @@ def _case(d: dict) -> Optional[Case]:
 def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
     warnings = list(warnings or [])
     session = next((r for r in reversed(records) if r.get("kind") == "session"), {})
-    props: Dict[str, dict] = defaultdict(lambda: {"examples": 0, "passed": 0, "failed": 0, "shrinking": 0, "expected": 0, "xfailed": 0,
-                                                  "ratios": defaultdict(list), "by_dtype": defaultdict(list), "compile": Counter(), "seconds": 0.0,
-                                                  "phases": Counter()})
+    props: Dict[str, dict] = defaultdict(
+        lambda: {
+            "examples": 0,
+            "passed": 0,
+            "failed": 0,
+            "shrinking": 0,
+            "expected": 0,
+            "xfailed": 0,
+            "ratios": defaultdict(list),
+            "by_dtype": defaultdict(list),
+            "compile": Counter(),
+            "seconds": 0.0,
+            "phases": Counter(),
+        }
+    )
     failed_obs: Counter = Counter()  # (test, property) -> failed examples, classified once the test outcomes are known
     test_props: Dict[str, set] = defaultdict(set)
     last_begin: Dict[str, dict] = {}
@@ -172,7 +184,9 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
         for fid in r.get("findings") or ():
             first_xfailed.setdefault(fid, r)
     steers = Counter(r.get("finding") for r in steered if collected.get(r.get("test")))  # property tests only, like the observations
-    findings = _findings(session, [o for o in obs_list if collected.get(o.get("test"))], warnings, steers)  # property tests only (findings.property_test_observations)
+    findings = _findings(
+        session, [o for o in obs_list if collected.get(o.get("test"))], warnings, steers
+    )  # property tests only (findings.property_test_observations)
     return {
         "schema": 1,
         "environment": session.get("environment", {}),
@@ -188,13 +202,24 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
         "properties": properties,
         "coverage": coverage(c for _, c in begun),
         "compile": (comp := _compile(sum((p["compile"] for p in props.values()), Counter()), sum(p["seconds"] for p in props.values())))
-        | {"keys": len(keys_seen), "compiled_keys": (n_compiled := sum(1 for n in compiled.values() if n)),
-           "repeat_compiles": sum(max(0, n - 1) for n in compiled.values()), "repeats": _repeats(compiling),
-           "floor": _floor(comp, n_compiled, sum(1 for w in workers.values() if w["examples"]), wall),
-           "cache": session.get("environment", {}).get("compile_cache_note")},
+        | {
+            "keys": len(keys_seen),
+            "compiled_keys": (n_compiled := sum(1 for n in compiled.values() if n)),
+            "repeat_compiles": sum(max(0, n - 1) for n in compiled.values()),
+            "repeats": _repeats(compiling),
+            "floor": _floor(comp, n_compiled, sum(1 for w in workers.values() if w["examples"]), wall),
+            "cache": session.get("environment", {}).get("compile_cache_note"),
+        },
         "profile": _profile(workers, props),
         "slowest": [
-            {"property": r["property"], "test": r.get("test"), "seconds": r.get("seconds"), "outcome": r.get("outcome"), "compile_seconds": (r.get("compile") or {}).get("seconds"), "case": r["case"]}
+            {
+                "property": r["property"],
+                "test": r.get("test"),
+                "seconds": r.get("seconds"),
+                "outcome": r.get("outcome"),
+                "compile_seconds": (r.get("compile") or {}).get("seconds"),
+                "case": r["case"],
+            }
             for r in slowest
         ],
         "failures": sorted(failures.values(), key=lambda f: (f.get("property") or "", f.get("nodeid") or "")),
@@ -254,8 +279,7 @@ def _repeats(compiling: Dict[str, list]) -> dict:
             continue
         cls = REPEAT_CLASSES[0] if len(hits) == 1 else REPEAT_CLASSES[1] if workers > 1 else REPEAT_CLASSES[2]
         by_class[cls] += n - 1
-        top.append({"key": key, "compiles": n, "examples": len(hits), "workers": workers,
-                    "properties": sorted({p for _, p, _ in hits}), "class": cls})
+        top.append({"key": key, "compiles": n, "examples": len(hits), "workers": workers, "properties": sorted({p for _, p, _ in hits}), "class": cls})
     top.sort(key=lambda t: (-t["compiles"], t["key"]))
     return {"by_class": {c: by_class[c] for c in REPEAT_CLASSES}, "top": top[:REPEAT_TOP]}
 
@@ -270,15 +294,26 @@ def _profile(workers: Dict[str, dict], props: Dict[str, dict]) -> dict:
         if not w["examples"]:
             continue
         span = (w["last"] - w["first"]) if (w["first"] is not None and w["last"] is not None) else None
-        rows.append({"worker": shard, "examples": w["examples"], "span_seconds": round(span, 3) if span is not None else None,
-                     "example_seconds": round(w["example_seconds"], 3), "phases": _phases(w["phases"], w["example_seconds"]),
-                     "between_examples": round(span - w["example_seconds"], 3) if span is not None else None})
+        rows.append(
+            {
+                "worker": shard,
+                "examples": w["examples"],
+                "span_seconds": round(span, 3) if span is not None else None,
+                "example_seconds": round(w["example_seconds"], 3),
+                "phases": _phases(w["phases"], w["example_seconds"]),
+                "between_examples": round(span - w["example_seconds"], 3) if span is not None else None,
+            }
+        )
     total = Counter()
     for w in workers.values():
         total.update(w["phases"])
     example_seconds = sum(w["example_seconds"] for w in workers.values())
-    return {"workers": rows, "phases": _phases(total, example_seconds), "example_seconds": round(example_seconds, 3),
-            "span_seconds": round(sum(r["span_seconds"] or 0.0 for r in rows), 3)}
+    return {
+        "workers": rows,
+        "phases": _phases(total, example_seconds),
+        "example_seconds": round(example_seconds, 3),
+        "span_seconds": round(sum(r["span_seconds"] or 0.0 for r in rows), 3),
+    }
 
 
 def _floor(comp: dict, compiled_keys: int, workers: int, wall: Optional[float]) -> dict:
@@ -295,8 +330,15 @@ def _compile(c: Counter, example_seconds: float = 0.0) -> dict:
     """Compile counters; ``share``: compile seconds over the examples' seconds
     (the worker time the examples took, compiles included)."""
     seconds = c.get("seconds", 0.0)
-    return {"compiles": c.get("misses", 0), "hits": c.get("hits", 0), "memo_hits": c.get("memo_hits", 0), "thd_lru_misses": c.get("thd_lru_misses", 0),
-            "modules": c.get("modules", 0), "seconds": seconds, "share": seconds / example_seconds if example_seconds else None}
+    return {
+        "compiles": c.get("misses", 0),
+        "hits": c.get("hits", 0),
+        "memo_hits": c.get("memo_hits", 0),
+        "thd_lru_misses": c.get("thd_lru_misses", 0),
+        "modules": c.get("modules", 0),
+        "seconds": seconds,
+        "share": seconds / example_seconds if example_seconds else None,
+    }
 
 
 def _findings(session: dict, observations: list, warnings: list, steered: Optional[dict] = None) -> dict:

@@ -27,15 +27,18 @@ from ground.case import DTYPES, FACTS, FORWARD_ONLY_FACTS, INPUT_SOURCES, Case
 
 from . import features, pools
 from .facts import cases
-from .geometry import DenseGeometry, scale as drawn_scale
+from .geometry import DenseGeometry
+from .geometry import scale as drawn_scale
 
 # The backward's dedicated d=64 kernel (bprop_d64_f16.py) serves only plain dense MHA calls of whole
 # tiles (cudnn/sdpa/bwd/api_dsl.py:776-794: d 64/64, h_q == h_kv, S_q % 64 = S_kv % 128 = 0; no mask,
 # bias, sinks, lengths or RoPE; not deterministic). The forward pools reach it about once in 100-200
 # gptoss backward draws (a few examples per run), so one draw in D64_ODDS takes one of these: backward compile keys of
 # their own, the forward pools untouched. Shrinking leaves them (the branch draw shrinks to 0).
-D64_GEOMETRIES = (DenseGeometry(d_qk=64, d_v=64, batch=1, h_q=2, h_kv=2, s_q=128, s_kv=128),
-                  DenseGeometry(d_qk=64, d_v=64, batch=2, h_q=1, h_kv=1, s_q=192, s_kv=256))  # fmt: skip
+D64_GEOMETRIES = (
+    DenseGeometry(d_qk=64, d_v=64, batch=1, h_q=2, h_kv=2, s_q=128, s_kv=128),
+    DenseGeometry(d_qk=64, d_v=64, batch=2, h_q=1, h_kv=1, s_q=192, s_kv=256),
+)
 D64_ODDS = 6
 D64_FLAVOR = "gptoss"
 
@@ -85,8 +88,9 @@ def contended(c: Case, stretch: bool) -> Case:
     return c.replace(q_lens=grow(c.q_lens), kv_lens=grow(c.kv_lens))
 
 
-def backward_cases(*, layouts: Sequence[str] = ("dense", "thd"), deterministic: Optional[bool] = None, inputs_from: Optional[str] = None,
-                   **options) -> st.SearchStrategy[Case]:  # fmt: skip
+def backward_cases(
+    *, layouts: Sequence[str] = ("dense", "thd"), deterministic: Optional[bool] = None, inputs_from: Optional[str] = None, **options
+) -> st.SearchStrategy[Case]:
     """Valid backward Cases over ``layouts``; ``deterministic``/``inputs_from``
     fixed or drawn; ``options`` as ``strategies.cases`` (flavors=, dtypes=, ...)."""
     det = st.booleans() if deterministic is None else st.just(deterministic)

@@ -83,11 +83,28 @@ def dense_cases(
         order = draw(st.sampled_from(memory))
         seq_q_lens = _padding(draw, padding, batch, s_q)
         seq_kv_lens = _padding(draw, padding, batch, s_kv)
-        return features.kernel_features(draw, Case(
-            layout="dense", dtype=dtype, batch=batch, h_q=h_q, h_kv=h_kv, d_qk=d_qk, d_v=d_v, s_q=s_q, s_kv=s_kv,
-            seq_q_lens=seq_q_lens, seq_kv_lens=seq_kv_lens, bias=bias_dtype, bias_batch=1, memory=order,
-            seed=features.seed(draw), **m, **optional,
-        ))  # fmt: skip
+        return features.kernel_features(
+            draw,
+            Case(
+                layout="dense",
+                dtype=dtype,
+                batch=batch,
+                h_q=h_q,
+                h_kv=h_kv,
+                d_qk=d_qk,
+                d_v=d_v,
+                s_q=s_q,
+                s_kv=s_kv,
+                seq_q_lens=seq_q_lens,
+                seq_kv_lens=seq_kv_lens,
+                bias=bias_dtype,
+                bias_batch=1,
+                memory=order,
+                seed=features.seed(draw),
+                **m,
+                **optional,
+            ),
+        )
 
     return draw_case()
 

@@ -14,8 +14,8 @@ from typing import Optional, Sequence, Tuple
 
 from hypothesis import strategies as st
 
-from ground.tables import flavor_of
 from ground.case import DTYPES, LSE_LAYOUTS, PREFIX_DTYPES, SCHEDULERS, SINK_DTYPES, SINK_LAYOUTS, Case
+from ground.tables import flavor_of
 
 from . import pools
 
@@ -101,7 +101,12 @@ def kernel_features(draw, case: Case) -> Case:
     free draws use it; the pools place the same values
     (strategies.geometry.features_of)."""
     no_lse, layout_on, layout = draw(st.booleans()), draw(st.booleans()), draw(st.sampled_from(LSE_LAYOUTS))
-    sink_on, sink_log2, sink_layout, sink_dtype = draw(st.booleans()), draw(st.booleans()), draw(st.sampled_from(SINK_LAYOUTS)), draw(st.sampled_from(SINK_DTYPES))
+    sink_on, sink_log2, sink_layout, sink_dtype = (
+        draw(st.booleans()),
+        draw(st.booleans()),
+        draw(st.sampled_from(SINK_LAYOUTS)),
+        draw(st.sampled_from(SINK_DTYPES)),
+    )
     prefix_on, prefix = draw(st.booleans()), draw(st.sampled_from(PREFIX_DTYPES))
     sched_on, sched, l2_on = draw(st.booleans()), draw(st.sampled_from(SCHEDULERS)), draw(st.booleans())
     rope = draw(st.booleans())
@@ -159,9 +164,7 @@ def _thd_length(zeros: bool) -> st.SearchStrategy[int]:
     return st.one_of(*kinds)
 
 
-def length_lists(
-    draw, max_seqs: int, max_tokens: int, zeros: bool = True, min_seqs: int = 1
-) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
+def length_lists(draw, max_seqs: int, max_tokens: int, zeros: bool = True, min_seqs: int = 1) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
     """(q_lens, kv_lens) of min_seqs..max_seqs sequences; each list sums to <= max_tokens.
     One list of (q, kv) pairs, not a drawn count, so shrinking deletes whole
     sequences; a sequence's KV length equals its Q length unless drawn apart."""

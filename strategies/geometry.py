@@ -61,7 +61,7 @@ free geometry instead (never the suite's own tests: tests/test_geometry.py).
 A new compile-key fact of the Case (a new TemplateParams field the strategies
 draw) must become a column of the rows here, or pool mode loses its bound.
 The schema-3 feature facts (no Stats output, Stats layouts, schedulers and the
-L2 budget, RoPE, sink units/dtype/stride, cu_seqlens dtype: issue 13) are all
+L2 budget, RoPE, sink units/dtype/stride, cu_seqlens dtype) are all
 compile keys but add no row: ``features_of`` places them on existing rows
 (the ``extra`` column), so the pools keep their key count.
 """
@@ -130,13 +130,28 @@ class DenseGeometry:
         """The Case of this geometry with runtime facts at their simplest
         (full padding lengths, the sign's simplest scale, seed 0) unless given."""
         facts = dict(
-            layout="dense", dtype=dtype, batch=self.batch, h_q=self.h_q, h_kv=self.h_kv, d_qk=self.d_qk, d_v=self.d_v,
-            s_q=self.s_q, s_kv=self.s_kv, causal=self.causal, bottom_right=self.bottom_right, window_left=self.window_left,
-            window_right=self.window_right, bias=None if self.bias is None else (dtype if self.bias == "input" else "float32"),
-            sinks=self.sinks, lse_log2=self.lse_log2, scale=SIMPLEST_SCALE[self.sign], memory=self.memory,
+            layout="dense",
+            dtype=dtype,
+            batch=self.batch,
+            h_q=self.h_q,
+            h_kv=self.h_kv,
+            d_qk=self.d_qk,
+            d_v=self.d_v,
+            s_q=self.s_q,
+            s_kv=self.s_kv,
+            causal=self.causal,
+            bottom_right=self.bottom_right,
+            window_left=self.window_left,
+            window_right=self.window_right,
+            bias=None if self.bias is None else (dtype if self.bias == "input" else "float32"),
+            sinks=self.sinks,
+            lse_log2=self.lse_log2,
+            scale=SIMPLEST_SCALE[self.sign],
+            memory=self.memory,
             seq_q_lens=(self.s_q,) * self.batch if self.pad_q else None,
-            seq_kv_lens=(self.s_kv,) * self.batch if self.pad_kv else None, **dict(self.extra),
-        )  # fmt: skip
+            seq_kv_lens=(self.s_kv,) * self.batch if self.pad_kv else None,
+            **dict(self.extra),
+        )
         facts.update(runtime)
         return Case(**facts)
 
@@ -159,10 +174,22 @@ class ThdGeometry:
     def case(self, flavor: str, dtype: str, **runtime) -> Case:
         d_qk, d_v = pools.FLAVOR_ENVELOPES[flavor]
         facts = dict(
-            layout="thd", dtype=dtype, h_q=self.h_q, h_kv=self.h_kv, d_qk=d_qk, d_v=d_v, q_lens=(1,) * self.n_seq,
-            kv_lens=(1,) * self.n_seq, causal=self.causal, bottom_right=self.bottom_right, window_left=self.window_left,
-            sinks=self.sinks, lse_log2=self.lse_log2, scale=SIMPLEST_SCALE[self.sign], **dict(self.extra),
-        )  # fmt: skip
+            layout="thd",
+            dtype=dtype,
+            h_q=self.h_q,
+            h_kv=self.h_kv,
+            d_qk=d_qk,
+            d_v=d_v,
+            q_lens=(1,) * self.n_seq,
+            kv_lens=(1,) * self.n_seq,
+            causal=self.causal,
+            bottom_right=self.bottom_right,
+            window_left=self.window_left,
+            sinks=self.sinks,
+            lse_log2=self.lse_log2,
+            scale=SIMPLEST_SCALE[self.sign],
+            **dict(self.extra),
+        )
         facts.update(runtime)
         return Case(**facts)
 
@@ -263,9 +290,11 @@ def _stratum(flavor: str, dtype: str) -> int:
 def _mask(name: str, i: int) -> dict:
     causal, br, window, band = MASKS[name]
     return dict(
-        causal=causal, bottom_right=br, window_left=pools.WINDOWS[i % len(pools.WINDOWS)] if window else -1,
+        causal=causal,
+        bottom_right=br,
+        window_left=pools.WINDOWS[i % len(pools.WINDOWS)] if window else -1,
         window_right=pools.RIGHT_BANDS[i % len(pools.RIGHT_BANDS)] if band else -1,
-    )  # fmt: skip
+    )
 
 
 def _lse_log2(s: int, r: int) -> bool:
@@ -369,8 +398,7 @@ def dense_pool(flavor: str, dtype: str) -> Tuple[DenseGeometry, ...]:
     """The stratum's dense geometries, simplest first (see the module doc)."""
     s = _stratum(flavor, dtype)
     out = []
-    shapes = [l2_split_lengths(flavor, s) if r in L2_SPLIT_ROWS else LENGTHS[row[2]][(s + r) % len(LENGTHS[row[2]])]
-              for r, row in enumerate(DENSE_ROWS)]  # fmt: skip
+    shapes = [l2_split_lengths(flavor, s) if r in L2_SPLIT_ROWS else LENGTHS[row[2]][(s + r) % len(LENGTHS[row[2]])] for r, row in enumerate(DENSE_ROWS)]
     rope_ok = [pad is None and dims == "on" for *_, pad, dims in DENSE_ROWS]
     # RoPE's K positions matter past the first KV tile only, and only with a scale (sign 0 rows run
     # scale 0: q.k, rotated or not, never reaches a logit): the first and the last such rows always
@@ -382,10 +410,26 @@ def dense_pool(flavor: str, dtype: str) -> Tuple[DenseGeometry, ...]:
         s_q, s_kv = shapes[r]
         d_qk, d_v = _dims(flavor, dims, s + r)
         extra = features_of("dense", s, r, rope_ok=rope_ok[r], rope_long=r in long_rope)
-        out.append(DenseGeometry(
-            d_qk=d_qk, d_v=d_v, batch=batch, h_q=h_q, h_kv=h_kv, s_q=s_q, s_kv=s_kv, bias=bias, sinks=sinks, sign=sign,
-            memory=memory, pad_q=pad in ("q", "both"), pad_kv=pad in ("kv", "both"), lse_log2=_lse_log2(s, r), extra=extra, **_mask(mask, s + r),
-        ))  # fmt: skip
+        out.append(
+            DenseGeometry(
+                d_qk=d_qk,
+                d_v=d_v,
+                batch=batch,
+                h_q=h_q,
+                h_kv=h_kv,
+                s_q=s_q,
+                s_kv=s_kv,
+                bias=bias,
+                sinks=sinks,
+                sign=sign,
+                memory=memory,
+                pad_q=pad in ("q", "both"),
+                pad_kv=pad in ("kv", "both"),
+                lse_log2=_lse_log2(s, r),
+                extra=extra,
+                **_mask(mask, s + r),
+            )
+        )
     return tuple(out)
 
 
@@ -489,8 +533,9 @@ def pooled_dense(opts: features.Common, free: Callable[[str, str], st.SearchStra
     return draw_case()
 
 
-def pooled_thd(opts: features.Common, free: Callable[[str, str], st.SearchStrategy[Case]], *, max_tokens: int, max_seqs: int, zeros: bool,
-               offsets: Optional[bool]) -> st.SearchStrategy[Case]:  # fmt: skip
+def pooled_thd(
+    opts: features.Common, free: Callable[[str, str], st.SearchStrategy[Case]], *, max_tokens: int, max_seqs: int, zeros: bool, offsets: Optional[bool]
+) -> st.SearchStrategy[Case]:
     """THD Cases whose compile-key facts come from the strata's pools; head
     dims, lengths, offsets, the right band and the scale's magnitude free.
     ``free(flavor, dtype)`` serves a stratum whose pool the options empty
@@ -516,9 +561,20 @@ def pooled_thd(opts: features.Common, free: Callable[[str, str], st.SearchStrate
         q_base, kv_base = features.thd_offset(draw, offsets), features.thd_offset(draw, offsets)
         q_slack, kv_slack = features.thd_offset(draw, offsets), features.thd_offset(draw, offsets)
         return g.case(
-            flavor, dtype, d_qk=d_qk, d_v=d_v, q_lens=q_lens, kv_lens=kv_lens, window_right=window_right, scale=sc,
-            q_base=q_base, kv_base=kv_base, q_slack=q_slack, kv_slack=kv_slack, seed=features.seed(draw),
-        )  # fmt: skip
+            flavor,
+            dtype,
+            d_qk=d_qk,
+            d_v=d_v,
+            q_lens=q_lens,
+            kv_lens=kv_lens,
+            window_right=window_right,
+            scale=sc,
+            q_base=q_base,
+            kv_base=kv_base,
+            q_slack=q_slack,
+            kv_slack=kv_slack,
+            seed=features.seed(draw),
+        )
 
     return draw_case()
 
@@ -552,8 +608,17 @@ def _candidates(c: Case) -> Iterator[Case]:
         yield c.replace(bias=None, bias_batch=1)
     if c.lse_log2:
         yield c.replace(lse_log2=False)
-    for name, default in (("rope", False), ("has_lse", True), ("lse_layout", "compact"), ("sched", "natural"), ("sched_l2_mib", 0),
-                          ("sink_log2", False), ("sink_layout", "compact"), ("sink_dtype", "float32"), ("prefix_dtype", "int32")):
+    for name, default in (
+        ("rope", False),
+        ("has_lse", True),
+        ("lse_layout", "compact"),
+        ("sched", "natural"),
+        ("sched_l2_mib", 0),
+        ("sink_log2", False),
+        ("sink_layout", "compact"),
+        ("sink_dtype", "float32"),
+        ("prefix_dtype", "int32"),
+    ):
         if getattr(c, name) != default:
             yield c.replace(**{name: default}, **({"sched_l2_mib": 0} if name == "sched" else {}))
     if c.sinks:

@@ -26,7 +26,7 @@ from ground.case import Case
 from ground.data import WRAP
 from ground.tables import FLAVOR_ENVELOPES
 
-# Production-scale targets (issue 13): dense S up to 32k, THD >= 64 sequences
+# Production-scale targets: dense S up to 32k, THD >= 64 sequences
 # and >= 64k live tokens, H_q 64 with GQA 8:1.
 LONG = 32768
 THD_TOKENS = 65536
@@ -99,15 +99,19 @@ def _thd_runtime(draw, row: dict) -> dict:
     kv_lens = tuple(q if q == 0 else min(longest, q + draw(st.integers(0, 64))) for q in q_lens)
     base = row.get("kv_base_min", 0)
     return {
-        "q_lens": q_lens, "kv_lens": kv_lens, "seed": _seed(draw), "scale": _scale(draw, row),
-        "q_base": draw(st.integers(0, 64)), "q_slack": draw(st.integers(0, 64)),
-        "kv_base": base + draw(st.integers(0, row.get("kv_base_span", 64))), "kv_slack": draw(st.integers(0, 64)),
-    }  # fmt: skip
+        "q_lens": q_lens,
+        "kv_lens": kv_lens,
+        "seed": _seed(draw),
+        "scale": _scale(draw, row),
+        "q_base": draw(st.integers(0, 64)),
+        "q_slack": draw(st.integers(0, 64)),
+        "kv_base": base + draw(st.integers(0, row.get("kv_base_span", 64))),
+        "kv_slack": draw(st.integers(0, 64)),
+    }
 
 
 def _thd_row(flavor: str, dtype: str, h_q: int, h_kv: int, n_seq: int, tokens: int, longest: int, **more) -> dict:
-    return {"layout": "thd", "flavor": flavor, "dtype": dtype, "h_q": h_q, "h_kv": h_kv, "n_seq": n_seq, "tokens": tokens,
-            "longest": longest, **more}  # fmt: skip
+    return {"layout": "thd", "flavor": flavor, "dtype": dtype, "h_q": h_q, "h_kv": h_kv, "n_seq": n_seq, "tokens": tokens, "longest": longest, **more}
 
 
 def _dense_row(flavor: str, dtype: str, **facts) -> dict:
@@ -125,15 +129,18 @@ SHAPES: Dict[str, Shape] = {
     # ---------------------------------------------------------- large tier
     "long": Shape(
         "dense S = 32k x 32k: 512 KV tiles per row, 256 Q tiles",
-        (_dense_row("gptoss", "float16", batch=1, h_q=1, h_kv=1, s_q=LONG, s_kv=LONG, causal=True),
-         _dense_row("gptoss", "bfloat16", batch=1, h_q=1, h_kv=1, s_q=LONG, s_kv=LONG, causal=True, bottom_right=True, window_left=4096,
-                    seq_kv_lens=True)),
+        (
+            _dense_row("gptoss", "float16", batch=1, h_q=1, h_kv=1, s_q=LONG, s_kv=LONG, causal=True),
+            _dense_row("gptoss", "bfloat16", batch=1, h_q=1, h_kv=1, s_q=LONG, s_kv=LONG, causal=True, bottom_right=True, window_left=4096, seq_kv_lens=True),
+        ),
         _dense_runtime,
     ),
     "decode": Shape(
         "S_q = 1 rows against 32k (padded) KV, H_q 64 with GQA 8:1",
-        (_dense_row("llama", "bfloat16", batch=4, h_q=64, h_kv=8, s_q=1, s_kv=LONG, seq_kv_lens=True),
-         _dense_row("qwen", "float16", batch=2, h_q=16, h_kv=2, s_q=1, s_kv=LONG // 2, causal=True, bottom_right=True, seq_kv_lens=True)),
+        (
+            _dense_row("llama", "bfloat16", batch=4, h_q=64, h_kv=8, s_q=1, s_kv=LONG, seq_kv_lens=True),
+            _dense_row("qwen", "float16", batch=2, h_q=16, h_kv=2, s_q=1, s_kv=LONG // 2, causal=True, bottom_right=True, seq_kv_lens=True),
+        ),
         _dense_runtime,
     ),
     "gqa64": Shape(
@@ -148,14 +155,15 @@ SHAPES: Dict[str, Shape] = {
     ),
     "thd_seqs": Shape(
         ">= 64 packed sequences, >= 64k live tokens, GQA 8:1",
-        (_thd_row("gptoss", "float16", 8, 1, 64, THD_TOKENS, 2048, causal=True),
-         _thd_row("llama", "bfloat16", 8, 1, 128, THD_TOKENS, 1024)),
+        (_thd_row("gptoss", "float16", 8, 1, 64, THD_TOKENS, 2048, causal=True), _thd_row("llama", "bfloat16", 8, 1, 128, THD_TOKENS, 1024)),
         _thd_runtime,
     ),
     "offsets": Shape(
         "THD K/V element offsets past 2^32 (decoys 2^32 lower) and in [2^31, 2^32)",
-        (_thd_row("gptoss", "float16", 1, 1, 4, 4096, 2048, kv_base_min=KV_PAST_2_32, kv_base_span=1 << 16),
-         _thd_row("llama", "bfloat16", 1, 1, 4, 4096, 2048, causal=True, kv_base_min=KV_PAST_2_31, kv_base_span=1 << 16)),
+        (
+            _thd_row("gptoss", "float16", 1, 1, 4, 4096, 2048, kv_base_min=KV_PAST_2_32, kv_base_span=1 << 16),
+            _thd_row("llama", "bfloat16", 1, 1, 4, 4096, 2048, causal=True, kv_base_min=KV_PAST_2_31, kv_base_span=1 << 16),
+        ),
         _thd_runtime,
     ),
     # -------------------------------------------------- the ci slice of it
@@ -171,17 +179,26 @@ SHAPES: Dict[str, Shape] = {
     ),
     # ---------------------------------------------------- upstream parity
     "gqa_8_4": Shape("GQA group 8:4", (_dense_row("gptoss", "float16", batch=2, h_q=8, h_kv=4, s_q=257, s_kv=1000, causal=True),), _dense_runtime),
-    "gqa_8_2": Shape("GQA group 8:2", (_dense_row("llama", "bfloat16", batch=2, h_q=8, h_kv=2, s_q=257, s_kv=1000, causal=True, bottom_right=True),),
-                     _dense_runtime),  # fmt: skip
+    "gqa_8_2": Shape(
+        "GQA group 8:2", (_dense_row("llama", "bfloat16", batch=2, h_q=8, h_kv=2, s_q=257, s_kv=1000, causal=True, bottom_right=True),), _dense_runtime
+    ),
     "gqa_8_1": Shape("GQA group 8:1", (_dense_row("qwen", "float16", batch=2, h_q=8, h_kv=1, s_q=257, s_kv=1000),), _dense_runtime),
-    "lse_pad_d64_aligned": Shape("padded Q rows, S_q tile-aligned, d 64", (_dense_row("gptoss", "float16", batch=3, h_q=2, h_kv=1, s_q=256, s_kv=300, seq_q_lens=True),),
-                                 _dense_runtime),  # fmt: skip
-    "lse_pad_d64_unaligned": Shape("padded Q rows, S_q unaligned, d 64", (_dense_row("gptoss", "bfloat16", batch=3, h_q=2, h_kv=1, s_q=200, s_kv=300, seq_q_lens=True, sinks=True),),
-                                   _dense_runtime),  # fmt: skip
-    "lse_pad_d256_aligned": Shape("padded Q rows, S_q tile-aligned, d 256", (_dense_row("qwen", "bfloat16", batch=3, h_q=2, h_kv=1, s_q=256, s_kv=300, seq_q_lens=True),),
-                                  _dense_runtime),  # fmt: skip
-    "lse_pad_d256_unaligned": Shape("padded Q rows, S_q unaligned, d 256", (_dense_row("qwen", "float16", batch=3, h_q=2, h_kv=1, s_q=200, s_kv=300, seq_q_lens=True, causal=True),),
-                                    _dense_runtime),  # fmt: skip
+    "lse_pad_d64_aligned": Shape(
+        "padded Q rows, S_q tile-aligned, d 64", (_dense_row("gptoss", "float16", batch=3, h_q=2, h_kv=1, s_q=256, s_kv=300, seq_q_lens=True),), _dense_runtime
+    ),
+    "lse_pad_d64_unaligned": Shape(
+        "padded Q rows, S_q unaligned, d 64",
+        (_dense_row("gptoss", "bfloat16", batch=3, h_q=2, h_kv=1, s_q=200, s_kv=300, seq_q_lens=True, sinks=True),),
+        _dense_runtime,
+    ),
+    "lse_pad_d256_aligned": Shape(
+        "padded Q rows, S_q tile-aligned, d 256", (_dense_row("qwen", "bfloat16", batch=3, h_q=2, h_kv=1, s_q=256, s_kv=300, seq_q_lens=True),), _dense_runtime
+    ),
+    "lse_pad_d256_unaligned": Shape(
+        "padded Q rows, S_q unaligned, d 256",
+        (_dense_row("qwen", "float16", batch=3, h_q=2, h_kv=1, s_q=200, s_kv=300, seq_q_lens=True, causal=True),),
+        _dense_runtime,
+    ),
 }
 
 # Which shapes each test of properties/matrix.py draws.

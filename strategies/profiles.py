@@ -66,8 +66,11 @@ KIND_SCALE = {
 # 16 workers (README "Large tier"); the parity tests 10 under ci, 50 nightly.
 # metamorphic: 104 tests (13 relations x 8 strata) of two launches per example: ci 3 examples each (312
 # examples, 624 launches, on the pools' compile keys), dev 1, nightly 50 (5,200 over free geometry).
-PROFILE_KIND_SCALE = {"ci": {"numerics": 3.5, "tails": 1.75, "large": 0.05, "metamorphic": 0.075}, "dev": {"metamorphic": 0.1},
-                      "nightly": {"large": 0.003, "parity": 0.05, "metamorphic": 0.05}}  # fmt: skip
+PROFILE_KIND_SCALE = {
+    "ci": {"numerics": 3.5, "tails": 1.75, "large": 0.05, "metamorphic": 0.075},
+    "dev": {"metamorphic": 0.1},
+    "nightly": {"large": 0.003, "parity": 0.05, "metamorphic": 0.05},
+}
 
 # Every profile: no deadline (a kernel compile takes seconds) and no too-slow
 # health check; ``ci`` adds derandomization, ``ci``/``nightly`` print the blob.
@@ -79,9 +82,7 @@ PROFILE_SETTINGS = {
     "nightly": {"derandomize": False, "print_blob": True},
 }
 for _name, _extra in PROFILE_SETTINGS.items():
-    settings.register_profile(
-        _name, max_examples=MAX_EXAMPLES[_name], deadline=None, suppress_health_check=[HealthCheck.too_slow], **_extra
-    )
+    settings.register_profile(_name, max_examples=MAX_EXAMPLES[_name], deadline=None, suppress_health_check=[HealthCheck.too_slow], **_extra)
 
 
 def profile_name(cli_profile: Optional[str] = None) -> str:

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from ground.case import Case
 
-from . import features, geometry as geo, pools
+from . import features, pools
+from . import geometry as geo
 from .features import Common, length_lists, thd_offset
 
 THD_OPTIONS = ("max_tokens", "max_seqs", "zeros", "offsets")
@@ -61,10 +62,25 @@ def thd_cases(
         optional = features.options(draw, opts)
         q_base, kv_base = thd_offset(draw, offsets), thd_offset(draw, offsets)
         q_slack, kv_slack = thd_offset(draw, offsets), thd_offset(draw, offsets)
-        return features.kernel_features(draw, Case(
-            layout="thd", dtype=dtype, h_q=h_q, h_kv=h_kv, d_qk=d_qk, d_v=d_v, q_lens=q_lens, kv_lens=kv_lens,
-            q_base=q_base, kv_base=kv_base, q_slack=q_slack, kv_slack=kv_slack,
-            seed=features.seed(draw), **m, **optional,
-        ))  # fmt: skip
+        return features.kernel_features(
+            draw,
+            Case(
+                layout="thd",
+                dtype=dtype,
+                h_q=h_q,
+                h_kv=h_kv,
+                d_qk=d_qk,
+                d_v=d_v,
+                q_lens=q_lens,
+                kv_lens=kv_lens,
+                q_base=q_base,
+                kv_base=kv_base,
+                q_slack=q_slack,
+                kv_slack=kv_slack,
+                seed=features.seed(draw),
+                **m,
+                **optional,
+            ),
+        )
 
     return draw_case()

@@ -12,7 +12,8 @@ from typing import Iterable, Optional, Union
 from hypothesis import strategies as st
 
 from ground.case import Case
-from ground.contracts import RULES, Rule, rule as rule_named
+from ground.contracts import RULES, Rule
+from ground.contracts import rule as rule_named
 
 from .facts import cases
 

@@ -29,8 +29,8 @@ from typing import Callable, Optional, Tuple
 
 import torch
 
-from ground.tolerances import LANE_TERMS, MMA_K, RESCALE_LOG2, TILE_N
 from ground.data import TORCH_DTYPES
+from ground.tolerances import LANE_TERMS, MMA_K, RESCALE_LOG2, TILE_N
 from reference import masks
 
 F32, F64 = torch.float32, torch.float64
@@ -133,9 +133,27 @@ def mma_step(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor, tc_bits: int) 
     return rz32(torch.where(big[..., 0] > 0, s, torch.zeros_like(s)))
 
 
-def emulate_attention(q, k, v, *, scale, causal=False, bottom_right=False, window_left=-1, window_right=-1, bias=None, sinks=None,
-                      q_lens=None, kv_lens=None, io_dtype=torch.float16, arith: Arith = Arith(), plant: Plant = Plant(),
-                      mask_padded: bool = True, lead: int = 0, sink_natural: bool = True):
+def emulate_attention(
+    q,
+    k,
+    v,
+    *,
+    scale,
+    causal=False,
+    bottom_right=False,
+    window_left=-1,
+    window_right=-1,
+    bias=None,
+    sinks=None,
+    q_lens=None,
+    kv_lens=None,
+    io_dtype=torch.float16,
+    arith: Arith = Arith(),
+    plant: Plant = Plant(),
+    mask_padded: bool = True,
+    lead: int = 0,
+    sink_natural: bool = True,
+):
     """Dense logical (B,H,S,D) inputs (as ``reference.attention``) -> O in the
     I/O dtype (B,Hq,SQ,Dv), LSE fp32 (B,Hq,SQ). ``mask_padded``: whether
     the kernel compiles the per-element padding mask (only ``Plant.drop``
@@ -161,8 +179,9 @@ def emulate_attention(q, k, v, *, scale, causal=False, bottom_right=False, windo
         c = c.to(io_dtype).to(F64)
     inv = f32(torch.tensor(1.0 / ks, dtype=F64))
 
-    vis = masks.visibility(s_q, s_kv, n_q, n_kv, causal=causal, bottom_right=bottom_right, window_left=window_left,
-                           window_right=window_right).expand(b, h_q, s_q, s_kv)
+    vis = masks.visibility(s_q, s_kv, n_q, n_kv, causal=causal, bottom_right=bottom_right, window_left=window_left, window_right=window_right).expand(
+        b, h_q, s_q, s_kv
+    )
     if plant.drop is not None:
         vis = vis & ~plant.drop(vis, n_kv, mask_padded)
     if lead:  # ``lead`` invisible zero keys in front: the tiles start ``lead`` keys earlier
@@ -259,8 +278,18 @@ def emulate_case(case, tensors, arith: Arith = Arith(), plant: Plant = Plant()) 
     sinks = tensors.sinks
     if sinks is not None and plant.sink_stride_ignored:
         sinks = sinks.as_strided(sinks.shape, (1,), sinks.storage_offset())
-    common = dict(scale=case.softmax_scale, causal=case.causal, bottom_right=case.bottom_right, window_left=case.window_left,
-                  window_right=case.window_right, sinks=sinks, io_dtype=io, arith=arith, plant=plant, sink_natural=not case.sink_log2)
+    common = dict(
+        scale=case.softmax_scale,
+        causal=case.causal,
+        bottom_right=case.bottom_right,
+        window_left=case.window_left,
+        window_right=case.window_right,
+        sinks=sinks,
+        io_dtype=io,
+        arith=arith,
+        plant=plant,
+        sink_natural=not case.sink_log2,
+    )
     if not case.is_thd:  # is_even_mn (SQ % 128, SKV % 64) and seq_kv_lens decide the padding mask
         padded = bool(case.s_q % 128 or case.s_kv % TILE_N or case.seq_kv_lens is not None)
         kv_lens = tensors.seq_kv_lens
@@ -271,7 +300,10 @@ def emulate_case(case, tensors, arith: Arith = Arith(), plant: Plant = Plant()) 
             from reference.attention import rope_width
 
             w = rope_width(case)
-            q, k = _rope(q, tensors.rope, plant, w, arith), (torch.nn.functional.pad(k, (0, w - k.shape[-1])) if plant.rope_q_only else _rope(k, tensors.rope, plant, w, arith))
+            q, k = (
+                _rope(q, tensors.rope, plant, w, arith),
+                (torch.nn.functional.pad(k, (0, w - k.shape[-1])) if plant.rope_q_only else _rope(k, tensors.rope, plant, w, arith)),
+            )
         if plant.neighbour_head_v_min_keys and case.s_kv >= plant.neighbour_head_v_min_keys:  # KV head j >= 1: first V from head j - 1
             v = v.clone()
             v[:, 1:, 0] = tensors.v[:, :-1, -1]
@@ -280,8 +312,7 @@ def emulate_case(case, tensors, arith: Arith = Arith(), plant: Plant = Plant()) 
             for b, n in enumerate(case.kv_lengths()):
                 if b and n >= plant.neighbour_v_min_keys:
                     v[b, :, 0] = tensors.v[b - 1, :, -1]
-        return _noisy(emulate_attention(q, k, v, bias=tensors.bias, q_lens=tensors.seq_q_lens,
-                                        kv_lens=kv_lens, mask_padded=padded, **common), plant)
+        return _noisy(emulate_attention(q, k, v, bias=tensors.bias, q_lens=tensors.seq_q_lens, kv_lens=kv_lens, mask_padded=padded, **common), plant)
     t_q, h_q, _ = tensors.q.shape
     o = torch.zeros((t_q, h_q, tensors.v.shape[-1]), dtype=io)
     lse = torch.zeros((h_q, t_q), dtype=F32)
@@ -399,7 +430,7 @@ class EmulatedAdapter:
             # No Stats output: O alone comes back; the caller's LSE buffer is untouched
             # (unless the planted bug stores anyway).
             if self.plant.lse_store_without_stats:
-                outputs[1][...] = (lse if not case.is_thd else lse.to(outputs[1].device))
+                outputs[1][...] = lse if not case.is_thd else lse.to(outputs[1].device)
             if case.is_thd:
                 live = inputs.q_live.to(outputs[0].device)
                 outputs[0][live] = o[live.cpu()].to(outputs[0].device)
@@ -456,10 +487,25 @@ def emulate_backward(case, inputs, o, lse, do, plant: BwdPlant = BwdPlant(), lau
 
     io = TORCH_DTYPES[case.dtype]
     f32 = torch.float32
-    mask = dict(causal=case.causal and not plant.mask_off, bottom_right=case.bottom_right,
-                window_left=-1 if plant.mask_off else case.window_left, window_right=case.window_right)  # fmt: skip
-    _, _, it = attention(inputs.q, inputs.k, inputs.v, scale=case.softmax_scale, bias=inputs.bias, sinks=inputs.sinks, q_lens=inputs.seq_q_lens,
-                         kv_lens=inputs.seq_kv_lens, compute_dtype=torch.float64, internals=True, **mask)  # fmt: skip
+    mask = dict(
+        causal=case.causal and not plant.mask_off,
+        bottom_right=case.bottom_right,
+        window_left=-1 if plant.mask_off else case.window_left,
+        window_right=case.window_right,
+    )
+    _, _, it = attention(
+        inputs.q,
+        inputs.k,
+        inputs.v,
+        scale=case.softmax_scale,
+        bias=inputs.bias,
+        sinks=inputs.sinks,
+        q_lens=inputs.seq_q_lens,
+        kv_lens=inputs.seq_kv_lens,
+        compute_dtype=torch.float64,
+        internals=True,
+        **mask,
+    )
     g = it.group
     lse32 = lse.to(f32)
     live = it.q_live[:, None, :, None] & torch.isfinite(lse32)[..., None]
@@ -481,7 +527,7 @@ def emulate_backward(case, inputs, o, lse, do, plant: BwdPlant = BwdPlant(), lau
     dk_h = ds.transpose(-1, -2) @ q
     if plant.dq_relay_drop and ds.shape[-1] > 64:
         ds = ds.clone()
-        ds[..., 64 * ((ds.shape[-1] - 1) // 64):] = 0
+        ds[..., 64 * ((ds.shape[-1] - 1) // 64) :] = 0
     dq = (ds @ k).to(io)
     if plant.noisy and launch == 1:
         dq = dq.clone()

@@ -78,8 +78,17 @@ def naive_for_case(case, tensors):
     over the packed rows directly (rows outside every sequence: NaN)."""
     mask = dict(causal=case.causal, bottom_right=case.bottom_right, window_left=case.window_left, window_right=case.window_right)
     if not case.is_thd:
-        return naive_attention(tensors.q, tensors.k, tensors.v, scale=case.softmax_scale, bias=tensors.bias, sinks=tensors.sinks,
-                               q_lens=case.seq_q_lens, kv_lens=case.seq_kv_lens, **mask)
+        return naive_attention(
+            tensors.q,
+            tensors.k,
+            tensors.v,
+            scale=case.softmax_scale,
+            bias=tensors.bias,
+            sinks=tensors.sinks,
+            q_lens=case.seq_q_lens,
+            kv_lens=case.seq_kv_lens,
+            **mask,
+        )
     g = case.h_q // case.h_kv
     Q, K, V = (x.double().tolist() for x in (tensors.q, tensors.k, tensors.v))
     SINK = tensors.sinks.double().tolist() if tensors.sinks is not None else None

@@ -13,7 +13,8 @@ from unittest import mock
 
 import pytest
 import torch
-from hypothesis import given, settings, HealthCheck, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ground.case import Case
 from ground.coverage import BACKWARD_REQUIRED, labels
@@ -153,9 +154,9 @@ def test_the_backward_compile_key_mutant_is_killed_by_the_cpu_tier(tmp_path, mon
     """compile_reuse (launch=False) on the backward: the pristine packed chain
     reuses its artifact across token totals; the mutant whose key carries the
     Q token capacity recompiles and fails."""
-    from properties import check_compile_reuse
     from kernels.mutants import by_name
     from kernels.prepared import PreparedAdapter
+    from properties import check_compile_reuse
 
     monkeypatch.setenv("CUDNN_FRONTEND_COMPILED_CACHE", str(tmp_path / "compiled"))
     mutant = by_name("bwd_thd_key_token_totals")
@@ -239,18 +240,27 @@ def test_backward_sources_patch_only_while_active_and_restore():
     from kernels.mutants import by_name
     from kernels.source import backward_sources
 
-    before = (api_dsl._load_sm80_bwd_module, prepared_host.compile_host, prepared_host.workspace_regions, prepared_sm80.build_spec,
-              api_dsl._SM80_BWD_KERNEL_MOD.get("d64"))  # fmt: skip
+    before = (
+        api_dsl._load_sm80_bwd_module,
+        prepared_host.compile_host,
+        prepared_host.workspace_regions,
+        prepared_sm80.build_spec,
+        api_dsl._SM80_BWD_KERNEL_MOD.get("d64"),
+    )
     with backward_sources(()):
         assert prepared_host.compile_host is before[1]  # no rewrites: nothing changes
-    rewrites = sum((by_name(n).rewrites for n in ("bwd_gqa_fold_first_head", "bwd_causal_mask_dropped", "bwd_thd_key_token_totals",
-                                                   "bwd_d64_ds_unscaled")), ())  # fmt: skip
+    rewrites = sum((by_name(n).rewrites for n in ("bwd_gqa_fold_first_head", "bwd_causal_mask_dropped", "bwd_thd_key_token_totals", "bwd_d64_ds_unscaled")), ())
     with backward_sources(rewrites):
         assert api_dsl._load_sm80_bwd_module is not before[0] and prepared_host.compile_host is not before[1]
         assert prepared_host.workspace_regions is not before[2] and prepared_sm80.build_spec is not before[3]
         assert "ds0 = (acc_dP[off + 0] - dd_t)" in open(api_dsl._SM80_BWD_KERNEL_MOD["d64"].__file__).read()
-    after = (api_dsl._load_sm80_bwd_module, prepared_host.compile_host, prepared_host.workspace_regions, prepared_sm80.build_spec,
-             api_dsl._SM80_BWD_KERNEL_MOD.get("d64"))  # fmt: skip
+    after = (
+        api_dsl._load_sm80_bwd_module,
+        prepared_host.compile_host,
+        prepared_host.workspace_regions,
+        prepared_sm80.build_spec,
+        api_dsl._SM80_BWD_KERNEL_MOD.get("d64"),
+    )
     assert after == before
 
 
@@ -260,10 +270,21 @@ def _d64_served(c: Case) -> bool:
 
     if c.is_thd:
         return False
-    features = dict(seq_kv_lens=c.seq_kv_lens, seq_len_q=c.seq_q_lens, bias=c.bias, sinks=c.sinks or None, rope_freqs=c.rope or None, deterministic=c.deterministic)
-    return _sm80_d64_fast_path_eligible(d_qk=c.d_qk, d_v=c.d_v, h_q=c.h_q, h_kv=c.h_kv, s_q=c.s_q, s_kv=c.s_kv,
-                                        mask_token="none" if not (c.causal or c.window_left >= 0) else "masked",
-                                        right_bound=max(c.window_right, 0), causal_bottom_right=c.bottom_right, bw_kwargs=features)  # fmt: skip
+    features = dict(
+        seq_kv_lens=c.seq_kv_lens, seq_len_q=c.seq_q_lens, bias=c.bias, sinks=c.sinks or None, rope_freqs=c.rope or None, deterministic=c.deterministic
+    )
+    return _sm80_d64_fast_path_eligible(
+        d_qk=c.d_qk,
+        d_v=c.d_v,
+        h_q=c.h_q,
+        h_kv=c.h_kv,
+        s_q=c.s_q,
+        s_kv=c.s_kv,
+        mask_token="none" if not (c.causal or c.window_left >= 0) else "masked",
+        right_bound=max(c.window_right, 0),
+        causal_bottom_right=c.bottom_right,
+        bw_kwargs=features,
+    )
 
 
 @pytest.mark.parametrize("flavor, reaches", [("gptoss", True), ("llama", False)])
@@ -284,14 +305,27 @@ def test_the_backward_strategy_reaches_the_d64_kernel(flavor, reaches):
     # At least 5 of 150 (the pool alone: about 1 in 200); none off gptoss or deterministic.
     assert (seen["d64"] >= 5 if reaches else seen["d64"] == 0) and seen["det_d64"] == 0, seen
 
+
 # ------------------------------------------------------------------ tails
 # Dense Cases that reach every tail rule: padded rows on both sides (a zero-length
 # entry on each), GQA, a broadcast and a per-batch bias, pad columns, sinks.
 TAIL_CASES = [
-    _bwd(batch=2, s_q=40, s_kv=70, seq_q_lens=(40, 0), seq_kv_lens=(33, 70), h_q=4, h_kv=2, bias="float32", bias_batch=1, memory="bshd_padded",
-         sinks=True, causal=True),
+    _bwd(
+        batch=2,
+        s_q=40,
+        s_kv=70,
+        seq_q_lens=(40, 0),
+        seq_kv_lens=(33, 70),
+        h_q=4,
+        h_kv=2,
+        bias="float32",
+        bias_batch=1,
+        memory="bshd_padded",
+        sinks=True,
+        causal=True,
+    ),
     _bwd(dtype="bfloat16", batch=3, s_q=65, s_kv=30, seq_q_lens=(7, 65, 20), seq_kv_lens=(30, 1, 0), bias="bfloat16", bias_batch=3, d_qk=128, d_v=64),
-]  # fmt: skip
+]
 
 
 def tails(case, adapter, **kw):
@@ -363,8 +397,11 @@ class _PackedChainStub:
         if initialize_outputs:
             for name in ("dq",) * (not dq_tail_kept) + ("dk", "dv") * gqa:
                 out[name][origin[name] :].zero_()
-        for name, live, cu, x in (("dq", inputs.q_live, case.cu_seqlens("q"), inputs.q), ("dk", inputs.kv_live, case.cu_seqlens("kv"), inputs.k),
-                                  ("dv", inputs.kv_live, case.cu_seqlens("kv"), inputs.v)):  # fmt: skip
+        for name, live, cu, x in (
+            ("dq", inputs.q_live, case.cu_seqlens("q"), inputs.q),
+            ("dk", inputs.kv_live, case.cu_seqlens("kv"), inputs.k),
+            ("dv", inputs.kv_live, case.cu_seqlens("kv"), inputs.v),
+        ):
             if mha_tails_zeroed and not gqa and name != "dq":
                 out[name][origin[name] :].zero_()
             if name == "dq" or gqa:
@@ -394,7 +431,6 @@ def test_the_packed_chains_tails_pass(heads, init):
     assert obs.outcome == "passed" and all(obs.notes["checked_elements"][f"{g} {r}"] for g in ("dq", "dk", "dv") for r in ("head", "tail"))
 
 
-
 class _LiveNoiseStub(_PackedChainStub):
     """The packed-chain stub returning its own gradients (launch-dependent
     tails, as the public wrapper's empty_like ones), whose second launch
@@ -422,6 +458,7 @@ def test_determinism_compares_only_the_gradients_the_contract_defines():
         assert bwd_prop.check_determinism(case, _PackedChainStub(own=True)).outcome == "passed"
         with pytest.raises(PropertyFailure, match="differ bitwise: dk in 1 element"):
             bwd_prop.check_determinism(case, _LiveNoiseStub())
+
 
 # (stub, heads, initialize_outputs, the gradient whose tail rule must fail)
 THD_POWER = [
@@ -556,10 +593,12 @@ def test_a_refused_valid_case_fails_the_launch_check_and_only_its_finding_excuse
     with findings.applied(repo):
         obs = _refused(STRIDED_STATS, _Refusing())
         assert obs.outcome == "xfailed" and obs.findings == ["wrapper-bwd-thd-stats-strides@backward_tails"]
-        for adapter, case in ((_Refusing(name="prepared"), STRIDED_STATS),  # another entry point
-                              (_Refusing(exc=lambda: KeyError("x")), STRIDED_STATS),  # another outcome
-                              (_Refusing(), STRIDED_STATS.replace(q_base=0)),  # a compact Stats handed from token 0
-                              (_Refusing(), STRIDED_STATS.replace(h_q=2, h_kv=2))):  # two heads
+        for adapter, case in (
+            (_Refusing(name="prepared"), STRIDED_STATS),  # another entry point
+            (_Refusing(exc=lambda: KeyError("x")), STRIDED_STATS),  # another outcome
+            (_Refusing(), STRIDED_STATS.replace(q_base=0)),  # a compact Stats handed from token 0
+            (_Refusing(), STRIDED_STATS.replace(h_q=2, h_kv=2)),
+        ):  # two heads
             with pytest.raises(PropertyFailure) as e:
                 _refused(case, adapter)
             assert e.value.check == "launch", e.value.summary

@@ -58,8 +58,17 @@ def _autograd(c: Case, t, do):
             n_q, n_kv = c.q_lens[s], c.kv_lens[s]
             for h in range(c.h_q):
                 for i in range(n_q):
-                    o = _row_forward(q[cq[s] + i, h], k[ck[s] : ck[s] + n_kv, h // g], v[ck[s] : ck[s] + n_kv, h // g], None,
-                                     None if sinks is None else sinks[h], c, i, n_q, n_kv)  # fmt: skip
+                    o = _row_forward(
+                        q[cq[s] + i, h],
+                        k[ck[s] : ck[s] + n_kv, h // g],
+                        v[ck[s] : ck[s] + n_kv, h // g],
+                        None,
+                        None if sinks is None else sinks[h],
+                        c,
+                        i,
+                        n_q,
+                        n_kv,
+                    )
                     loss = loss + (o * dof[cq[s] + i, h]).sum()
     else:
         for b in range(c.batch):
@@ -90,8 +99,22 @@ CASES = [
     _dense(batch=2, s_q=4, s_kv=5, bias="float16", bias_batch=2, seq_kv_lens=(5, 3)),
     _dense(batch=2, s_q=5, s_kv=3, sinks=True, causal=True, h_q=2, h_kv=2, scale=0.7),
     _dense(s_q=3, s_kv=6, sinks=True, window_left=0, scale=0.0, bias="float32"),
-    Case(direction="bwd", layout="thd", d_qk=16, d_v=16, h_q=4, h_kv=2, q_lens=(3, 0, 5), kv_lens=(4, 2, 0), q_base=2, kv_slack=3, causal=True,
-         bottom_right=True, sinks=True, seed=5),  # fmt: skip
+    Case(
+        direction="bwd",
+        layout="thd",
+        d_qk=16,
+        d_v=16,
+        h_q=4,
+        h_kv=2,
+        q_lens=(3, 0, 5),
+        kv_lens=(4, 2, 0),
+        q_base=2,
+        kv_slack=3,
+        causal=True,
+        bottom_right=True,
+        sinks=True,
+        seed=5,
+    ),
     Case(direction="bwd", layout="thd", d_qk=16, d_v=8, q_lens=(4, 2), kv_lens=(6, 3), window_left=1, seed=6),
 ]
 

@@ -68,14 +68,35 @@ def _case_file(tmp_path, doc=None, text=None):
         ({"case": CASE.to_dict() | {"causal": 1}}, None, "'causal'"),
         ({"property": 3}, None, "'property'"),
         ({"params": [1]}, None, "'params'"),
-        ({"property": "rejection", "case": CASE.to_dict() | {"violation": "no_such_rule"}, "params": {"entry": "config"}}, None, "'case.violation': contract rule 'no_such_rule': unknown"),
+        (
+            {"property": "rejection", "case": CASE.to_dict() | {"violation": "no_such_rule"}, "params": {"entry": "config"}},
+            None,
+            "'case.violation': contract rule 'no_such_rule': unknown",
+        ),
         ({"property": "rejection", "params": {"entry": "config"}}, None, "'case.violation': missing"),
-        ({"property": "rejection", "case": CASE.to_dict() | {"violation": "params_tile_n"}}, None, "'params.entry': missing; rule 'params_tile_n' targets config"),
+        (
+            {"property": "rejection", "case": CASE.to_dict() | {"violation": "params_tile_n"}},
+            None,
+            "'params.entry': missing; rule 'params_tile_n' targets config",
+        ),
         ({"property": "rejection", "case": CASE.to_dict() | {"violation": "params_tile_n"}, "params": {"entry": "wrapper"}}, None, "'params.entry': 'wrapper'"),
         ({"property": "compiles", "params": {"bogus": 1}, "mode": "compile-only (no GPU)"}, None, "'params': got an unexpected keyword argument 'bogus'"),
     ],
-    ids=["bad-json", "wrong-schema", "unknown-field", "missing-field", "wrong-type-int", "wrong-type-bool", "property", "params",
-         "unknown-violation", "missing-violation", "missing-entry", "entry-not-targeted", "unknown-param"],
+    ids=[
+        "bad-json",
+        "wrong-schema",
+        "unknown-field",
+        "missing-field",
+        "wrong-type-int",
+        "wrong-type-bool",
+        "property",
+        "params",
+        "unknown-violation",
+        "missing-violation",
+        "missing-entry",
+        "entry-not-targeted",
+        "unknown-param",
+    ],
 )
 def test_malformed_case_files_exit_2_naming_the_field(tmp_path, capsys, change, text, field):
     assert cli.main(["repro", _case_file(tmp_path, change, text)]) == 2
@@ -108,9 +129,17 @@ def _toy(fails):
     def check(case, adapter=None, *, scale=1.0):
         assert isinstance(adapter, _Adapter) and scale == 2.0  # params from the file reach the property
         if fails:
-            raise PropertyFailure("toy", case, "LSE max|kernel - ref32| = 0.5 exceeds bound 0.01", {
-                "quantity": "lse", "error": 0.5, "bound": 0.01,
-                "worst": [{"quantity": "lse", "batch": 0, "head": 1, "token": 4, "region": "last partial Q tile", "got": 1.5, "want": 1.0}]})
+            raise PropertyFailure(
+                "toy",
+                case,
+                "LSE max|kernel - ref32| = 0.5 exceeds bound 0.01",
+                {
+                    "quantity": "lse",
+                    "error": 0.5,
+                    "bound": 0.01,
+                    "worst": [{"quantity": "lse", "batch": 0, "head": 1, "token": 4, "region": "last partial Q tile", "got": 1.5, "want": 1.0}],
+                },
+            )
         return Observation("toy", case, ratios={"o": 0.25})
 
     return check
@@ -123,9 +152,18 @@ def test_repro_replays_the_recorded_property(tmp_path, capsys, monkeypatch, fail
 
     monkeypatch.setitem(properties.PROPERTIES, "toy", _toy(fails))
     monkeypatch.setattr(kernels, "get_adapter", lambda name=None, **kw: _Adapter())
-    path = casefile.write(tmp_path, property="toy", case=CASE.to_dict(), params={"scale": 2.0}, summary="was bad", nodeid="t.py::test_toy",
-                          environment={"mode": "compile-only (no GPU)", "adapter": "prepared"}, hypothesis={"seed": 42, "reproduce_failure": None},
-                          digest=casefile.inputs_digest(CASE), needs_gpu=False)
+    path = casefile.write(
+        tmp_path,
+        property="toy",
+        case=CASE.to_dict(),
+        params={"scale": 2.0},
+        summary="was bad",
+        nodeid="t.py::test_toy",
+        environment={"mode": "compile-only (no GPU)", "adapter": "prepared"},
+        hypothesis={"seed": 42, "reproduce_failure": None},
+        digest=casefile.inputs_digest(CASE),
+        needs_gpu=False,
+    )
     assert cli.main(["repro", str(path)]) == code
     out = capsys.readouterr().out
     assert "t.py::test_toy" in out and "seed 42" in out and "regenerated bit for bit" in out
@@ -170,12 +208,15 @@ def test_repro_applies_no_finding_but_names_the_one_describing_each_failed_check
         failure.failures = [failure, live]
         raise failure
 
-    (tmp_path / "known_findings.toml").write_text('[[finding]]\nid = "q-rows"\nreason = "padded rows NaN"\nproperty = "tails"\n'
-                                                   'check = "no nan"\nquantity = "o"\nregion = "padded_q_rows"\n')
+    (tmp_path / "known_findings.toml").write_text(
+        '[[finding]]\nid = "q-rows"\nreason = "padded rows NaN"\nproperty = "tails"\ncheck = "no nan"\nquantity = "o"\nregion = "padded_q_rows"\n'
+    )
     monkeypatch.chdir(tmp_path)
     monkeypatch.setitem(properties.PROPERTIES, "tails", toy)
     monkeypatch.setattr(kernels, "get_adapter", lambda name=None, **kw: _Adapter())
-    path = casefile.write(tmp_path, property="tails", case=padded.to_dict(), params={}, summary="was bad", environment={"mode": "compile-only (no GPU)"}, needs_gpu=False)
+    path = casefile.write(
+        tmp_path, property="tails", case=padded.to_dict(), params={}, summary="was bad", environment={"mode": "compile-only (no GPU)"}, needs_gpu=False
+    )
     assert cli.main(["repro", str(path)]) == 1
     out = capsys.readouterr().out
     assert "no nan: known finding q-rows (known_findings.toml:1): padded rows NaN" in out

@@ -17,8 +17,8 @@ import pytest
 import reports
 from ground.case import Case
 from ground.outcome import Observation
-from properties import recorder
 from kernels import cache
+from properties import recorder
 from reports import shards
 
 pytest_plugins = ["pytester"]
@@ -92,8 +92,11 @@ def _shard(report_dir, run, name, observations):
         recorder.set_test("t.py::test_x")
         for case, key, misses, seconds, compile_seconds in observations:
             recorder.begin("numerics", case)
-            recorder.observe(Observation("numerics", case, compile={"misses": misses, "hits": 1 - misses, "seconds": compile_seconds},
-                                         seconds=seconds, notes={"compile_key": key}))
+            recorder.observe(
+                Observation(
+                    "numerics", case, compile={"misses": misses, "hits": 1 - misses, "seconds": compile_seconds}, seconds=seconds, notes={"compile_key": key}
+                )
+            )
         recorder.set_test(None)
     finally:
         recorder.close_shard(previous)
@@ -113,7 +116,14 @@ def test_report_counts_keys_repeats_and_the_compile_share(tmp_path):
     assert json.loads(paths["json"].read_text())["compile"]["repeat_compiles"] == 1
     # k3's repeat: two examples of one worker (gw1)
     assert comp["repeats"]["by_class"] == {"one example, several artifacts": 0, "several workers": 0, "one worker": 1}
-    assert comp["repeats"]["top"][0] | {"properties": None} == {"key": "k3", "compiles": 2, "examples": 2, "workers": 1, "properties": None, "class": "one worker"}
+    assert comp["repeats"]["top"][0] | {"properties": None} == {
+        "key": "k3",
+        "compiles": 2,
+        "examples": 2,
+        "workers": 1,
+        "properties": None,
+        "class": "one worker",
+    }
     assert "Repeat compiles by where they come from: one example, several artifacts 0, several workers 0, one worker 1." in md
 
 
@@ -280,8 +290,14 @@ def test_compile_reuse_passes_a_case_whose_variants_ask_for_nothing_new(frontend
         obs, failure = _verdict(THD_ONE, adapter)
         assert failure is None, failure
         assert obs.outcome == "passed" and obs.notes["rule"] == mode and obs.notes["case_requests"] == 1
-        assert obs.notes["new_requests"] == {"new data and addresses": 0, "new token totals": 0, "new capacities and first offsets": 0,
-                                             "new scale of the same sign": 0, "a new sequence count": 1, "back to a seen sequence count": 0}  # fmt: skip
+        assert obs.notes["new_requests"] == {
+            "new data and addresses": 0,
+            "new token totals": 0,
+            "new capacities and first offsets": 0,
+            "new scale of the same sign": 0,
+            "a new sequence count": 1,
+            "back to a seen sequence count": 0,
+        }
 
 
 def test_compile_reuse_falls_back_to_counters_where_nothing_can_be_observed(frontend, monkeypatch):
@@ -303,13 +319,18 @@ def test_forgotten_memos_cover_every_lru_in_front_of_compile_cached():
 
     from kernels.counters import FRONT_MEMOS
 
-    modules = sorted({m for m, _ in FRONT_MEMOS} | {"cudnn.sdpa.fwd.prepared_sm80", "cudnn.sdpa.bwd.prepared_sm80", "cudnn.sdpa.bwd.staged_sm80",
-                                                      "cudnn.sdpa.rope_table_sm80"})  # fmt: skip
+    modules = sorted(
+        {m for m, _ in FRONT_MEMOS}
+        | {"cudnn.sdpa.fwd.prepared_sm80", "cudnn.sdpa.bwd.prepared_sm80", "cudnn.sdpa.bwd.staged_sm80", "cudnn.sdpa.rope_table_sm80"}
+    )
     found = set()
     for name in modules:
         for attr, value in vars(importlib.import_module(name)).items():
-            compiles = isinstance(value, functools._lru_cache_wrapper) and value.__wrapped__.__module__ == name and \
-                any("compile" in n.lower() or n == "_plan" for n in value.__wrapped__.__code__.co_names)  # fmt: skip
+            compiles = (
+                isinstance(value, functools._lru_cache_wrapper)
+                and value.__wrapped__.__module__ == name
+                and any("compile" in n.lower() or n == "_plan" for n in value.__wrapped__.__code__.co_names)
+            )
             if compiles:
                 found.add((name, attr))
     assert found and found <= set(FRONT_MEMOS), sorted(found - set(FRONT_MEMOS))

@@ -70,7 +70,7 @@ def test_rewritten_host_never_aliases_the_pristine_compile():
     assert delta.misses >= 1 and delta.modules == 0
 
 
-# Every schema-3 feature value (kernel feature space, issue 13) on shapes no
+# Every schema-3 feature value (kernel feature space) on shapes no
 # other test compiles: each compiles for sm_80 and is a specialization of its
 # own (the fact reaches the compile key: a new compile, never a silent hit).
 FEATURES = {
@@ -83,10 +83,12 @@ FEATURES = {
     "padded stats (dense)": Case(d_qk=64, d_v=64, s_q=37, s_kv=21, lse_layout="padded"),
     "strided base-2 sinks (dense)": Case(d_qk=64, d_v=64, s_q=38, s_kv=22, h_q=2, h_kv=1, sinks=True, sink_layout="strided", sink_log2=True),
     "broadcast sinks (dense)": Case(d_qk=64, d_v=64, s_q=39, s_kv=23, h_q=2, h_kv=1, sinks=True, sink_layout="broadcast"),
-    "int64 prefixes, fp16 sinks, padded stats": Case(layout="thd", q_lens=(5, 70), kv_lens=(9, 3), h_q=5, h_kv=1, prefix_dtype="int64",
-                                                     sinks=True, sink_dtype="float16", lse_layout="padded"),
-    "no stats, bf16 broadcast sinks (thd)": Case(layout="thd", q_lens=(5, 70), kv_lens=(9, 3), h_q=5, h_kv=1, has_lse=False, sinks=True,
-                                                 sink_dtype="bfloat16", sink_layout="broadcast"),
+    "int64 prefixes, fp16 sinks, padded stats": Case(
+        layout="thd", q_lens=(5, 70), kv_lens=(9, 3), h_q=5, h_kv=1, prefix_dtype="int64", sinks=True, sink_dtype="float16", lse_layout="padded"
+    ),
+    "no stats, bf16 broadcast sinks (thd)": Case(
+        layout="thd", q_lens=(5, 70), kv_lens=(9, 3), h_q=5, h_kv=1, has_lse=False, sinks=True, sink_dtype="bfloat16", sink_layout="broadcast"
+    ),
     "token-major stats (thd)": Case(layout="thd", q_lens=(5, 70), kv_lens=(9, 3), h_q=5, h_kv=1, lse_layout="token_major"),
 }
 
@@ -97,8 +99,17 @@ def test_each_feature_value_compiles_as_its_own_specialization(name):
 
     case = FEATURES[name]
     assert case.structural_problem() is None
-    plain = case.replace(rope=False, sched="natural", sched_l2_mib=0, has_lse=True, lse_layout="compact", sink_log2=False,
-                         sink_layout="compact", sink_dtype="float32", prefix_dtype="int32")  # fmt: skip
+    plain = case.replace(
+        rope=False,
+        sched="natural",
+        sched_l2_mib=0,
+        has_lse=True,
+        lse_layout="compact",
+        sink_log2=False,
+        sink_layout="compact",
+        sink_dtype="float32",
+        prefix_dtype="int32",
+    )
     assert compile_key(case) != compile_key(plain)
     delta = get_adapter("prepared").compile_only(case)
     assert delta.misses >= 1 and delta.compiled

@@ -45,12 +45,31 @@ def test_names_are_unique_and_lookup_works():
 
 def test_required_rules_are_present():
     required = {
-        "bias_batch_gt_1", "bias_dtype_float64", "bias_dtype_int32", "bias_dtype_other_half", "thd_bias",
-        "thd_cu_k_missing", "thd_cu_k_length", "thd_cu_q_short", "gqa_non_integral", "head_dim_qk_over_256",
-        "head_dim_v_over_256", "window_right_without_causal", "bottom_right_without_causal_or_window",
-        "scale_output_not_one", "thd_rope", "thd_seq_kv_lens", "thd_scheduler", "flavor_unknown",
-        "params_tile_n", "params_tile_m", "params_num_warps", "params_envelope", "params_score_sign", "params_sched_policy",
-    }  # fmt: skip
+        "bias_batch_gt_1",
+        "bias_dtype_float64",
+        "bias_dtype_int32",
+        "bias_dtype_other_half",
+        "thd_bias",
+        "thd_cu_k_missing",
+        "thd_cu_k_length",
+        "thd_cu_q_short",
+        "gqa_non_integral",
+        "head_dim_qk_over_256",
+        "head_dim_v_over_256",
+        "window_right_without_causal",
+        "bottom_right_without_causal_or_window",
+        "scale_output_not_one",
+        "thd_rope",
+        "thd_seq_kv_lens",
+        "thd_scheduler",
+        "flavor_unknown",
+        "params_tile_n",
+        "params_tile_m",
+        "params_num_warps",
+        "params_envelope",
+        "params_score_sign",
+        "params_sched_policy",
+    }
     assert required <= set(IDS)
 
 

@@ -69,23 +69,39 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 MEASUREMENTS = ROOT / "docs" / "measurements.md"
 
-EXTENSIONS = frozenset({".py", ".md", ".toml", ".json", ".jsonl", ".yml", ".yaml", ".sh", ".txt", ".xml", ".html",
-                        ".cfg", ".ini", ".log", ".csv", ".ptx"})
+EXTENSIONS = frozenset({".py", ".md", ".toml", ".json", ".jsonl", ".yml", ".yaml", ".sh", ".txt", ".xml", ".html", ".cfg", ".ini", ".log", ".csv", ".ptx"})
 # Written by a run or a tool, not in the tree: bare names, and directories whose contents are not checked.
-GENERATED = frozenset({"report.json", "report.md", "report.html", "mutants.json", "mutants.md", "calibration.json",
-                       "junit.xml"})
+GENERATED = frozenset({"report.json", "report.md", "report.html", "mutants.json", "mutants.md", "calibration.json", "junit.xml"})
 GENERATED_DIRS = frozenset({"sdpa-report"})
 SKIPPED_DIRS = frozenset({".git", "__pycache__", ".hypothesis", ".pytest_cache", "sdpa-report", "build", ".gpu"})
 # Commands whose options are their own business.
-FOREIGN = frozenset({"git", "pip", "pip3", "nvidia-smi", "env", "bash", "compute-sanitizer", "lint-imports", "mktemp",
-                     "cat", "grep", "python3.11", "venv", "actions/checkout@v4"})
+FOREIGN = frozenset(
+    {
+        "git",
+        "pip",
+        "pip3",
+        "nvidia-smi",
+        "env",
+        "bash",
+        "compute-sanitizer",
+        "lint-imports",
+        "mktemp",
+        "cat",
+        "grep",
+        "python3.11",
+        "venv",
+        "actions/checkout@v4",
+    }
+)
 # Options of the kernels' own code that the docs quote (the CuTe DSL compile's target).
 KERNEL_OPTIONS = frozenset({"--gpu-arch"})
 PLACEHOLDER = set("<>$~{}|")
 TIDY = "()[]'\",;`"
-DIARY = re.compile(r"\b(?:session|issue)s?\s+#?\d+|\b(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|"
-                   r"this|that|next|last|previous|earlier)\s+session\b|\blent\s+GPU|\bdevice\s+calls?\b|\bissue\s+#\d+",
-                   re.I)
+DIARY = re.compile(
+    r"\b(?:session|issue)s?\s+#?\d+|\b(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|"
+    r"this|that|next|last|previous|earlier)\s+session\b|\blent\s+GPU|\bdevice\s+calls?\b|\bissue\s+#\d+",
+    re.I,
+)
 DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
 
 
@@ -150,8 +166,7 @@ def kill_rate_options() -> FrozenSet[str]:
 def pytest_options() -> FrozenSet[str]:
     """Every long option `python -m pytest --help` lists: the suite's plugin, pytest and its plugins."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT"))}
-    text = subprocess.run([sys.executable, "-m", "pytest", "--help"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=300).stdout
+    text = subprocess.run([sys.executable, "-m", "pytest", "--help"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300).stdout
     found = frozenset(re.findall(r"(?<![\w-])(--[a-z][\w-]*)", text))
     assert "--hypothesis-profile" in found and "--sdpa-timeout" in found, "pytest --help lost its plugins:\n" + text[-2000:]
     return found
@@ -240,8 +255,10 @@ def _resolve(path: str, base: Path, *, link: bool = False) -> Optional[str]:
 
 
 def _defines(path: Path, name: str) -> bool:
-    return re.search(rf"^\s*(?:async\s+)?(?:def|class)\s+{re.escape(name)}\b|^{re.escape(name)}\s*=",
-                     path.read_text(encoding="utf-8", errors="replace"), re.M) is not None
+    return (
+        re.search(rf"^\s*(?:async\s+)?(?:def|class)\s+{re.escape(name)}\b|^{re.escape(name)}\s*=", path.read_text(encoding="utf-8", errors="replace"), re.M)
+        is not None
+    )
 
 
 def _option_context(tokens: List[str], i: int, ctx: Optional[str]) -> Tuple[Optional[str], Optional[str]]:
@@ -263,8 +280,7 @@ def _option_context(tokens: List[str], i: int, ctx: Optional[str]) -> Tuple[Opti
         return "pytest", None
     if t == "--":
         return "pytest", None
-    if t in FOREIGN or (i == 0 and t in {"python", "python3"} and len(tokens) > 2 and tokens[1] == "-m"
-                        and tokens[2] in FOREIGN):
+    if t in FOREIGN or (i == 0 and t in {"python", "python3"} and len(tokens) > 2 and tokens[1] == "-m" and tokens[2] in FOREIGN):
         return "foreign", None
     return ctx, None
 
@@ -279,7 +295,7 @@ def _allowed(ctx: Optional[str]) -> Optional[FrozenSet[str]]:
     if ctx == "kill_rate":
         return kill_rate_options()
     if ctx.startswith("tool:"):
-        tool = ROOT / ctx[len("tool:"):]
+        tool = ROOT / ctx[len("tool:") :]
         return tool_options(tool) if tool.exists() else None  # the path check reports a missing tool
     return cli_options()[ctx]
 
@@ -292,7 +308,7 @@ def _context_name(ctx: Optional[str]) -> str:
     if ctx == "kill_rate":
         return "python -m conformance.kill_rate"
     if ctx.startswith("tool:"):
-        return ctx[len("tool:"):]
+        return ctx[len("tool:") :]
     return f"sdpa-conformance {ctx}".rstrip()
 
 
@@ -330,7 +346,7 @@ def problems(text: str, doc_dir: Path, *, measurements: bool = False) -> List[st
                 if allowed is not None and m.group(0) not in allowed:
                     found.append(f"option `{m.group(0)}`: not an option of {_context_name(ctx)}")
                 continue
-            if tokens[i - 1:i] and tokens[i - 1] in ("-m",) and i >= 2 and tokens[i - 2].startswith("python"):
+            if tokens[i - 1 : i] and tokens[i - 1] in ("-m",) and i >= 2 and tokens[i - 2].startswith("python"):
                 if importlib.util.find_spec(bare.split()[0]) is None:
                     found.append(f"`python -m {bare}`: no such module")
                 continue
@@ -396,12 +412,40 @@ def test_the_checker_reports_what_does_not_exist(tmp_path):
         "python3 -m pytest -n auto --hypothesis-profile=ci\n"
         "python3 tools/calibrate_error_model.py --emulate tc24 --per-stratum 6\n"
         "```\n",
-        encoding="utf-8")
+        encoding="utf-8",
+    )
     got = problems(planted.read_text(encoding="utf-8"), ROOT / "docs")
     text = "\n".join(got)
-    for bad in ("`tools/gpu_gate.sh`", "`tools/gpu_backward.sh`", "`conformance/judge.py`", "`no_such_doc.md`",
-                "no `no_such_test`", "`sdpa-conformance gates`", "`--hypothesis-profile`: not an option of sdpa-conformance gate",
-                "`--no-such-option`", "conformance.no_such_module", "`--shrink-s`", "SDPA_NO_SUCH_VARIABLE",
-                "--starved", "2026-12-03", "seventh session"):
+    for bad in (
+        "`tools/gpu_gate.sh`",
+        "`tools/gpu_backward.sh`",
+        "`conformance/judge.py`",
+        "`no_such_doc.md`",
+        "no `no_such_test`",
+        "`sdpa-conformance gates`",
+        "`--hypothesis-profile`: not an option of sdpa-conformance gate",
+        "`--no-such-option`",
+        "conformance.no_such_module",
+        "`--shrink-s`",
+        "SDPA_NO_SUCH_VARIABLE",
+        "--starved",
+        "2026-12-03",
+        "seventh session",
+    ):
         assert bad in text, f"not reported: {bad}\n{text}"
     assert len(got) == 14, text  # and nothing good was reported
+
+
+SOURCES = [
+    p
+    for pattern in ("*.py", "*.toml", "*.yml", "*.md", "*.sh")
+    for p in sorted(ROOT.rglob(pattern))
+    if not any(part.startswith(".") or part == "sdpa-report" for part in p.relative_to(ROOT).parts[:-1]) and p != Path(__file__).resolve()
+]
+
+
+def test_the_code_speaks_of_itself_only():
+    """Code, comments, findings and workflows name no ticket or work-period numbers
+    (the same words as the docs check; this file plants them, so it is left out)."""
+    found = [f"{p.relative_to(ROOT)}: {m.group(0)!r}" for p in SOURCES for m in DIARY.finditer(p.read_text(encoding="utf-8", errors="replace"))]
+    assert len(SOURCES) > 100 and not found, "\n".join(found)

@@ -22,10 +22,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ground import tolerances
-from properties import numerics as properties
 from ground.case import Case
 from ground.outcome import PropertyFailure
 from kernels.mutants import MUTANTS
+from properties import numerics as properties
 from strategies import dense_cases, thd_cases
 from tests.kernel_emulation import PLANTS, TWINS, Arith, EmulatedAdapter, Plant, drop_key
 
@@ -136,7 +136,9 @@ EDGES = {
     "negative scale, bias, sinks": Case(s_q=33, s_kv=200, d_qk=128, d_v=128, scale=-1.0, bias="float32", sinks=True, dtype="bfloat16"),
     "scale 0 with bias": Case(s_q=16, s_kv=70, d_qk=64, d_v=64, scale=0.0, bias="float16"),
     "tiny scale, 1000 keys": Case(layout="thd", q_lens=(20,), kv_lens=(1000,), d_qk=64, d_v=64, scale=1e-4),
-    "fp16 subnormal outputs": Case(layout="thd", q_lens=(7, 127), kv_lens=(2, 1), q_base=64, q_slack=1, h_q=2, h_kv=1, d_qk=64, d_v=96, sinks=True, scale=-8.0, seed=2048),
+    "fp16 subnormal outputs": Case(
+        layout="thd", q_lens=(7, 127), kv_lens=(2, 1), q_base=64, q_slack=1, h_q=2, h_kv=1, d_qk=64, d_v=96, sinks=True, scale=-8.0, seed=2048
+    ),
     "padded rows and empty rows": Case(batch=2, s_q=70, s_kv=65, seq_q_lens=(60, 0), seq_kv_lens=(5, 65), causal=True, bottom_right=True, sinks=True),
     "rescales across tiles": Case(s_q=8, s_kv=257, d_qk=128, d_v=128, scale=2.0, seed=5),
     # Found by the adversarial draw: sink-dominated bf16 rows with O ~ 1e-39, where
@@ -144,8 +146,9 @@ EDGES = {
     "bf16 flush to zero": Case(dtype="bfloat16", h_q=2, h_kv=1, s_q=16, s_kv=16, causal=True, sinks=True, scale=-8.0, seed=24),
     # Seen on the H200 (qwen-fp16 pool row, seed 16): RoPE operands the contracted rotation rounds
     # the other way (tolerances.ROPE_FP32_REL), LSE 4.9x over a model without them.
-    "RoPE past a KV tile, fp16": Case(batch=2, h_q=2, h_kv=1, d_qk=256, d_v=256, s_q=65, s_kv=65, window_left=1, rope=True, lse_log2=True,
-                                      memory="bhsd", seed=16),
+    "RoPE past a KV tile, fp16": Case(
+        batch=2, h_q=2, h_kv=1, d_qk=256, d_v=256, s_q=65, s_kv=65, window_left=1, rope=True, lse_log2=True, memory="bhsd", seed=16
+    ),
 }
 
 
@@ -254,8 +257,25 @@ def test_calibration_tool_counts_kills_per_model(tmp_path):
     from pathlib import Path
 
     tool = Path(__file__).resolve().parents[1] / "tools" / "calibrate_error_model.py"
-    argv = ["--emulate", "tc24", "--plant", "drift_1%_first_tile", "--per-stratum", "1", "--flavors", "gptoss", "--layouts", "dense",
-            "--no-parts", "--jobs", "1", "--max-tokens", "80", "--out", str(tmp_path)]
+    argv = [
+        "--emulate",
+        "tc24",
+        "--plant",
+        "drift_1%_first_tile",
+        "--per-stratum",
+        "1",
+        "--flavors",
+        "gptoss",
+        "--layouts",
+        "dense",
+        "--no-parts",
+        "--jobs",
+        "1",
+        "--max-tokens",
+        "80",
+        "--out",
+        str(tmp_path),
+    ]
     done = subprocess.run([sys.executable, str(tool), *argv], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "examples killed (new model / legacy rule)" in done.stdout and "float16" in done.stdout and "bfloat16" in done.stdout

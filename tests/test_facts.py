@@ -74,8 +74,15 @@ def test_saved_finding_case_files_still_load(path):
 
 
 def test_findings_when_reads_facts_through_the_declarations():
-    entry = {"id": "x", "reason": "r", "property": "tails", "check": "no nan", "quantity": "o", "region": "padded_q_rows",
-             "when": {name: json.loads(json.dumps(v)) for name, v in OTHERS.items()}}
+    entry = {
+        "id": "x",
+        "reason": "r",
+        "property": "tails",
+        "check": "no nan",
+        "quantity": "o",
+        "region": "padded_q_rows",
+        "when": {name: json.loads(json.dumps(v)) for name, v in OTHERS.items()},
+    }
     (f,) = findings.parse({"finding": [entry]})
     assert f.when == OTHERS
     with pytest.raises(findings.FindingsError, match="'when': case field 'causal': expected true/false"):
@@ -103,7 +110,8 @@ def test_coverage_axes_come_from_the_declarations():
 def _refused_by_the_others(name):
     """An adapter without the fact's argument refuses a non-default value; the
     properties skip such examples (a Hypothesis rejection) instead of judging."""
-    from hypothesis import given, settings, strategies as st
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
     from hypothesis.errors import Unsatisfiable
 
     from properties import PROPERTIES

@@ -97,13 +97,19 @@ def test_a_planted_run_says_so_loudly(project, monkeypatch):
     monkeypatch.setenv(PLANT_ENV, "fault_v_stride_out_of_bounds")
     result = _run(project)
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["WARNING: KERNELS DELIBERATELY BROKEN: SDPA_PLANT_MUTANT=fault_v_stride_out_of_bounds is planted in the prepared adapter*never a verdict*",
-                                 "*LABEL prepared (mutant fault_v_stride_out_of_bounds: 1 source rewrites)"])
+    result.stdout.fnmatch_lines(
+        [
+            "WARNING: KERNELS DELIBERATELY BROKEN: SDPA_PLANT_MUTANT=fault_v_stride_out_of_bounds is planted in the prepared adapter*never a verdict*",
+            "*LABEL prepared (mutant fault_v_stride_out_of_bounds: 1 source rewrites)",
+        ]
+    )
     assert _environment(project)["planted_mutant"] == "fault_v_stride_out_of_bounds"
 
 
-@pytest.mark.parametrize("env, message", [({PLANT_ENV: "fault_kv_loop_never_ends", "CI": "true"}, "refused because $CI is set"),
-                                          ({PLANT_ENV: "nope"}, "SDPA_PLANT_MUTANT='nope': no such mutant")])
+@pytest.mark.parametrize(
+    "env, message",
+    [({PLANT_ENV: "fault_kv_loop_never_ends", "CI": "true"}, "refused because $CI is set"), ({PLANT_ENV: "nope"}, "SDPA_PLANT_MUTANT='nope': no such mutant")],
+)
 def test_a_plant_under_ci_or_unknown_is_a_usage_error(project, monkeypatch, env, message):
     for k, v in env.items():
         monkeypatch.setenv(k, v)
@@ -111,12 +117,19 @@ def test_a_plant_under_ci_or_unknown_is_a_usage_error(project, monkeypatch, env,
     assert result.ret == pytest.ExitCode.USAGE_ERROR and message in result.stderr.str()
 
 
-@pytest.mark.parametrize("args, profile, seed", [
-    (["--hypothesis-profile=ci"], "ci (40 examples per test before per-property scaling, derandomized)", "derandomized: each test's examples are fixed by the test"),
-    (["--hypothesis-profile=dev", "--hypothesis-seed=7"], "dev (10 examples per test before per-property scaling)", "7 (--hypothesis-seed)"),
-    (["--hypothesis-profile=nightly"], "nightly (1000 examples per test before per-property scaling)", "random per test and run"),
-    (["--hypothesis-profile=ci", "--hypothesis-seed=7"], "ci (", "--hypothesis-seed=7 has no effect under this profile"),
-])
+@pytest.mark.parametrize(
+    "args, profile, seed",
+    [
+        (
+            ["--hypothesis-profile=ci"],
+            "ci (40 examples per test before per-property scaling, derandomized)",
+            "derandomized: each test's examples are fixed by the test",
+        ),
+        (["--hypothesis-profile=dev", "--hypothesis-seed=7"], "dev (10 examples per test before per-property scaling)", "7 (--hypothesis-seed)"),
+        (["--hypothesis-profile=nightly"], "nightly (1000 examples per test before per-property scaling)", "random per test and run"),
+        (["--hypothesis-profile=ci", "--hypothesis-seed=7"], "ci (", "--hypothesis-seed=7 has no effect under this profile"),
+    ],
+)
 def test_the_header_and_the_report_name_the_hypothesis_profile_and_seed(project, args, profile, seed):
     result = _run(project, *args)
     result.assert_outcomes(passed=1)

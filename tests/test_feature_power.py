@@ -12,9 +12,9 @@ from unittest import mock
 import pytest
 import torch
 
-from properties import numerics as properties
 from ground.case import Case
 from ground.outcome import PropertyFailure
+from properties import numerics as properties
 from reference.attention import rotate
 from tests.kernel_emulation import EmulatedAdapter, Plant
 

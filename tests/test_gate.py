@@ -16,8 +16,24 @@ def _args(*argv):
 
 
 def test_command_carries_every_option_to_pytest(tmp_path):
-    args = _args("--adapter", "wrapper", "--sm80-compat", "--profile", "dev", "--runs", "2", "--workers", "16",
-                 "--report-dir", str(tmp_path), "--junitxml", "gate.xml", "--", "-k", "numerics")  # fmt: skip
+    args = _args(
+        "--adapter",
+        "wrapper",
+        "--sm80-compat",
+        "--profile",
+        "dev",
+        "--runs",
+        "2",
+        "--workers",
+        "16",
+        "--report-dir",
+        str(tmp_path),
+        "--junitxml",
+        "gate.xml",
+        "--",
+        "-k",
+        "numerics",
+    )
     cmd = gate.command(args, 2, "/tmp/cache")
     assert cmd[1:5] == ["-m", "pytest", "-n", "16"]
     assert "--adapter=wrapper" in cmd and "--sm80-compat" in cmd and "--hypothesis-profile=dev" in cmd

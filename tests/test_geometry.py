@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 
 from ground.case import BIAS_DTYPES, MEMORY_ORDERS, Case
 from ground.contracts import broken_rules
-from ground.tables import STRATA
-from strategies import cases, dense_cases, geometry, pools, thd_cases
 from ground.coverage import REQUIRED, labels
+from ground.tables import STRATA
+from strategies import cases, dense_cases, geometry, pools
 from strategies.features import Common
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,7 +26,8 @@ FIXED = dict(derandomize=True, database=None, deadline=None, suppress_health_che
 # Labels only a runtime draw reaches (lengths, offsets, values): not a pool's job.
 # Coverage values that runtime facts give (drawn per example, not by a pool row).
 RUNTIME_LABELS = {"scale:positive", "padding:dense: a zero length", "padding:thd: capacity slack", "padding:thd: first offset > 0"} | {
-    f"thd lengths:{x}" for x in ("a length of 1", "a long sequence (> 2 Q tiles)", "a tile-edge length", "a zero length")}
+    f"thd lengths:{x}" for x in ("a length of 1", "a long sequence (> 2 Q tiles)", "a tile-edge length", "a zero length")
+}
 # Mask families of the report's coverage matrix (reports/coverage.py MASKS).
 MASK_NAMES = {"none", "causal", "causal_br", "swa", "swa_br", "causal+swa", "causal_br+swa", "causal+band", "causal_br+band"}
 
@@ -105,8 +106,7 @@ def test_every_stratum_has_a_rope_row_whose_queries_see_past_the_first_kv_tile(f
 
     def reaches(c):
         lens = torch.tensor([c.s_q]), torch.tensor([c.s_kv])
-        vis = visibility(c.s_q, c.s_kv, *lens, causal=c.causal, bottom_right=c.bottom_right, window_left=c.window_left,
-                         window_right=c.window_right)[0, 0]  # fmt: skip
+        vis = visibility(c.s_q, c.s_kv, *lens, causal=c.causal, bottom_right=c.bottom_right, window_left=c.window_left, window_right=c.window_right)[0, 0]
         return bool((vis[:, pools.TILE_N :].any(1) & (vis.sum(1) > 1)).any())
 
     # ... with a scale: at scale 0 no q.k reaches a logit (the H200 probe: the mutant passes those rows)
@@ -141,8 +141,19 @@ def test_the_suites_option_sets_draw_from_the_pool(flavor, dtype):
 
 def test_options_that_empty_a_pool_draw_free_geometry():
     @settings(max_examples=30, **FIXED)
-    @given(dense_cases(geometry="pool", flavors=("llama",), dtypes=("bfloat16",), bias=True, bias_dtypes=("float32",), causal=False,
-                       memory=("bshd",), padding=False, off_envelope=False))  # fmt: skip
+    @given(
+        dense_cases(
+            geometry="pool",
+            flavors=("llama",),
+            dtypes=("bfloat16",),
+            bias=True,
+            bias_dtypes=("float32",),
+            causal=False,
+            memory=("bshd",),
+            padding=False,
+            off_envelope=False,
+        )
+    )
     def check(c):
         assert (c.bias, c.causal, c.memory, c.d_qk, c.seq_q_lens, c.seq_kv_lens) == ("float32", False, "bshd", 128, None, None)
 
@@ -229,8 +240,14 @@ def test_ci_examples_per_compile_key():
     The whole run (8 strata): see docs/throughput.md."""
     out = ROOT / "sdpa-report" / "keys-gptoss-bf16.json"
     out.parent.mkdir(exist_ok=True)
-    done = subprocess.run([sys.executable, "tools/count_compile_keys.py", "--profile", "ci", "-k", "gptoss-bf16", "--json", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900, env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "tools/count_compile_keys.py", "--profile", "ci", "-k", "gptoss-bf16", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**__import__("os").environ, "PYTHONPATH": str(ROOT)},
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     counts = json.loads(out.read_text())
     nt = counts["numerics+tails"]

@@ -137,8 +137,10 @@ def test_a_lost_context_fails_its_example_and_ends_only_its_worker(project):
     result = _run(project, 99, "-n", "1")
     out = result.stdout.str() + result.stderr.str()
     result.assert_outcomes(passed=6, failed=1)  # every innocent passes: none ran on the dead context
-    assert "CUDA context lost: RuntimeError: CUDA error: an illegal memory access was encountered; this worker exits; " \
-           "the following tests run in a fresh worker" in out
+    assert (
+        "CUDA context lost: RuntimeError: CUDA error: an illegal memory access was encountered; this worker exits; "
+        "the following tests run in a fresh worker" in out
+    )
     assert "replacing crashed worker" in out
     # The case file is the example that killed the context, not a "shrunk" one from the dead context.
     ((case, doc),) = _case_files(project)
@@ -216,8 +218,10 @@ def test_probe_and_context_lost_on_a_cpu_process():
 
 def test_context_lost_names_the_surfacing_error(monkeypatch):
     monkeypatch.setattr(watchdog, "probe", lambda: "AcceleratorError: CUDA error: unspecified launch failure")
-    assert watchdog.context_lost(RuntimeError("CUDA error: an illegal memory access was encountered\nmore")) == \
-        "RuntimeError: CUDA error: an illegal memory access was encountered"
+    assert (
+        watchdog.context_lost(RuntimeError("CUDA error: an illegal memory access was encountered\nmore"))
+        == "RuntimeError: CUDA error: an illegal memory access was encountered"
+    )
     # An exception that says nothing of CUDA: the probe's error is the one to report.
     assert watchdog.context_lost(ValueError("shape mismatch")) == "AcceleratorError: CUDA error: unspecified launch failure"
 
@@ -232,8 +236,13 @@ def test_an_unarmed_watchdog_never_fires():
     assert fired == []
 
 
-@pytest.mark.parametrize("args, env, message", [(["--sdpa-timeout=-1"], {}, "--sdpa-timeout=-1.0: expected a number of seconds"),
-                                                 ([], {"SDPA_TIMEOUT": "soon"}, "$SDPA_TIMEOUT='soon': expected a number of seconds")])
+@pytest.mark.parametrize(
+    "args, env, message",
+    [
+        (["--sdpa-timeout=-1"], {}, "--sdpa-timeout=-1.0: expected a number of seconds"),
+        ([], {"SDPA_TIMEOUT": "soon"}, "$SDPA_TIMEOUT='soon': expected a number of seconds"),
+    ],
+)
 def test_bad_sdpa_timeout_is_a_usage_error(project, monkeypatch, args, env, message):
     for k, v in env.items():
         monkeypatch.setenv(k, v)
@@ -257,7 +266,7 @@ def test_repro_of_a_shard_line_and_of_a_hang(tmp_path):
     recorder.close_shard(previous)
     # The controller's session record says where the run ran (here: no GPU, so no GPU is needed to replay).
     (shard.parent / "main-6.jsonl").write_text(json.dumps({"kind": "session", "environment": {"mode": "compile-only (no GPU)", "adapter": "prepared"}}) + "\n")
-    script = f"""
+    script = """
 import sys, time
 from conformance import cli
 import properties
@@ -278,8 +287,9 @@ sys.exit(cli.main(["repro", sys.argv[1], "--timeout", "2"]))
     assert hung.returncode == 1 and "S=9x77" in hung.stdout and "no verdict within 2 s: a hung kernel?" in hung.stdout
 
 
-@pytest.mark.parametrize("suffix, message", [(":2", "line 2: a 'obs' record, not a 'begin'"), (":99", "line 99: the shard has"),
-                                             ("", "no 'begin' record in this shard")])
+@pytest.mark.parametrize(
+    "suffix, message", [(":2", "line 2: a 'obs' record, not a 'begin'"), (":99", "line 99: the shard has"), ("", "no 'begin' record in this shard")]
+)
 def test_repro_of_a_bad_shard_line_exits_2(tmp_path, capsys, suffix, message):
     shard = tmp_path / "gw0-1.jsonl"
     shard.write_text(json.dumps({"kind": "collected", "tests": {}}) + "\n" + json.dumps({"kind": "obs"}) + "\n")

@@ -36,10 +36,21 @@ def _checkout(tmp_path: Path, broken: bool) -> Path:
 
 def _suite(tree: Path, tmp_path: Path):
     cmd = [
-        sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-q",
-        f"--kernels-source={tree}", f"--report-dir={tmp_path / 'report'}",
-        "conformance/test_contracts.py", "-k", "config_rejects and params_tile_n", "--hypothesis-profile=dev",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:xdist",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        f"--kernels-source={tree}",
+        f"--report-dir={tmp_path / 'report'}",
+        "conformance/test_contracts.py",
+        "-k",
+        "config_rejects and params_tile_n",
+        "--hypothesis-profile=dev",
+    ]
     env = {k: v for k, v in os.environ.items() if k != "SDPA_KERNELS_SOURCE"}
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 

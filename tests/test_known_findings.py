@@ -207,8 +207,10 @@ def test_each_case_file_names_a_finding_that_selects_its_case(path):
         assert any(entry.exercised_by(doc["property"], c, at, params) for c in judged)
         other = "wrapper" if at != "wrapper" else "prepared"
         assert entry.entry is None or not any(entry.exercised_by(doc["property"], c, other, params) for c in judged)  # only its entry point
-        assert not entry.exercised_by(doc["property"], case, at, {**params, "initialize_outputs": not params.get("initialize_outputs", True)}) \
-            or "initialize_outputs" not in entry.when  # a mode-specific finding selects only its mode
+        assert (
+            not entry.exercised_by(doc["property"], case, at, {**params, "initialize_outputs": not params.get("initialize_outputs", True)})
+            or "initialize_outputs" not in entry.when
+        )  # a mode-specific finding selects only its mode
         if entry.region in findings.STORAGE_REGIONS:  # the storage cells it bounds: excused there, not one cell past
             n = case.h_q * data.thd_lse_pitch(case)
             inside = findings.STORAGE_REGIONS[entry.region].cells(case, n)
@@ -258,8 +260,10 @@ def test_the_crash_entry_parses_and_selects_its_case_file_on_its_entry_point_onl
         assert not crash.selects(prop, case, "prepared", doc["params"])
 
 
-@pytest.mark.parametrize("s_q, s_kv, over", [(129, 63, True), (128, 64, False), (128, 63, False), (64, 63, True), (1, 1, True),
-                                             (256, 200, False), (200, 256, False), (130, 190, True)])  # fmt: skip
+@pytest.mark.parametrize(
+    "s_q, s_kv, over",
+    [(129, 63, True), (128, 64, False), (128, 63, False), (64, 63, True), (1, 1, True), (256, 200, False), (200, 256, False), (130, 190, True)],
+)
 def test_the_overread_is_the_tiles_reach_past_the_table(s_q, s_kv, over):
     case = Case(s_q=s_q, s_kv=s_kv, rope=True)
     assert findings.rope_table_overread(case) is over
@@ -298,7 +302,8 @@ def test_the_matrix_steers_a_drawn_case_and_the_report_counts_it(tmp_path):
     Case: under the wrapper it is steered (a Hypothesis event and a
     ``steered`` record), under the prepared adapter it is served as drawn;
     the report lists the crash finding with the count."""
-    from hypothesis import given, settings, strategies as st
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
 
     from conformance import testgen
     from properties import recorder
@@ -333,28 +338,33 @@ def test_the_matrix_steers_a_drawn_case_and_the_report_counts_it(tmp_path):
     records = [json.loads(line) for line in shard.read_text().splitlines()]
     steered = [r for r in records if r["kind"] == "steered"]
     assert steered and {r["finding"] for r in steered} == {crash.id} and all(r["entries"] == ["wrapper"] for r in steered)
-    records += [{"kind": "collected", "tests": {"conformance/test_numerics.py::test_rope": "numerics"}},
-                {"kind": "session", "findings": [crash.to_dict()], "findings_file": "known_findings.toml"}]
+    records += [
+        {"kind": "collected", "tests": {"conformance/test_numerics.py::test_rope": "numerics"}},
+        {"kind": "session", "findings": [crash.to_dict()], "findings_file": "known_findings.toml"},
+    ]
     entry = summary.merge(records)["findings"]["entries"][0]
     assert (entry["id"], entry["status"], entry["steered"]) == (crash.id, findings.STEERED, len(steered))
 
 
-@pytest.mark.parametrize("changes, message", [
-    ({"steer": {"ropee": False}}, "key 'steer': 'ropee' is not a Case field"),
-    ({"steer": {"rope": True}}, "key 'steer': rope = True does not leave the region"),
-    ({"steer": {"s_q": 128}}, "does not leave the region: a steer must set a Case fact that 'when' names \\(rope\\)"),
-    ({"steer": {"rope": "no"}}, "key 'steer': case field 'rope': expected true/false"),
-    ({"steer": {"rope": False, "lse_log2": True}}, "key 'steer': lse_log2 = True: the wrapper adapter cannot express it"),
-    ({"steer": None}, "key 'steer' is required for a crash finding"),
-    ({"steer": {}}, "key 'steer' is required for a crash finding"),
-    ({"when": None}, "key 'when' is required for a crash finding"),
-    ({"entry": None}, "key 'entry' is required"),
-    ({"entry": "config"}, "key 'entry': 'config' is not one of prepared, wrapper"),
-    ({"region": "padded_q_rows"}, "key 'region': a crash finding has no region"),
-    ({"observed": "accepted"}, "key 'observed': a crash finding has no observed"),
-    ({"property": "numeric"}, "key 'property': 'numeric' is not one of"),
-    ({"stear": {"rope": False}}, "unknown key 'stear'"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"steer": {"ropee": False}}, "key 'steer': 'ropee' is not a Case field"),
+        ({"steer": {"rope": True}}, "key 'steer': rope = True does not leave the region"),
+        ({"steer": {"s_q": 128}}, "does not leave the region: a steer must set a Case fact that 'when' names \\(rope\\)"),
+        ({"steer": {"rope": "no"}}, "key 'steer': case field 'rope': expected true/false"),
+        ({"steer": {"rope": False, "lse_log2": True}}, "key 'steer': lse_log2 = True: the wrapper adapter cannot express it"),
+        ({"steer": None}, "key 'steer' is required for a crash finding"),
+        ({"steer": {}}, "key 'steer' is required for a crash finding"),
+        ({"when": None}, "key 'when' is required for a crash finding"),
+        ({"entry": None}, "key 'entry' is required"),
+        ({"entry": "config"}, "key 'entry': 'config' is not one of prepared, wrapper"),
+        ({"region": "padded_q_rows"}, "key 'region': a crash finding has no region"),
+        ({"observed": "accepted"}, "key 'observed': a crash finding has no observed"),
+        ({"property": "numeric"}, "key 'property': 'numeric' is not one of"),
+        ({"stear": {"rope": False}}, "unknown key 'stear'"),
+    ],
+)
 def test_a_malformed_crash_entry_is_refused(changes, message):
     with pytest.raises(findings.FindingsError, match=message):
         findings.parse({"finding": [_crash_entry(**changes)]}, "kf.toml", [4])
@@ -374,8 +384,15 @@ def test_a_steer_into_an_invalid_case_is_refused_when_it_steers():
         findings.steer("numerics", case, ("wrapper",), entries=[crash])
 
 
-RACE = {"id": "r", "reason": "unordered atomics", "property": "determinism", "check": "bitwise", "quantity": "dsink",
-        "when": {"deterministic": True, "dsink_unordered_sum": True}, "race": True}  # fmt: skip
+RACE = {
+    "id": "r",
+    "reason": "unordered atomics",
+    "property": "determinism",
+    "check": "bitwise",
+    "quantity": "dsink",
+    "when": {"deterministic": True, "dsink_unordered_sum": True},
+    "race": True,
+}
 
 
 def test_a_race_that_happened_to_agree_is_not_stale_but_its_twin_without_race_is():

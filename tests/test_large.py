@@ -17,9 +17,9 @@ from ground.case import Case
 from ground.contracts import broken_rules
 from ground.data import make_inputs, wrapped_span
 from ground.tolerances import kernel_bounds
+from kernels.prepared import compile_key
 from properties.launch import host_touches, replay_variant
 from properties.matrix import FAMILIES
-from kernels.prepared import compile_key
 from reference.attention import reference_for_case
 from strategies import large
 from strategies.large import REPLAY_ROWS, SHAPES, input_bytes, large_cases, reference_pairs, replay_cases
@@ -58,7 +58,7 @@ def test_shapes_draw_valid_bounded_cases(shape):
 
 
 def test_the_tier_reaches_production_scale():
-    """Issue 13's targets, each drawn by some shape of the tier."""
+    """The tier's production-scale targets, each drawn by some shape of the tier."""
     drawn = {name: _draws(large_cases(name), 8) for name in SHAPES}
     tier = [c for n in large.LARGE_SHAPES + large.OFFSET_SHAPES for c in drawn[n]]
     assert max(c.s_kv for c in tier if not c.is_thd) >= 32768 and max(c.s_q for c in tier if not c.is_thd) >= 32768
@@ -180,9 +180,15 @@ def test_host_touch_guard_catches_reads_and_syncs():
 # -------------------------------------------------------------- selection
 @pytest.mark.parametrize(
     "opts, env, want",
-    [({}, None, False), ({"large": True}, None, True), ({"markexpr": "large"}, None, True), ({"markexpr": "gpu and not large"}, None, False),
-     ({"hypothesis_profile": "nightly"}, None, True), ({}, "1", True)],
-)  # fmt: skip
+    [
+        ({}, None, False),
+        ({"large": True}, None, True),
+        ({"markexpr": "large"}, None, True),
+        ({"markexpr": "gpu and not large"}, None, False),
+        ({"hypothesis_profile": "nightly"}, None, True),
+        ({}, "1", True),
+    ],
+)
 def test_large_tier_selection(opts, env, want, monkeypatch):
     from conformance.plugin import LARGE_ENV, large_tier_selected
 

@@ -19,17 +19,24 @@ PACKAGES = ("conformance", "reports", "properties", "kernels", "strategies", "re
 def _lint(root: Path) -> subprocess.CompletedProcess:
     # lint-imports resolves the root packages on sys.path: point it at ``root`` alone.
     code = "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
-    return subprocess.run([sys.executable, "-c", code, "--no-cache"], cwd=root, capture_output=True, text=True, timeout=300,
-                          env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", code, "--no-cache"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+    )
 
 
 def _cycles(root: Path) -> list:
-    """The import cycles among the suite's modules (every import, inside functions too),
+    """The import cycles among the suite's modules (every import that runs, inside functions too;
+    not those under ``if TYPE_CHECKING:``, which only annotations read),
     as sorted module lists: the strongly connected components of more than one module."""
     code = f"""
 import grimp, json, sys
 sys.setrecursionlimit(100000)
-g = grimp.build_graph(*{PACKAGES!r}, cache_dir=None)
+g = grimp.build_graph(*{PACKAGES!r}, cache_dir=None, exclude_type_checking_imports=True)
 index, low, stack, on, out = {{}}, {{}}, [], set(), []
 def visit(v):
     index[v] = low[v] = len(index); stack.append(v); on.add(v)
@@ -48,7 +55,9 @@ for m in sorted(g.modules):
     if m not in index: visit(m)
 print(json.dumps(out))
 """
-    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"}
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     import json
 

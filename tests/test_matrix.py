@@ -18,8 +18,12 @@ FIXTURES = {"adapter", "prepared_adapter", "wrapper_adapter"}  # conformance/con
 
 
 def test_collected_tests_are_the_declared_ones(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:xdist", f"--report-dir={tmp_path}", *MODULES],
-                       capture_output=True, text=True, timeout=300)  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:xdist", f"--report-dir={tmp_path}", *MODULES],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     collected = [line.strip() for line in r.stdout.splitlines() if "::" in line]
     declared = [nodeid for module in MODULES for f in MATRIX if f.module == module for nodeid in f.nodeids()]
     assert collected == declared, r.stdout[-2000:] + r.stderr[-2000:]

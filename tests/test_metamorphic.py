@@ -35,8 +35,9 @@ SETTINGS = dict(deadline=None, database=None, derandomize=True, suppress_health_
 CPU = torch.device("cpu")
 
 DENSE = Case(batch=3, h_q=4, h_kv=2, s_q=70, s_kv=90, seq_q_lens=(70, 33, 5), seq_kv_lens=(90, 64, 17), bias="float32", sinks=True, seed=5)
-THD = Case(layout="thd", h_q=4, h_kv=2, q_lens=(5, 70, 0, 9), kv_lens=(9, 130, 3, 66), q_base=3, kv_base=1, q_slack=8, kv_slack=8,
-           sinks=True, causal=True, seed=7)  # fmt: skip
+THD = Case(
+    layout="thd", h_q=4, h_kv=2, q_lens=(5, 70, 0, 9), kv_lens=(9, 130, 3, 66), q_base=3, kv_base=1, q_slack=8, kv_slack=8, sinks=True, causal=True, seed=7
+)
 CASES = {"dense": DENSE, "thd": THD}
 # A long-row THD case: bf16, 4,096 keys per sequence, a flat softmax (the pools' scale 1/32).
 LONG = Case(layout="thd", dtype="bfloat16", q_lens=(8, 8), kv_lens=(4096, 4096), scale=0.03125, seed=0)
@@ -46,8 +47,11 @@ NEIGHBOUR = Plant(neighbour_v_min_keys=512)
 @contextmanager
 def on_cpu(second=None):
     """The launching properties on the CPU; ``entry`` launches ``second``."""
-    with mock.patch.object(M, "device", lambda: CPU), mock.patch.object(N, "device", lambda: CPU), \
-            mock.patch.object(M, "other_adapter", lambda adapter: second or EmulatedAdapter()):  # fmt: skip
+    with (
+        mock.patch.object(M, "device", lambda: CPU),
+        mock.patch.object(N, "device", lambda: CPU),
+        mock.patch.object(M, "other_adapter", lambda adapter: second or EmulatedAdapter()),
+    ):
         yield
 
 
@@ -114,10 +118,14 @@ PLANTED = [
     ("head_perm", "thd", Plant(kv_heads_repeated=True), "GQA heads read KV head h % H_kv", _EXPOSES_REPEAT),
     ("seq_perm", "thd", Plant(neighbour_v_min_keys=64), "a sequence's first V from the previous sequence", None),
     ("position", "thd", Plant(absolute_kv_tiles=True), "KV tiles anchored to the packed offset", None),
-    ("isolation", "thd", Plant(neighbour_v_min_keys=64), "a sequence's first V from the previous sequence",
-     lambda n: n["changed"] == 0),  # the neighbour of the long sequence 1
-    ("isolation", "dense", Plant(neighbour_v_min_keys=16), "a batch entry's first V from the previous entry",
-     lambda n: n["changed"] in (0, 1)),
+    (
+        "isolation",
+        "thd",
+        Plant(neighbour_v_min_keys=64),
+        "a sequence's first V from the previous sequence",
+        lambda n: n["changed"] == 0,
+    ),  # the neighbour of the long sequence 1
+    ("isolation", "dense", Plant(neighbour_v_min_keys=16), "a batch entry's first V from the previous entry", lambda n: n["changed"] in (0, 1)),
     ("v_pow2", "dense", Plant(v_offset=2.0**-10), "V shifted before P@V", None),
     ("v_pow2", "thd", Plant(v_offset=2.0**-10), "V shifted before P@V", None),
     ("determinism", "dense", Plant(nondeterministic=True), "LSE one ulp off every other launch", None),
@@ -187,8 +195,11 @@ def test_the_variation_is_a_function_of_the_case_and_relation():
             assert a.notes == b.notes and a.case == b.case, relation
             for name in ("q", "k", "v"):
                 assert torch.equal(torch.nan_to_num(getattr(a.inputs, name), 7.0), torch.nan_to_num(getattr(b.inputs, name), 7.0))
-            other = M.plan(case.replace(seed=case.seed + 1), make_inputs(case, CPU, pad_fill=FINITE_PAD), relation, EmulatedAdapter()) \
-                if relation not in ("determinism", "entry") else None  # fmt: skip
+            other = (
+                M.plan(case.replace(seed=case.seed + 1), make_inputs(case, CPU, pad_fill=FINITE_PAD), relation, EmulatedAdapter())
+                if relation not in ("determinism", "entry")
+                else None
+            )
             assert other is None or other.notes != a.notes or relation in ("v_pow2",), relation
 
 
@@ -229,8 +240,8 @@ def test_entry_skips_what_the_other_entry_point_cannot_express():
 
 
 def test_the_matrix_binds_every_relation_per_stratum():
-    from properties.matrix import FAMILIES
     from ground.tables import STRATA
+    from properties.matrix import FAMILIES
 
     for test, relations in (("test_metamorphic_dense", M.DENSE_RELATIONS), ("test_metamorphic_thd", M.THD_RELATIONS)):
         ids = FAMILIES[test].nodeids()
@@ -257,7 +268,7 @@ BLIND = [
 
 @pytest.mark.parametrize("relation,case,plant,second", BLIND, ids=[b[0] for b in BLIND])
 def test_each_relation_catches_a_bug_the_reference_comparison_lets_through(relation, case, plant, second):
-    """Issue 15's bar: every relation fails on a planted bug whose effect on
+    """The bar: every relation fails on a planted bug whose effect on
     O and LSE sits inside the error model at the very same shape."""
     with on_cpu():
         obs = check_numerics(case, second or EmulatedAdapter(plant=plant))
@@ -271,9 +282,24 @@ def test_each_relation_catches_a_bug_the_reference_comparison_lets_through(relat
 # scale 0 (O averages V), one O element a subnormal midpoint (-6.10054e-5) that the
 # first launch rounds up to -2^-14, fp16's smallest normal, while V * 2^12 keeps
 # it exact (-0.249878). The emulation rounds the same way.
-SMALLEST_NORMAL = Case(layout="thd", q_lens=(300, 1), kv_lens=(300, 1), q_slack=1, kv_slack=8, h_q=3, h_kv=1, bottom_right=True,
-                       window_left=64, sinks=True, lse_layout="token_major", sink_dtype="bfloat16", sink_layout="broadcast",
-                       prefix_dtype="int64", scale=0.0, seed=0)  # fmt: skip
+SMALLEST_NORMAL = Case(
+    layout="thd",
+    q_lens=(300, 1),
+    kv_lens=(300, 1),
+    q_slack=1,
+    kv_slack=8,
+    h_q=3,
+    h_kv=1,
+    bottom_right=True,
+    window_left=64,
+    sinks=True,
+    lse_layout="token_major",
+    sink_dtype="bfloat16",
+    sink_layout="broadcast",
+    prefix_dtype="int64",
+    scale=0.0,
+    seed=0,
+)
 
 
 def test_v_pow2_judges_the_smallest_normal_as_rounded_on_the_subnormal_grid():

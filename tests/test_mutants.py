@@ -10,25 +10,37 @@ import itertools
 import subprocess
 import sys
 import time
-
 from pathlib import Path
 
 import pytest
 
-from ground import findings
 from conformance import kill_rate as M
+from ground import findings
 from ground.case import Case
-from ground.tables import flavor_of
 from ground.outcome import Observation, PropertyFailure
-from properties.matrix import TRANSFORM
+from ground.tables import flavor_of
 from kernels import mutants as catalogue
 from kernels.mutants import MUTANTS, Mutant
 from kernels.source import TARGETS, Rewrite, check_rewrites
+from properties.matrix import TRANSFORM
 
-# Issue #6's bug classes: the catalogue must keep covering every one of them.
-REQUIRED_CLASSES = ("bias", "off_envelope", "compile_key", "cu_seqlens", "causal_diagonal", "sliding_window", "bottom_right",
-                    "kv_zero_fill", "lse_units", "sink_units", "last_partial_tile", "gqa_mapping", "output_tail",
-                    "precision")  # fmt: skip  (precision: the error model's mutants, tests/test_error_model.py)
+# The bug classes: the catalogue must keep covering every one of them.
+REQUIRED_CLASSES = (
+    "bias",
+    "off_envelope",
+    "compile_key",
+    "cu_seqlens",
+    "causal_diagonal",
+    "sliding_window",
+    "bottom_right",
+    "kv_zero_fill",
+    "lse_units",
+    "sink_units",
+    "last_partial_tile",
+    "gqa_mapping",
+    "output_tail",
+    "precision",
+)  # (precision: the error model's mutants, tests/test_error_model.py)
 # The dev profile's example counts (10 per numerics stratum): few draws, and no time limit
 # (the cap stays at its default): a verdict never depends on how fast this machine is.
 FAST = dict(profile="dev")
@@ -157,8 +169,12 @@ def _nan_rows(live_too: bool):
                 o[b, :, 0] = float("nan")
         nan = torch.isnan(o)
         every_row = torch.ones_like(nan)
-        return finish(kind.property, case, time.perf_counter(),
-                      lambda: judge.exactly(kind.property, case, "o", nan, torch.zeros_like(nan), every_row, "live outputs", check="no nan") or {})
+        return finish(
+            kind.property,
+            case,
+            time.perf_counter(),
+            lambda: judge.exactly(kind.property, case, "o", nan, torch.zeros_like(nan), every_row, "live outputs", check="no nan") or {},
+        )
 
     return check
 
@@ -214,7 +230,9 @@ def test_verdicts_and_counts_do_not_depend_on_time(fails):
     assert fast["verdict"] == slow["verdict"] == ("killed" if fails else "survived") and fast["complete"] and slow["complete"]
     assert counts(fast) == counts(slow) and fast["case"] == slow["case"] and fast["killed_by"] == slow["killed_by"]
     first = fast["kinds"][0]
-    assert first["name"] == "tails_dense" and first["examples"] == first["planned"] == 2 * M.planned_examples("ci", M.KINDS[3])  # the expected killer first, in full
+    assert first["name"] == "tails_dense" and first["examples"] == first["planned"] == 2 * M.planned_examples(
+        "ci", M.KINDS[3]
+    )  # the expected killer first, in full
     if not fails:
         assert [k["examples"] for k in fast["kinds"]] == [40, 80] and "tails_dense 40/40, numerics_dense 80/80" in M._progress_line(fast, 1, 1)
     scaled = M.run_mutant(QWEN_ONLY, check=_fails_on(fail), profile="ci", examples_scale=2, kinds=("tails_dense",), **NO_ADAPTER)
@@ -286,7 +304,10 @@ def test_markdown_table():
     doc["control"] = _rec("control", "killed", killed_by="padding_poison", summary="NaN", case_text="B=1")
     assert "**INVALID RUN**: the control (no rewrites) failed padding_poison on B=1: NaN" in M.render_markdown(doc)
     doc["control"] = RECORDS[4] | {"name": "control"}
-    assert "**INVALID RUN**: the control's search was stopped by the cap (--budget-s) before its example counts (numerics_dense 15/80 cut)" in M.render_markdown(doc)
+    assert (
+        "**INVALID RUN**: the control's search was stopped by the cap (--budget-s) before its example counts (numerics_dense 15/80 cut)"
+        in M.render_markdown(doc)
+    )
 
 
 # --------------------------------------------------------------------- CLI
@@ -304,8 +325,18 @@ def test_list_checks_the_catalogue(capsys, monkeypatch):
     assert code == 1 and "STALE" in out and "2 mutants, 1 stale" in out
 
 
-@pytest.mark.parametrize("argv", [["--only", "nope"], ["--properties", "numerics"], ["--goal", "1.5"], ["--jobs", "0"], ["--examples-scale", "0"], ["--budget-s", "0"],
-                                  ["--profile", "nope", "--list"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--only", "nope"],
+        ["--properties", "numerics"],
+        ["--goal", "1.5"],
+        ["--jobs", "0"],
+        ["--examples-scale", "0"],
+        ["--budget-s", "0"],
+        ["--profile", "nope", "--list"],
+    ],
+)
 def test_bad_arguments_exit_2(argv, capsys):
     code, _, err = _main(argv, capsys)
     assert code == 2 and "sdpa-conformance mutants: error:" in err
@@ -323,19 +354,50 @@ def test_without_a_gpu_exit_2(capsys):
 def test_node_ids_name_the_collected_tests(tmp_path):
     """Every node id a search can report (node-id known findings excuse
     failures there) names a collected test: each stratum, each drawn value."""
-    r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:xdist", "--report-dir", str(tmp_path), "conformance/test_numerics.py",
-                        "conformance/test_tails.py", "conformance/test_compile.py", "conformance/test_large.py", "conformance/test_metamorphic.py",
-                        "conformance/test_backward.py"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:xdist",
+            "--report-dir",
+            str(tmp_path),
+            "conformance/test_numerics.py",
+            "conformance/test_tails.py",
+            "conformance/test_compile.py",
+            "conformance/test_large.py",
+            "conformance/test_metamorphic.py",
+            "conformance/test_backward.py",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     collected = {line.strip() for line in r.stdout.splitlines() if "::" in line}
+    from properties.metamorphic import DENSE_RELATIONS, THD_RELATIONS
     from strategies.pools import FLAVOR_ENVELOPES
 
-    from properties.metamorphic import DENSE_RELATIONS, THD_RELATIONS
-
-    assert [k.name for k in M.KINDS] == ["numerics_dense", "numerics_thd", "tails_thd_noinit", "tails_dense", "padding_poison",
-                                         "compile_reuse_dense", "compile_reuse_thd", "numerics_large_offsets"] + [f"metamorphic_dense_{r}" for r in DENSE_RELATIONS] + \
-        [f"metamorphic_thd_{r}" for r in THD_RELATIONS] + ["backward_dense", "backward_thd", "backward_tails_dense",
-                                                         "backward_tails_thd_init", "backward_tails_thd_noinit", "backward_compile_reuse_dense",
-                                                         "backward_compile_reuse_thd"]  # fmt: skip
+    assert [k.name for k in M.KINDS] == [
+        "numerics_dense",
+        "numerics_thd",
+        "tails_thd_noinit",
+        "tails_dense",
+        "padding_poison",
+        "compile_reuse_dense",
+        "compile_reuse_thd",
+        "numerics_large_offsets",
+    ] + [f"metamorphic_dense_{r}" for r in DENSE_RELATIONS] + [f"metamorphic_thd_{r}" for r in THD_RELATIONS] + [
+        "backward_dense",
+        "backward_thd",
+        "backward_tails_dense",
+        "backward_tails_thd_init",
+        "backward_tails_thd_noinit",
+        "backward_compile_reuse_dense",
+        "backward_compile_reuse_thd",
+    ]
     for kind in M.KINDS:
         drawn_axes = [a for a in kind.family.axes if a.role == TRANSFORM]
         for flavor, (dq, dv) in FLAVOR_ENVELOPES.items():
@@ -479,8 +541,16 @@ def _relay_visitors(case: Case, tile_q: int = 64, tile_kv: int = 64) -> int:
     most = 0
     for q, kv in zip(case.q_lengths(), case.kv_lengths()):
         if q and kv:
-            vis = band(torch.arange(q)[:, None], torch.arange(kv)[None, :], q, kv, causal=case.causal, bottom_right=case.bottom_right,
-                       window_left=case.window_left, window_right=case.window_right)  # fmt: skip
+            vis = band(
+                torch.arange(q)[:, None],
+                torch.arange(kv)[None, :],
+                q,
+                kv,
+                causal=case.causal,
+                bottom_right=case.bottom_right,
+                window_left=case.window_left,
+                window_right=case.window_right,
+            )
             for row in range(0, q, tile_q):
                 most = max(most, len(set((vis[row : row + tile_q].any(0).nonzero().flatten() // tile_kv).tolist())))
     return most

@@ -43,8 +43,18 @@ def test_profile_sums_per_worker_and_reports_time_between_examples():
     for shard, t0 in (("gw0-1", 100.0), ("gw1-2", 100.0)):
         for i in range(2):
             recs.append({"kind": "begin", "shard": shard, "property": "numerics", "case": case, "t": t0 + 10 * i})
-            recs.append({"kind": "obs", "shard": shard, "property": "numerics", "case": case, "outcome": "passed", "seconds": 4.0,
-                         "phases": {"compile": 3.0, "launch": 0.5}, "t_end": t0 + 10 * i + 4})
+            recs.append(
+                {
+                    "kind": "obs",
+                    "shard": shard,
+                    "property": "numerics",
+                    "case": case,
+                    "outcome": "passed",
+                    "seconds": 4.0,
+                    "phases": {"compile": 3.0, "launch": 0.5},
+                    "t_end": t0 + 10 * i + 4,
+                }
+            )
     prof = merge(recs)["profile"]
     assert [w["worker"] for w in prof["workers"]] == ["gw0-1", "gw1-2"]
     w = prof["workers"][0]

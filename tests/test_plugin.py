@@ -93,7 +93,7 @@ PADDED = "Case(s_q=4, s_kv=4, batch=2, seq_q_lens=(2, 4))"  # batch 0 has padded
 @pytest.fixture
 def project(pytester, monkeypatch):
     """A generated project; the in-process runs must not leak the Hypothesis
-    profile or the kernels options they load into this session."""
+    profile or the kernels options they load into this pytest session."""
     for var in ("SDPA_ADAPTER", "SDPA_SM80_COMPAT", "SDPA_KERNELS_SOURCE"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("PYTHONPATH", str(pytester.path.parent))
@@ -113,7 +113,9 @@ def _report(pytester) -> dict:
 
 
 def test_failing_property_writes_its_shrunk_case_and_prints_the_repro(project):
-    project.makepyfile(test_toy=TOY + """
+    project.makepyfile(
+        test_toy=TOY
+        + """
 @settings(max_examples=25, database=None, derandomize=True, phases=[Phase.generate, Phase.shrink])
 @given(st.integers(1, 50))
 def test_toy_shrinks(s):
@@ -122,7 +124,8 @@ def test_toy_shrinks(s):
 @pytest.mark.property("toy")
 def test_needs_gpu(gpu):
     pass
-""")
+"""
+    )
     result = _run(project, "-rs")
     out = result.stdout.str()
     assert "mode: " in out and "adapter: prepared" in out and "report dir sdpa-report" in out  # the header
@@ -145,7 +148,9 @@ def test_needs_gpu(gpu):
 
 
 def test_xdist_run_merges_every_shard_without_loss(project):
-    project.makepyfile(test_toy=TOY + """
+    project.makepyfile(
+        test_toy=TOY
+        + """
 @pytest.mark.parametrize("i", range(6))
 def test_many(i):
     for s in (1, 2, 3):
@@ -154,7 +159,8 @@ def test_many(i):
 def test_one_fails():
     check(Case(s_q=1, s_kv=1))
     check(Case(s_q=7, s_kv=7))
-""")
+"""
+    )
     result = _run(project, "-n", "2")
     result.assert_outcomes(passed=6, failed=1)
     result.stdout.fnmatch_lines(["*sdpa-conformance: reproduce with*", "sdpa-conformance repro sdpa-report/cases/toy-*.json"])
@@ -165,12 +171,15 @@ def test_one_fails():
     assert len(s["failures"]) == 1 and len([x for x in s["run"]["shards"] if x.startswith("gw")]) >= 1
 
 
-@pytest.mark.parametrize("args, env, message", [
-    ([], {"SDPA_ADAPTER": "bogus"}, "SDPA_ADAPTER='bogus': expected one of prepared, wrapper"),
-    (["--known-findings", "nope.toml"], {}, "--known-findings nope.toml: no such file"),
-    (["--known-findings", "bad.toml"], {}, "bad.toml:1: finding 'x': unknown key 'nodeids'"),
-    (["--adapter", "bogus"], {}, "invalid choice: 'bogus'"),
-])
+@pytest.mark.parametrize(
+    "args, env, message",
+    [
+        ([], {"SDPA_ADAPTER": "bogus"}, "SDPA_ADAPTER='bogus': expected one of prepared, wrapper"),
+        (["--known-findings", "nope.toml"], {}, "--known-findings nope.toml: no such file"),
+        (["--known-findings", "bad.toml"], {}, "bad.toml:1: finding 'x': unknown key 'nodeids'"),
+        (["--adapter", "bogus"], {}, "invalid choice: 'bogus'"),
+    ],
+)
 def test_bad_options_are_usage_errors(project, monkeypatch, args, env, message):
     project.makefile(".toml", bad='[[finding]]\nid = "x"\nreason = "r"\nnodeids = "a"\n')
     project.makepyfile(test_nothing="def test_x():\n    pass\n")
@@ -194,7 +203,10 @@ def test_a_path_option_value_taken_for_the_rootdir_is_refused(project):
 # ------------------------------------------------------------- known findings
 def test_a_finding_excuses_only_the_failure_it_describes(project):
     project.makefile(".toml", known_findings=PADDED_Q_FINDING)
-    project.makepyfile(test_toy=TOY + PROPERTY_TEST + f"""
+    project.makepyfile(
+        test_toy=TOY
+        + PROPERTY_TEST
+        + f"""
 def test_only_padded_rows():
     assert nan_rows({PADDED}, "padded").outcome == "xfailed"
 
@@ -206,7 +218,8 @@ def test_another_check_of_the_same_example():
 
 def test_another_case():
     nan_rows(Case(s_q=4, s_kv=4), "live")  # no padded rows at all
-""")
+"""
+    )
     result = _run(project)
     result.assert_outcomes(passed=1, failed=3)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
@@ -224,30 +237,40 @@ def test_another_case():
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "xdist"])
 def test_a_stale_finding_fails_the_run_naming_the_entry(project, workers):
     project.makefile(".toml", known_findings=PADDED_Q_FINDING)
-    project.makepyfile(test_toy=TOY + PROPERTY_TEST + f"""
+    project.makepyfile(
+        test_toy=TOY
+        + PROPERTY_TEST
+        + f"""
 def test_padded_rows_are_fine_now():
     assert nan_rows({PADDED}).outcome == "passed"  # exercises the finding: there are padded rows to show it on
 
 def test_something_else():
     assert nan_rows(Case(s_q=2, s_kv=2)).outcome == "passed"
-""")
+"""
+    )
     result = _run(project, *workers)  # strict by default, no -W option
     result.assert_outcomes(passed=2)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines(["ERROR stale known finding: known_findings.toml:3: known finding 'padded-q-nan' did not reproduce: 1 example(s) it selects ran*"])
+    result.stdout.fnmatch_lines(
+        ["ERROR stale known finding: known_findings.toml:3: known finding 'padded-q-nan' did not reproduce: 1 example(s) it selects ran*"]
+    )
     s = _report(project)
     assert s["findings"]["stale"] == ["padded-q-nan"] and s["run"]["exitstatus"] == pytest.ExitCode.TESTS_FAILED
 
 
 def test_an_unexercised_finding_does_not_fail_a_subset_run(project):
     project.makefile(".toml", known_findings=PADDED_Q_FINDING)
-    project.makepyfile(test_toy=TOY + PROPERTY_TEST + f"""
+    project.makepyfile(
+        test_toy=TOY
+        + PROPERTY_TEST
+        + f"""
 def test_padded():
     assert nan_rows({PADDED}, "padded").outcome == "xfailed"
 
 def test_unpadded():
     assert nan_rows(Case(s_q=4, s_kv=4)).outcome == "passed"  # no padded rows: nothing to show the finding on
-""")
+"""
+    )
     subset = _run(project, "-k", "unpadded")
     subset.assert_outcomes(passed=1)
     assert subset.ret == pytest.ExitCode.OK
@@ -258,11 +281,18 @@ def test_unpadded():
     assert whole.ret == pytest.ExitCode.OK and [e["status"] for e in _report(project)["findings"]["entries"]] == ["reproduced"]
 
 
-@pytest.mark.parametrize("entry, message", [
-    ('region = "padded_q_rows"\nnodeid = "test_toy.py::*"', "known_findings.toml:3: finding 'bad': key 'nodeid': node-id selectors are gone"),
-    ('region = "padded_rows"', "known_findings.toml:3: finding 'bad': key 'region': 'padded_rows' is not one of padded_q_rows, live_rows_loading_padded_kv, thd_lse_past_compact_zeroing, thd_lse_compact_extent"),
-    ("", "known_findings.toml:3: finding 'bad': key 'region' is required for the row check 'no nan'"),
-], ids=["nodeid", "unknown-region", "no-region"])
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        ('region = "padded_q_rows"\nnodeid = "test_toy.py::*"', "known_findings.toml:3: finding 'bad': key 'nodeid': node-id selectors are gone"),
+        (
+            'region = "padded_rows"',
+            "known_findings.toml:3: finding 'bad': key 'region': 'padded_rows' is not one of padded_q_rows, live_rows_loading_padded_kv, thd_lse_past_compact_zeroing, thd_lse_compact_extent",
+        ),
+        ("", "known_findings.toml:3: finding 'bad': key 'region' is required for the row check 'no nan'"),
+    ],
+    ids=["nodeid", "unknown-region", "no-region"],
+)
 def test_a_malformed_findings_file_is_a_usage_error_naming_entry_and_key(project, entry, message):
     project.makefile(".toml", known_findings=PADDED_Q_FINDING.replace('id = "padded-q-nan"', 'id = "bad"').replace('region = "padded_q_rows"', entry))
     project.makepyfile(test_nothing="def test_x():\n    pass\n")
@@ -276,24 +306,33 @@ ROW = {"property": "tails", "check": "no nan", "quantity": "o", "region": "padde
 REJECTS = {"property": "rejection", "check": "rejects", "observed": "accepted"}
 
 
-@pytest.mark.parametrize("entry, message", [
-    ({"id": "a", "reason": "r", "property": "numerics", "check": "error model"}, "finding 'a': key 'quantity' is required for the row check 'error model'"),
-    ({"id": "a", "reason": "r", **ROW, "property": "speed"}, "finding 'a': key 'property': 'speed' is not one of numerics, tails"),
-    ({"id": "a", "reason": "r", **ROW, "check": "nan"}, "finding 'a': key 'check': 'nan' is not one of capacity, pad columns, no nan"),
-    ({"id": "a", "reason": "r", **ROW, "check": "pad columns"}, "finding 'a': key 'check': tails check 'pad columns' judges whole storage"),
-    ({"id": "a", "reason": "r", **ROW, "when": {"heads": 2}}, "finding 'a': key 'when': 'heads' is not a Case field, a derived fact"),
-    ({"id": "a", "reason": "r", **ROW, "when": {"causal": "yes"}}, "finding 'a': key 'when': case field 'causal': expected true/false"),
-    ({"id": "a", "reason": "r", **ROW, "when": {"off_envelope": 1}}, "finding 'a': key 'when': 'off_envelope': expected true/false"),
-    ({"id": "a", "reason": "r", **ROW, "observed": "accepted"}, "finding 'a': key 'observed': check 'no nan' has no observed outcome"),
-    ({"id": "a", "reason": "r", **REJECTS}, "finding 'a': key 'rule' is required for a rejection finding"),
-    ({"id": "a", "reason": "r", **REJECTS, "rule": "thd_bias"}, "finding 'a': key 'entry' is required with 'rule'"),
-    ({"id": "a", "reason": "r", **REJECTS, "observed": None, "rule": "thd_bias", "entry": "prepared"}, "finding 'a': key 'observed' must be a non-empty string"),
-    ({"id": "a", "reason": "r", **REJECTS, "rule": "no_rule", "entry": "config"}, "finding 'a': key 'rule': 'no_rule' is not one of"),
-    ({"id": "a", "reason": "r", **REJECTS, "rule": "flavor_unknown", "entry": "wrapper"}, "finding 'a': key 'entry': rule 'flavor_unknown' targets config, not 'wrapper'"),
-    ({"id": "a", "reason": "r", "property": "compile_reuse", "check": "compile budget"}, "finding 'a': key 'when' (or 'rule') is required"),
-    ({"id": "a", "reason": "r", **ROW, "nodeid": "t.py::*"}, "finding 'a': key 'nodeid': node-id selectors are gone"),
-    ({"id": "a", **ROW}, "finding 'a': key 'reason' is required"),
-])
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        ({"id": "a", "reason": "r", "property": "numerics", "check": "error model"}, "finding 'a': key 'quantity' is required for the row check 'error model'"),
+        ({"id": "a", "reason": "r", **ROW, "property": "speed"}, "finding 'a': key 'property': 'speed' is not one of numerics, tails"),
+        ({"id": "a", "reason": "r", **ROW, "check": "nan"}, "finding 'a': key 'check': 'nan' is not one of capacity, pad columns, no nan"),
+        ({"id": "a", "reason": "r", **ROW, "check": "pad columns"}, "finding 'a': key 'check': tails check 'pad columns' judges whole storage"),
+        ({"id": "a", "reason": "r", **ROW, "when": {"heads": 2}}, "finding 'a': key 'when': 'heads' is not a Case field, a derived fact"),
+        ({"id": "a", "reason": "r", **ROW, "when": {"causal": "yes"}}, "finding 'a': key 'when': case field 'causal': expected true/false"),
+        ({"id": "a", "reason": "r", **ROW, "when": {"off_envelope": 1}}, "finding 'a': key 'when': 'off_envelope': expected true/false"),
+        ({"id": "a", "reason": "r", **ROW, "observed": "accepted"}, "finding 'a': key 'observed': check 'no nan' has no observed outcome"),
+        ({"id": "a", "reason": "r", **REJECTS}, "finding 'a': key 'rule' is required for a rejection finding"),
+        ({"id": "a", "reason": "r", **REJECTS, "rule": "thd_bias"}, "finding 'a': key 'entry' is required with 'rule'"),
+        (
+            {"id": "a", "reason": "r", **REJECTS, "observed": None, "rule": "thd_bias", "entry": "prepared"},
+            "finding 'a': key 'observed' must be a non-empty string",
+        ),
+        ({"id": "a", "reason": "r", **REJECTS, "rule": "no_rule", "entry": "config"}, "finding 'a': key 'rule': 'no_rule' is not one of"),
+        (
+            {"id": "a", "reason": "r", **REJECTS, "rule": "flavor_unknown", "entry": "wrapper"},
+            "finding 'a': key 'entry': rule 'flavor_unknown' targets config, not 'wrapper'",
+        ),
+        ({"id": "a", "reason": "r", "property": "compile_reuse", "check": "compile budget"}, "finding 'a': key 'when' (or 'rule') is required"),
+        ({"id": "a", "reason": "r", **ROW, "nodeid": "t.py::*"}, "finding 'a': key 'nodeid': node-id selectors are gone"),
+        ({"id": "a", **ROW}, "finding 'a': key 'reason' is required"),
+    ],
+)
 def test_findings_entries_are_validated(entry, message):
     with pytest.raises(findings.FindingsError) as e:
         findings.parse({"finding": [entry]}, "kf.toml", [7])

@@ -82,8 +82,13 @@ def _broken_prepared(kind: str):
     class Broken(PreparedAdapter):
         def prepare(self, case, inputs, outputs=None, **kw):
             if kind == "stale":
-                copies = type(inputs)(inputs.case, **{n: (None if getattr(inputs, n) is None else relocate(getattr(inputs, n), getattr(inputs, n).device))
-                                                      for n in ("q", "k", "v", "bias", "sinks", "seq_q_lens", "seq_kv_lens", "cu_q", "cu_kv", "q_live", "kv_live")})  # fmt: skip
+                copies = type(inputs)(
+                    inputs.case,
+                    **{
+                        n: (None if getattr(inputs, n) is None else relocate(getattr(inputs, n), getattr(inputs, n).device))
+                        for n in ("q", "k", "v", "bias", "sinks", "seq_q_lens", "seq_kv_lens", "cu_q", "cu_kv", "q_live", "kv_live")
+                    },
+                )
                 return super().prepare(case, copies, outputs, **kw)
             prepared = super().prepare(case, inputs, outputs, **kw)
             launch = prepared.launch
@@ -99,8 +104,8 @@ def _broken_prepared(kind: str):
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", ["dense", "thd"])
 def test_graph_replay_catches_a_launch_bound_to_stale_inputs(layout, gpu):
-    from properties import check_graph_replay
     from kernels.prepared import PreparedAdapter
+    from properties import check_graph_replay
 
     case = _replay_case(layout)
     check_graph_replay(case, PreparedAdapter(rewrites=()))
@@ -111,8 +116,8 @@ def test_graph_replay_catches_a_launch_bound_to_stale_inputs(layout, gpu):
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind, match", [("sync", "synchronizes"), ("alloc", "allocated")])
 def test_launch_hygiene_catches_a_sync_and_an_allocation(kind, match, gpu):
-    from properties import check_launch_hygiene
     from kernels.prepared import PreparedAdapter
+    from properties import check_launch_hygiene
 
     case = _replay_case("thd")
     check_launch_hygiene(case, PreparedAdapter(rewrites=()))

@@ -50,13 +50,26 @@ def cases(draw, layouts=("dense", "thd"), sinks=(False, True)) -> Case:
         b = draw(st.integers(1, 3))
         s_q, s_kv = draw(st.integers(1, 7)), draw(st.integers(1, 7))
         lens = lambda s: st.none() | st.lists(st.integers(0, s), min_size=b, max_size=b).map(tuple)  # noqa: E731
-        kw.update(batch=b, s_q=s_q, s_kv=s_kv, seq_q_lens=draw(lens(s_q)), seq_kv_lens=draw(lens(s_kv)),
-                  bias=draw(st.sampled_from((None,) + BIAS_DTYPES)), bias_batch=draw(st.sampled_from([1, b])))
+        kw.update(
+            batch=b,
+            s_q=s_q,
+            s_kv=s_kv,
+            seq_q_lens=draw(lens(s_q)),
+            seq_kv_lens=draw(lens(s_kv)),
+            bias=draw(st.sampled_from((None,) + BIAS_DTYPES)),
+            bias_batch=draw(st.sampled_from([1, b])),
+        )
     else:
         n = draw(st.integers(1, 3))
         lens = st.lists(st.integers(0, 6), min_size=n, max_size=n).map(tuple)
-        kw.update(q_lens=draw(lens), kv_lens=draw(lens), q_base=draw(st.integers(0, 3)), kv_base=draw(st.integers(0, 3)),
-                  q_slack=draw(st.integers(0, 3)), kv_slack=draw(st.integers(0, 3)))
+        kw.update(
+            q_lens=draw(lens),
+            kv_lens=draw(lens),
+            q_base=draw(st.integers(0, 3)),
+            kv_base=draw(st.integers(0, 3)),
+            q_slack=draw(st.integers(0, 3)),
+            kv_slack=draw(st.integers(0, 3)),
+        )
     case = Case(**kw)
     assert case.structural_problem() is None, case.structural_problem()
     return case
@@ -77,10 +90,44 @@ def assert_same(got, want, tol=1e-9):
 # ------------------------------------------------------- against the oracle
 # Edges pinned so every run has them: zero-length sequences on both sides, a
 # non-zero first offset and slack (THD); an empty live batch and a band (dense).
-THD_EDGE = Case(layout="thd", h_q=4, h_kv=2, d_qk=8, d_v=4, q_lens=(3, 0, 4, 2), kv_lens=(0, 2, 5, 6), q_base=2, kv_base=1,
-                q_slack=2, kv_slack=1, causal=True, bottom_right=True, window_left=1, sinks=True, scale=-0.8, seed=5)
-DENSE_EDGE = Case(batch=3, h_q=3, h_kv=1, d_qk=8, d_v=8, s_q=6, s_kv=4, seq_q_lens=(0, 6, 2), seq_kv_lens=(4, 0, 3), causal=True,
-                  window_right=2, bias="bfloat16", bias_batch=3, sinks=True, scale=0.0, memory="bshd_padded", seed=9)
+THD_EDGE = Case(
+    layout="thd",
+    h_q=4,
+    h_kv=2,
+    d_qk=8,
+    d_v=4,
+    q_lens=(3, 0, 4, 2),
+    kv_lens=(0, 2, 5, 6),
+    q_base=2,
+    kv_base=1,
+    q_slack=2,
+    kv_slack=1,
+    causal=True,
+    bottom_right=True,
+    window_left=1,
+    sinks=True,
+    scale=-0.8,
+    seed=5,
+)
+DENSE_EDGE = Case(
+    batch=3,
+    h_q=3,
+    h_kv=1,
+    d_qk=8,
+    d_v=8,
+    s_q=6,
+    s_kv=4,
+    seq_q_lens=(0, 6, 2),
+    seq_kv_lens=(4, 0, 3),
+    causal=True,
+    window_right=2,
+    bias="bfloat16",
+    bias_batch=3,
+    sinks=True,
+    scale=0.0,
+    memory="bshd_padded",
+    seed=9,
+)
 
 
 @settings(max_examples=200, **SETTINGS)
@@ -151,8 +198,27 @@ def test_matches_torch_math_sdpa(case):
     t = make_inputs(case, poison=False)  # SDPA multiplies masked V by 0: no NaN there
     b, s_q, s_kv, scale = case.batch, case.s_q, case.s_kv, case.softmax_scale
     n_q, n_kv = case.q_lengths(), case.kv_lengths()
-    vis = torch.tensor([[[visible(i, j, n_q[bi], n_kv[bi], causal=case.causal, bottom_right=case.bottom_right, window_left=case.window_left,
-                                  window_right=case.window_right) for j in range(s_kv)] for i in range(s_q)] for bi in range(b)])[:, None]
+    vis = torch.tensor(
+        [
+            [
+                [
+                    visible(
+                        i,
+                        j,
+                        n_q[bi],
+                        n_kv[bi],
+                        causal=case.causal,
+                        bottom_right=case.bottom_right,
+                        window_left=case.window_left,
+                        window_right=case.window_right,
+                    )
+                    for j in range(s_kv)
+                ]
+                for i in range(s_q)
+            ]
+            for bi in range(b)
+        ]
+    )[:, None]
     add = t.bias.to(F64) if t.bias is not None else torch.zeros((), dtype=F64)
     mask = torch.where(vis, add, -math.inf).expand(b, case.h_q, s_q, s_kv)
     # The math backend scales q and k by sqrt(scale): run negative scales as |scale| on -k.
@@ -213,8 +279,24 @@ def test_poison_never_reaches_live_rows(case, mode):
 # --------------------------------------------------- the tests have power
 # Off-by-one mutants of the visibility predicate, each with a Case where it matters.
 _band = masks.band
-POWER_CASE = Case(batch=2, h_q=2, h_kv=1, d_qk=8, d_v=8, s_q=5, s_kv=7, seq_q_lens=(4, 5), seq_kv_lens=(6, 3),
-                  causal=True, bottom_right=True, window_left=2, window_right=1, bias="float16", sinks=True, seed=3)
+POWER_CASE = Case(
+    batch=2,
+    h_q=2,
+    h_kv=1,
+    d_qk=8,
+    d_v=8,
+    s_q=5,
+    s_kv=7,
+    seq_q_lens=(4, 5),
+    seq_kv_lens=(6, 3),
+    causal=True,
+    bottom_right=True,
+    window_left=2,
+    window_right=1,
+    bias="float16",
+    sinks=True,
+    seed=3,
+)
 MUTANTS = {
     # j <= i + br + right - 1: intersect with the causal bound of row i - 1 (no window).
     "causal diagonal one short": lambda i, j, n_q, n_kv, **kw: _band(i, j, n_q, n_kv, **kw) & _band(i - 1, j, n_q, n_kv, **{**kw, "window_left": -1}),

@@ -9,7 +9,8 @@ from __future__ import annotations
 import pickle
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 
 from conformance import cli
@@ -46,7 +47,13 @@ def test_a_refusal_names_what_and_why_and_travels_whole(scope):
     assert refusal.scope == scope and refusal.exit_status == 2 and str(refusal) == refusal.reason
     again = pickle.loads(pickle.dumps(refusal))
     assert (type(again), again.scope, str(again), again.adapter, again.capability, again.hint) == (
-        Unsupported, scope, str(refusal), refusal.adapter, refusal.capability, refusal.hint)
+        Unsupported,
+        scope,
+        str(refusal),
+        refusal.adapter,
+        refusal.capability,
+        refusal.hint,
+    )
     if scope == "adapter":  # the capability, its meaning (ground.tables.CAPABILITIES) and why the adapter lacks it
         assert "adapter 'wrapper' cannot run THD with initialize_outputs=False: no 'no-init' (THD without" in str(refusal)
         assert str(refusal).endswith("; its THD host always zero-initializes")
@@ -95,7 +102,9 @@ def test_repro_exits_2_with_the_message(tmp_path, capsys, monkeypatch, scope):
 
     monkeypatch.setitem(properties.PROPERTIES, "toy", served(_refusing(scope)))
     monkeypatch.setattr(kernels, "get_adapter", lambda name=None, **kw: type("A", (), {"name": "prepared"})())
-    path = casefile.write(tmp_path, property="toy", case=Case().to_dict(), params={}, summary="x", environment={"mode": "compile-only (no GPU)"}, needs_gpu=False)
+    path = casefile.write(
+        tmp_path, property="toy", case=Case().to_dict(), params={}, summary="x", environment={"mode": "compile-only (no GPU)"}, needs_gpu=False
+    )
     assert cli.main(["repro", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("sdpa-conformance repro: error: " + REFUSED[scope]().usage())
@@ -104,8 +113,15 @@ def test_repro_exits_2_with_the_message(tmp_path, capsys, monkeypatch, scope):
 def test_repro_on_an_adapter_that_cannot_express_the_case(tmp_path, capsys):
     """The real path: a compile-only case file holding lse_log2 replayed on
     the wrapper is refused before anything runs (scope "case"), exit 2."""
-    path = casefile.write(tmp_path, property="compiles", case=Case(lse_log2=True).to_dict(), params={}, summary="x",
-                          environment={"mode": "compile-only (no GPU)", "adapter": "prepared"}, needs_gpu=False)  # fmt: skip
+    path = casefile.write(
+        tmp_path,
+        property="compiles",
+        case=Case(lse_log2=True).to_dict(),
+        params={},
+        summary="x",
+        environment={"mode": "compile-only (no GPU)", "adapter": "prepared"},
+        needs_gpu=False,
+    )
     assert cli.main(["repro", str(path), "--adapter", "wrapper"]) == 2
     err = capsys.readouterr().err
     assert "case field 'lse_log2' = True: the wrapper adapter" in err and err.rstrip().endswith("(--adapter picks another)")

@@ -14,11 +14,11 @@ import pytest
 
 import reports
 from ground import findings
-from properties import recorder
 from ground.case import Case, load_case_file
-from ground.outcome import Observation
 from ground.coverage import REQUIRED
+from ground.outcome import Observation
 from ground.tables import flavor_of
+from properties import recorder
 from reports import casefile, coverage, render, shards, summary
 
 RUN = "20261202-120000-1"
@@ -43,25 +43,62 @@ def _worker(report_dir, name, tests, run=RUN):
                 if outcome is not None:
                     # Tails examples exercise "f-example" and "f-stale"; only the xfailed one reproduced a finding.
                     exercised = ["f-example", "f-stale"] if prop == "tails" else []
-                    recorder.observe(Observation(prop, case, ratios={"o": ratio, "lse": ratio / 2}, outcome=outcome,
-                                                 findings=["f-example"] if outcome == "xfailed" else [], exercised=exercised,
-                                                 compile={"misses": 1, "hits": 2, "memo_hits": 0, "seconds": 0.5}, seconds=0.1))
+                    recorder.observe(
+                        Observation(
+                            prop,
+                            case,
+                            ratios={"o": ratio, "lse": ratio / 2},
+                            outcome=outcome,
+                            findings=["f-example"] if outcome == "xfailed" else [],
+                            exercised=exercised,
+                            compile={"misses": 1, "hits": 2, "memo_hits": 0, "seconds": 0.5},
+                            seconds=0.1,
+                        )
+                    )
             last = recorder.last_begun()
             if any(o == "failed" for _, _, o, _ in examples):
-                path = casefile.write(report_dir, property=last.property, case=last.case.to_dict(), params=last.params,
-                                      summary="O differs", detail={"worst": []}, nodeid=nodeid)
-                recorder.write({"kind": "failure", "nodeid": nodeid, "property": last.property, "case": last.case.to_dict(),
-                                "params": last.params, "summary": "O differs", "case_file": str(path), "repro": casefile.repro_command(path)})
+                path = casefile.write(
+                    report_dir, property=last.property, case=last.case.to_dict(), params=last.params, summary="O differs", detail={"worst": []}, nodeid=nodeid
+                )
+                recorder.write(
+                    {
+                        "kind": "failure",
+                        "nodeid": nodeid,
+                        "property": last.property,
+                        "case": last.case.to_dict(),
+                        "params": last.params,
+                        "summary": "O differs",
+                        "case_file": str(path),
+                        "repro": casefile.repro_command(path),
+                    }
+                )
         recorder.set_test(None)
     finally:
         recorder.close_shard(previous)
 
 
-FINDINGS = [f.to_dict() for f in findings.parse({"finding": [
-    {"id": "f-example", "reason": "r", "property": "tails", "check": "no nan", "quantity": "o", "region": "padded_q_rows"},
-    {"id": "f-stale", "reason": "r", "property": "tails", "check": "no nan", "quantity": "lse", "region": "padded_q_rows"},
-    {"id": "f-not-run", "reason": "r", "property": "numerics", "check": "error model", "quantity": "lse", "region": "padded_q_rows", "when": {"sinks": True}},
-]}, "kf.toml", [3, 10, 17])]
+FINDINGS = [
+    f.to_dict()
+    for f in findings.parse(
+        {
+            "finding": [
+                {"id": "f-example", "reason": "r", "property": "tails", "check": "no nan", "quantity": "o", "region": "padded_q_rows"},
+                {"id": "f-stale", "reason": "r", "property": "tails", "check": "no nan", "quantity": "lse", "region": "padded_q_rows"},
+                {
+                    "id": "f-not-run",
+                    "reason": "r",
+                    "property": "numerics",
+                    "check": "error model",
+                    "quantity": "lse",
+                    "region": "padded_q_rows",
+                    "when": {"sinks": True},
+                },
+            ]
+        },
+        "kf.toml",
+        [3, 10, 17],
+    )
+]
 
 
 def _controller(report_dir, tests, examples_ran=True, run=RUN):
@@ -69,8 +106,18 @@ def _controller(report_dir, tests, examples_ran=True, run=RUN):
     try:
         for nodeid, outcome, message in tests:
             recorder.write({"kind": "test", "nodeid": nodeid, "outcome": outcome, "duration": 1.0, "message": message})
-        recorder.write({"kind": "session", "environment": {"mode": "compile-only (no GPU)", "adapter": "prepared", "gpu": None, "versions": {}},
-                        "start": 0.0, "end": 30.0, "wall_seconds": 30.0, "exitstatus": 1, "findings": FINDINGS if examples_ran else [], "findings_file": "kf.toml"})
+        recorder.write(
+            {
+                "kind": "session",
+                "environment": {"mode": "compile-only (no GPU)", "adapter": "prepared", "gpu": None, "versions": {}},
+                "start": 0.0,
+                "end": 30.0,
+                "wall_seconds": 30.0,
+                "exitstatus": 1,
+                "findings": FINDINGS if examples_ran else [],
+                "findings_file": "kf.toml",
+            }
+        )
     finally:
         recorder.close_shard(previous)
 
@@ -78,18 +125,33 @@ def _controller(report_dir, tests, examples_ran=True, run=RUN):
 @pytest.fixture
 def two_workers(tmp_path):
     d, c = CASES["dense"], CASES["thd"]
-    _worker(tmp_path, "gw0", {
-        "t.py::test_a": [("numerics", d.replace(seed=i), "passed", 0.1 * (i + 1)) for i in range(5)],
-        "t.py::test_b": [("numerics", d, "passed", 0.5), ("numerics", d.replace(seed=9), "failed", 3.0), ("numerics", d.replace(seed=9), "failed", 2.0)],
-    })
-    _worker(tmp_path, "gw1", {
-        "t.py::test_c": [("tails", c, "passed", 0.0), ("tails", c, "passed", 0.2), ("tails", CASES["bias"], "passed", 0.3), ("tails", c, "xfailed", 5.0)],
-        # The worker died during this example: no verdict, no failure record.
-        "t.py::test_d": [("tails", c.replace(seed=77), None, 0.0)],
-    })
-    _controller(tmp_path, [("t.py::test_a", "passed", ""), ("t.py::test_b", "failed", "PropertyFailure"),
-                           ("t.py::test_c", "passed", ""), ("t.py::test_d", "failed", "worker 'gw1' crashed while running 't.py::test_d'"),
-                           ("t.py::test_e", "skipped", "")])
+    _worker(
+        tmp_path,
+        "gw0",
+        {
+            "t.py::test_a": [("numerics", d.replace(seed=i), "passed", 0.1 * (i + 1)) for i in range(5)],
+            "t.py::test_b": [("numerics", d, "passed", 0.5), ("numerics", d.replace(seed=9), "failed", 3.0), ("numerics", d.replace(seed=9), "failed", 2.0)],
+        },
+    )
+    _worker(
+        tmp_path,
+        "gw1",
+        {
+            "t.py::test_c": [("tails", c, "passed", 0.0), ("tails", c, "passed", 0.2), ("tails", CASES["bias"], "passed", 0.3), ("tails", c, "xfailed", 5.0)],
+            # The worker died during this example: no verdict, no failure record.
+            "t.py::test_d": [("tails", c.replace(seed=77), None, 0.0)],
+        },
+    )
+    _controller(
+        tmp_path,
+        [
+            ("t.py::test_a", "passed", ""),
+            ("t.py::test_b", "failed", "PropertyFailure"),
+            ("t.py::test_c", "passed", ""),
+            ("t.py::test_d", "failed", "worker 'gw1' crashed while running 't.py::test_d'"),
+            ("t.py::test_e", "skipped", ""),
+        ],
+    )
     return tmp_path
 
 
@@ -140,7 +202,17 @@ def test_rendering_writes_three_files_with_an_embedded_png(two_workers):
     png = html.split("data:image/png;base64,", 1)[1].split('"', 1)[0]
     assert base64.b64decode(png)[:8] == b"\x89PNG\r\n\x1a\n"
     md = paths["md"].read_text()
-    for text in ("compile-only (no GPU)", "sdpa-conformance repro", "f-stale", "stale", "not exercised", "kf.toml:10", "examples / min", "Coverage", "Slowest examples"):
+    for text in (
+        "compile-only (no GPU)",
+        "sdpa-conformance repro",
+        "f-stale",
+        "stale",
+        "not exercised",
+        "kf.toml:10",
+        "examples / min",
+        "Coverage",
+        "Slowest examples",
+    ):
         assert text in md and text in html
     assert (two_workers / "plots" / "ratios-numerics.png").is_file()
 
@@ -198,7 +270,6 @@ def test_coverage_axes_show_gaps():
     assert "| float16 | 0 (gap) |" in md and "- bias: float16" in md
 
 
-
 def test_kernel_field_table_shows_each_field_value_and_its_gaps():
     """The report's field x value table (ground/feature_space.py):
     every drawn kernel field has its facts' values, seen ones counted, unseen
@@ -243,10 +314,21 @@ def test_failures_a_passing_test_expected_are_not_run_failures(tmp_path):
 def test_faults_are_listed_with_their_repro(tmp_path):
     _worker(tmp_path, "gw0", {"t.py::test_a": [("numerics", CASES["dense"], None, 0.0)]})
     previous = recorder.open_shard(str(tmp_path / shards.SHARDS / RUN / "gw0-2.jsonl"))
-    recorder.write({"kind": "fatal", "fault": "hang", "nodeid": "t.py::test_a", "message": "no verdict within 5 s", "repro": "sdpa-conformance repro x.json",
-                    "worker": "gw0", "pid": 2})
+    recorder.write(
+        {
+            "kind": "fatal",
+            "fault": "hang",
+            "nodeid": "t.py::test_a",
+            "message": "no verdict within 5 s",
+            "repro": "sdpa-conformance repro x.json",
+            "worker": "gw0",
+            "pid": 2,
+        }
+    )
     recorder.close_shard(previous)
     _controller(tmp_path, [("t.py::test_a", "failed", "worker 'gw0' crashed")], examples_ran=False)
     s, paths = reports.build(tmp_path)
-    assert s["faults"] == [{"fault": "hang", "nodeid": "t.py::test_a", "message": "no verdict within 5 s", "repro": "sdpa-conformance repro x.json", "worker": "gw0", "pid": 2}]
+    assert s["faults"] == [
+        {"fault": "hang", "nodeid": "t.py::test_a", "message": "no verdict within 5 s", "repro": "sdpa-conformance repro x.json", "worker": "gw0", "pid": 2}
+    ]
     assert "Processes ended by a fault (1)" in paths["md"].read_text() and "hang: t.py::test_a (gw0, pid 2): no verdict within 5 s" in paths["html"].read_text()

@@ -14,7 +14,8 @@ from __future__ import annotations
 from functools import partial
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from hypothesis.errors import FailedHealthCheck
 
 from conformance import testgen
@@ -174,8 +175,16 @@ def test_a_parameter_that_demands_an_unexpressible_fact_skips_naming_it():
     """A compiled-in fact the wrapper has no argument for (compile_distinct's
     ``fact``), a strategy option or a fixed Case that sets one: a projection
     would drop the point of the test, so it skips with the reason."""
-    fam = Family("test_lse_log2_through_the_wrapper", "conformance/test_compile.py", "compile_distinct", "compile", ("compile",), (),
-                 partial(cases, layouts=("dense",)), params={"fact": "lse_log2"})  # fmt: skip
+    fam = Family(
+        "test_lse_log2_through_the_wrapper",
+        "conformance/test_compile.py",
+        "compile_distinct",
+        "compile",
+        ("compile",),
+        (),
+        partial(cases, layouts=("dense",)),
+        params={"fact": "lse_log2"},
+    )
     with pytest.raises(pytest.skip.Exception, match="the wrapper adapter .* cannot express the fact 'lse_log2'"):
         testgen.skip_unservable(fam, {}, fam.launches({}, StandIn("wrapper")))
     assert fam.unservable({}, ("prepared",)) is None

@@ -68,8 +68,15 @@ def test_repro_shrink_geometry_writes_the_minimal_case_file(tmp_path, capsys, mo
 
     monkeypatch.setitem(properties.PROPERTIES, "toy", _bug)
     monkeypatch.setattr(kernels, "get_adapter", lambda name=None, **kw: type("A", (), {"name": "prepared"})())
-    path = casefile.write(tmp_path, property="toy", case=POOLED.to_dict(), summary="was bad", nodeid="t.py::test_toy",
-                          environment={"mode": "compile-only (no GPU)", "adapter": "prepared"}, needs_gpu=False)
+    path = casefile.write(
+        tmp_path,
+        property="toy",
+        case=POOLED.to_dict(),
+        summary="was bad",
+        nodeid="t.py::test_toy",
+        environment={"mode": "compile-only (no GPU)", "adapter": "prepared"},
+        needs_gpu=False,
+    )
     assert cli.main(["repro", str(path), "--shrink-geometry"]) == 1
     out = capsys.readouterr().out
     minimal = path.with_name(path.stem + "-min.json")

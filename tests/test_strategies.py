@@ -14,10 +14,9 @@ from hypothesis import HealthCheck, find, given, settings
 
 from ground.case import Case
 from ground.contracts import broken_rules
-from strategies import cases, dense_cases, examples, load_profile, thd_cases
-from strategies import geometry, pools, profiles
 from ground.coverage import REQUIRED, labels
 from ground.tables import flavor_of
+from strategies import cases, dense_cases, examples, geometry, load_profile, pools, profiles, thd_cases
 
 FIXED = dict(derandomize=True, database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -103,10 +102,20 @@ def test_pool_edges_are_the_vocabularys_tile_edges():
 @settings(max_examples=60, **FIXED)
 @given(
     dense_cases(
-        flavors=("llama",), dtypes=("bfloat16",), bias=True, bias_dtypes=("float32",), sinks=False,
-        causal=True, windows=False, scales=False, padding=False, memory=("bhsd",), max_tokens=64, off_envelope=False,
+        flavors=("llama",),
+        dtypes=("bfloat16",),
+        bias=True,
+        bias_dtypes=("float32",),
+        sinks=False,
+        causal=True,
+        windows=False,
+        scales=False,
+        padding=False,
+        memory=("bhsd",),
+        max_tokens=64,
+        off_envelope=False,
     )
-)  # fmt: skip
+)
 def test_dense_options_restrict(c):
     assert (c.layout, c.dtype, c.d_qk, c.d_v, c.bias, c.memory) == ("dense", "bfloat16", 128, 128, "float32", "bhsd")
     assert c.causal and not c.sinks and c.scale is None and c.window_left == c.window_right == -1
@@ -158,9 +167,18 @@ _SHRINK = settings(database=None, derandomize=True, max_examples=2000, suppress_
 def test_shrinks_bias_and_causal_to_the_smallest_case():
     c = find(cases(geometry="free"), lambda c: c.bias is not None and c.causal, settings=_SHRINK)
     assert c == Case(
-        layout="dense", dtype="float16", batch=1, h_q=1, h_kv=1, d_qk=64, d_v=64, s_q=1, s_kv=1,
-        causal=True, bias="float16",
-    )  # fmt: skip
+        layout="dense",
+        dtype="float16",
+        batch=1,
+        h_q=1,
+        h_kv=1,
+        d_qk=64,
+        d_v=64,
+        s_q=1,
+        s_kv=1,
+        causal=True,
+        bias="float16",
+    )
 
 
 def test_shrinks_to_the_first_tile_edge_past_a_tile():
@@ -201,7 +219,18 @@ def test_pool_shrinks_thd_to_a_row_no_smaller_row_fails_with():
     fails = lambda c: c.causal and c.bottom_right and any(q > kv for q, kv in zip(c.q_lens, c.kv_lens))  # noqa: E731
     c = find(thd_cases(geometry="pool"), fails, settings=_SHRINK)
     rows = geometry.thd_pool("gptoss", "float16")
-    row = geometry.ThdGeometry(c.h_q, c.h_kv, c.n_seq, c.causal, c.bottom_right, c.window_left, c.sinks, 1 if c.scale is None else (c.scale > 0) - (c.scale < 0), c.lse_log2, geometry.extra_of(c))
+    row = geometry.ThdGeometry(
+        c.h_q,
+        c.h_kv,
+        c.n_seq,
+        c.causal,
+        c.bottom_right,
+        c.window_left,
+        c.sinks,
+        1 if c.scale is None else (c.scale > 0) - (c.scale < 0),
+        c.lse_log2,
+        geometry.extra_of(c),
+    )
     assert row in rows and (c.d_qk, c.d_v, c.dtype, c.window_right) == (64, 64, "float16", -1)
     assert c.q_base == c.kv_base == c.q_slack == c.kv_slack == 0 and c.seed == 0
     for smaller in rows[: rows.index(row)]:

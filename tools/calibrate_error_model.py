@@ -97,13 +97,11 @@ def _stratum(job: dict) -> dict:
     """One worker: draw and check every Case of one stratum."""
     import torch
 
-    from properties import numerics as properties
     from ground.outcome import PropertyFailure
+    from properties import numerics as properties
 
     if job["emulate"]:
-        from tests.kernel_emulation import Arith, EmulatedAdapter
-
-        from tests.kernel_emulation import PLANTS, Plant
+        from tests.kernel_emulation import PLANTS, Arith, EmulatedAdapter, Plant
 
         adapter = EmulatedAdapter(Arith(**ARITH[job["emulate"]]), PLANTS[job["plant"]] if job["plant"] else Plant())
         properties.device = lambda: torch.device("cpu")  # this worker's own module
@@ -132,8 +130,14 @@ def _stratum(job: dict) -> dict:
             row.update(outcome=obs.outcome, ratios=obs.ratios, legacy=obs.notes.get("legacy_ratios", {}), findings=obs.findings)
         except PropertyFailure as f:
             notes = f.observation.notes if f.observation is not None else {}
-            row.update(outcome="failed", summary=f.summary, detail_ratio=f.detail.get("ratio"), quantity=f.detail.get("quantity"),
-                       legacy=notes.get("legacy_ratios", {}), worst=f.detail.get("worst", [])[:3])
+            row.update(
+                outcome="failed",
+                summary=f.summary,
+                detail_ratio=f.detail.get("ratio"),
+                quantity=f.detail.get("quantity"),
+                legacy=notes.get("legacy_ratios", {}),
+                worst=f.detail.get("worst", [])[:3],
+            )
         except Exception:  # noqa: BLE001 - an adapter error is reported, not fatal
             row.update(outcome="error", summary=traceback.format_exc()[-1500:])
         if job["parts"] and row.get("outcome") in ("passed", "failed"):
@@ -181,8 +185,10 @@ def summarize(results: list) -> dict:
                 parts.setdefault(f"{dt} {name}", []).append(share)
     stats = {}
     for key, cell in sorted(table.items()):
-        stats[key] = {m: {"n": len(v), "p50": _q(v, 0.5), "p99": _q(v, 0.99), "max": max(v) if v else float("nan"), "over": sum(1 for x in v if not x <= 1)}
-                      for m, v in cell.items()}
+        stats[key] = {
+            m: {"n": len(v), "p50": _q(v, 0.5), "p99": _q(v, 0.99), "max": max(v) if v else float("nan"), "over": sum(1 for x in v if not x <= 1)}
+            for m, v in cell.items()
+        }
     shares = {k: _q(v, 0.5) for k, v in sorted(parts.items())}
     return {"stats": stats, "failures": failures, "errors": errors, "term_shares": shares, "legacy_kills": legacy_kills, "kills_by_dtype": kills}
 
@@ -213,8 +219,11 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=None, help="worker processes (default: 16 on the GPU, 2 emulated)")
     ap.add_argument("--emulate", choices=sorted(ARITH), help="run the CPU emulation instead of the kernels (no GPU)")
     ap.add_argument("--plant", help="with --emulate: a planted error of tests/kernel_emulation.PLANTS (counts kills instead)")
-    ap.add_argument("--mutant", help="on the GPU: a mutant of kernels.mutants (e.g. a precision_* one) instead of the installed kernels (counts kills "
-                    "under both models; flavors default to the templates it rewrites)")
+    ap.add_argument(
+        "--mutant",
+        help="on the GPU: a mutant of kernels.mutants (e.g. a precision_* one) instead of the installed kernels (counts kills "
+        "under both models; flavors default to the templates it rewrites)",
+    )
     ap.add_argument("--flavors", default=None, help="comma-separated (default: all, or the mutant's)")
     ap.add_argument("--dtypes", default="float16,bfloat16")
     ap.add_argument("--layouts", default="dense,thd")
@@ -254,17 +263,33 @@ def main(argv=None) -> int:
     args.flavors = args.flavors or ",".join(FLAVORS)
     jobs = args.jobs or (2 if args.emulate else 16)
     strata = [(f, d, lay) for f in args.flavors.split(",") for d in args.dtypes.split(",") for lay in args.layouts.split(",")]
-    work = [dict(flavor=f, dtype=d, layout=lay, n=args.per_stratum, seed=args.seed + i, max_tokens=args.max_tokens, emulate=args.emulate, plant=args.plant,
-                 parts=not args.no_parts, mutant=args.mutant) for i, (f, d, lay) in enumerate(strata)]
+    work = [
+        dict(
+            flavor=f,
+            dtype=d,
+            layout=lay,
+            n=args.per_stratum,
+            seed=args.seed + i,
+            max_tokens=args.max_tokens,
+            emulate=args.emulate,
+            plant=args.plant,
+            parts=not args.no_parts,
+            mutant=args.mutant,
+        )
+        for i, (f, d, lay) in enumerate(strata)
+    ]
     start = time.perf_counter()
     with ProcessPoolExecutor(max_workers=min(jobs, len(work)), mp_context=get_context("spawn")) as pool:
         results = list(pool.map(_stratum, work))
     seconds = time.perf_counter() - start
     summary = summarize(results)
     crashed = [r for r in results if r.get("crash")]
-    backend = f"emulated ({args.emulate}{', plant ' + args.plant if args.plant else ''})" if args.emulate else f"prepared adapter, CUDA{', mutant ' + args.mutant if args.mutant else ''}"
-    meta = {"backend": backend, "seconds": seconds,
-            "examples": sum(len(r["rows"]) for r in results), "per_stratum": args.per_stratum, "seed": args.seed}
+    backend = (
+        f"emulated ({args.emulate}{', plant ' + args.plant if args.plant else ''})"
+        if args.emulate
+        else f"prepared adapter, CUDA{', mutant ' + args.mutant if args.mutant else ''}"
+    )
+    meta = {"backend": backend, "seconds": seconds, "examples": sum(len(r["rows"]) for r in results), "per_stratum": args.per_stratum, "seed": args.seed}
     print(render(summary, meta))
     for r in crashed:
         print(f"stratum {r['flavor']}/{r['dtype']}/{r['layout']} crashed:\n{r['crash']}", file=sys.stderr)

@@ -40,8 +40,18 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # Properties that launch kernels and so pay a compile per new key.
-LAUNCHING = ("numerics", "tails", "compile_reuse", "graph_replay", "launch_hygiene", "metamorphic",
-             "backward", "backward_tails", "determinism", "backward_addressing")
+LAUNCHING = (
+    "numerics",
+    "tails",
+    "compile_reuse",
+    "graph_replay",
+    "launch_hygiene",
+    "metamorphic",
+    "backward",
+    "backward_tails",
+    "determinism",
+    "backward_addressing",
+)
 BACKWARD = ("backward", "backward_tails", "determinism", "backward_addressing")
 
 
@@ -100,8 +110,8 @@ def keys_of(prop: str, case, params: dict) -> list:
     if prop not in LAUNCHING or case.violation:
         return []
     if prop in BACKWARD:
-        from properties.backward import forward_of
         from kernels.backward import compile_key as backward_key
+        from properties.backward import forward_of
 
         return [("bwd", backward_key(case))] + ([compile_key(forward_of(case))] if case.inputs_from == "kernel" else [])
     init = params.get("initialize_outputs", True)
@@ -131,9 +141,9 @@ def _unvisited_rows(examples) -> dict:
 def _label_gaps(cases) -> dict:
     """stratum -> feature labels (ground.coverage) of a pool that the
     stratum's numerics examples never reached (runtime-only labels aside)."""
+    from ground.coverage import labels
     from ground.tables import STRATA, flavor_of
     from strategies import geometry
-    from ground.coverage import labels
 
     out = {}
     for f, d in STRATA:
@@ -152,8 +162,19 @@ def count(profile: str = "ci", geometry: str = None, select: str = None) -> dict
     os.chdir(ROOT)
     rec = Recorder()
     with tempfile.TemporaryDirectory(prefix="sdpa-keys-") as tmp:
-        args = ["-q", "-p", "no:cacheprovider", "-m", "gpu", f"--hypothesis-profile={profile}", f"--report-dir={tmp}",
-                "-W", "ignore", "--ignore=conformance/test_findings.py", "conformance"]  # fmt: skip
+        args = [
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            "gpu",
+            f"--hypothesis-profile={profile}",
+            f"--report-dir={tmp}",
+            "-W",
+            "ignore",
+            "--ignore=conformance/test_findings.py",
+            "conformance",
+        ]
         if select:
             args += ["-k", select]
         pytest.main(args, plugins=[rec])
@@ -174,9 +195,14 @@ def count(profile: str = "ci", geometry: str = None, select: str = None) -> dict
     def row(names):
         ex = sum(per_prop[n]["examples"] for n in names)
         keys = set().union(*(per_prop[n]["keys"] for n in names)) if names else set()
-        return {"examples": ex, "keys": len(keys), "examples_per_key": round(ex / len(keys), 2) if keys else None,
-                "dense_keys": sum(1 for k in keys if k[0] == "dense"), "thd_keys": sum(1 for k in keys if k[0] == "thd"),
-                "backward_keys": sum(1 for k in keys if k[0] == "bwd")}  # fmt: skip
+        return {
+            "examples": ex,
+            "keys": len(keys),
+            "examples_per_key": round(ex / len(keys), 2) if keys else None,
+            "dense_keys": sum(1 for k in keys if k[0] == "dense"),
+            "thd_keys": sum(1 for k in keys if k[0] == "thd"),
+            "backward_keys": sum(1 for k in keys if k[0] == "bwd"),
+        }
 
     out = {
         "profile": profile,

@@ -37,12 +37,12 @@ def _patched(obj, name, value):
 def main(paths) -> int:
     import kernels
     import kernels.backward as kb
+    import properties.backward as pb
+    import properties.backward_tails as pt
     from conformance.cli import _load
     from ground import data, findings
     from ground.outcome import PropertyFailure
     from properties import PROPERTIES
-    import properties.backward as pb
-    import properties.backward_tails as pt
 
     def unpoisoned(fn):
         return lambda *a, **k: fn(*a, **{**k, "poison": False})

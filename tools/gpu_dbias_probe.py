@@ -65,8 +65,10 @@ def probe(case, adapter, dbias_dtype: str, dev) -> dict:
     got = adapter.backward(case, inputs, o, lse, do, grads).grads["dbias"].double()
 
     def extra(it, g, o_given, lse_given):
-        return {"bound": backward_bounds(it, g, case.dtype, o_given=o_given, lse_given=lse_given, dbias_dtype=dbias_dtype)["dbias"],
-                "zero": structural_zeros(it, g)["dbias"]}  # fmt: skip
+        return {
+            "bound": backward_bounds(it, g, case.dtype, o_given=o_given, lse_given=lse_given, dbias_dtype=dbias_dtype)["dbias"],
+            "zero": structural_zeros(it, g)["dbias"],
+        }
 
     ref = backward_for_case(case, inputs, do, extra=extra, o=o.double(), lse=lse.double())
     want, bound = ref["dbias"], ref["bound"]
@@ -80,10 +82,14 @@ def probe(case, adapter, dbias_dtype: str, dev) -> dict:
     err = (got - want).abs()
     nonzero = judged & (got != 0)
     row = {
-        "max_err": float(err[judged].max()), "bound_there": float(bound[judged][err[judged].argmax()]), "ratio": worst(want),
-        "ratio_vs_ref_io": worst(want.to(io).double()), "io_exact": float((got.to(io).double() == got)[nonzero].double().mean()),
-        "zero_cells_ok": bool((got[ref["zero"] == 1.0] == 0).all()), "flushed": int((judged & (got == 0) & (want != 0)).sum()),
-    }  # fmt: skip
+        "max_err": float(err[judged].max()),
+        "bound_there": float(bound[judged][err[judged].argmax()]),
+        "ratio": worst(want),
+        "ratio_vs_ref_io": worst(want.to(io).double()),
+        "io_exact": float((got.to(io).double() == got)[nonzero].double().mean()),
+        "zero_cells_ok": bool((got[ref["zero"] == 1.0] == 0).all()),
+        "flushed": int((judged & (got == 0) & (want != 0)).sum()),
+    }
     cpu = inputs.to("cpu")
     for name in HYPOTHESES:
         plant = BwdPlant() if name == "kernel" else BwdPlant(**{name: True})
@@ -117,15 +123,20 @@ def main(argv=None) -> int:
         r = probe(case, adapter, dbias_dtype, dev)
         bad += r["ratio"] > 1.0 or not r["zero_cells_ok"]
         hyp = " | ".join(f"{r[h]:.3g}" for h in HYPOTHESES)
-        print(f"{case.describe()} | {dbias_dtype} | {r['max_err']:.3g} | {r['bound_there']:.3g} | {r['ratio']:.3g} | {r['ratio_vs_ref_io']:.3g} | "
-              f"{r['io_exact']:.3f} | {r['flushed']} | {hyp} | zeros {'ok' if r['zero_cells_ok'] else 'NOT 0'} | {time.perf_counter() - start:.1f} s", flush=True)  # fmt: skip
+        print(
+            f"{case.describe()} | {dbias_dtype} | {r['max_err']:.3g} | {r['bound_there']:.3g} | {r['ratio']:.3g} | {r['ratio_vs_ref_io']:.3g} | "
+            f"{r['io_exact']:.3f} | {r['flushed']} | {hyp} | zeros {'ok' if r['zero_cells_ok'] else 'NOT 0'} | {time.perf_counter() - start:.1f} s",
+            flush=True,
+        )
     # The kernel's compile key omits the dBias dtype (docs/backward.md "dBias"): an I/O-dtype
     # dBias plan after an fp32 one of the same shapes runs the fp32 artifact. Not counted above.
     facts, _ = CASES[3]
     case = Case(direction="bwd", **{"d_qk": 64, "d_v": 64, "seed": 11, **facts})
     stale = probe(case, adapter, case.dtype, dev)
-    print(f"compile key: {case.describe()} with a {case.dtype} dBias after the fp32 one: err/bound {stale['ratio']:.3g} "
-          f"(> 1: the fp32 plan's artifact ran; the key omits the dBias dtype)")  # fmt: skip
+    print(
+        f"compile key: {case.describe()} with a {case.dtype} dBias after the fp32 one: err/bound {stale['ratio']:.3g} "
+        f"(> 1: the fp32 plan's artifact ran; the key omits the dBias dtype)"
+    )
     print(f"dbias probe: {len(CASES) - bad} of {len(CASES)} within the model")
     return 1 if bad else 0
 

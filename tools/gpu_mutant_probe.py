@@ -21,9 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main() -> int:
+    from conformance.kill_rate import KINDS
     from ground.case import Case
     from ground.outcome import PropertyFailure
-    from conformance.kill_rate import KINDS
     from kernels.mutants import MUTANTS
     from kernels.prepared import PreparedAdapter
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
-
 import cudnn.sdpa.bwd.prepared_sm80 as prepared_sm80  # noqa: E402
+import torch  # noqa: E402
 from cudnn.sdpa.bwd import sdpa_bwd_wrapper_sm80  # noqa: E402
+
 from kernels.backward import sm80_answer  # noqa: E402
 
 seen = {}
@@ -43,8 +43,24 @@ def run(h: int, t: int, pitch: int = 0, d: int = 64) -> None:
     seen.clear()
     try:
         with sm80_answer():
-            sdpa_bwd_wrapper_sm80(q, k, v, o, do, lse, is_causal=False, window_size=(-1, -1), scale_softmax=None, causal_bottom_right=False, sinks=None,
-                                  deterministic=False, cum_seqlen_q_tensor=cu, cum_seqlen_k_tensor=cu, max_s_q=t, max_s_kv=t)  # fmt: skip
+            sdpa_bwd_wrapper_sm80(
+                q,
+                k,
+                v,
+                o,
+                do,
+                lse,
+                is_causal=False,
+                window_size=(-1, -1),
+                scale_softmax=None,
+                causal_bottom_right=False,
+                sinks=None,
+                deterministic=False,
+                cum_seqlen_q_tensor=cu,
+                cum_seqlen_k_tensor=cu,
+                max_s_q=t,
+                max_s_kv=t,
+            )
         torch.cuda.synchronize()
         verdict = "ok"
     except Exception as e:  # noqa: BLE001 - the verdict is the exception
