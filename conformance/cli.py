@@ -329,7 +329,7 @@ def repro(args) -> int:
     import inspect
 
     try:
-        inspect.signature(PROPERTIES[prop]).bind(case, adapter=None, **params)
+        inspect.signature(PROPERTIES[prop].check).bind(case, adapter=None, **params)
     except TypeError as e:
         raise Usage(f"{args.file}: case file field 'params': {e} (the keyword arguments of the {prop} property)") from None
     import kernels
@@ -339,7 +339,7 @@ def repro(args) -> int:
     _bound(args.timeout, prop)
     try:
         with findings.applied([]):  # repro applies no findings: it shows every discrepancy
-            obs = PROPERTIES[prop](case, adapter=adapter, **params)
+            obs = PROPERTIES[prop].check(case, adapter=adapter, **params)
     except PropertyFailure as failure:
         print(f"\nFAIL {prop}: {failure.summary}")
         for line in format_detail(failure.detail):
@@ -385,7 +385,7 @@ def _shrink(args, doc: dict, prop: str, case, adapter, params: dict, failure: Ba
         print("--shrink-geometry: a contract-violating case has no geometry to shrink; nothing done")
         return 1
     print(f"\nshrinking outside the geometry pools (at most {args.max_runs} runs; a compile per new geometry) ...")
-    check = partial(PROPERTIES[prop], adapter=adapter)
+    check = partial(PROPERTIES[prop].check, adapter=adapter)
 
     def summary(e: BaseException) -> str:
         return e.summary if isinstance(e, PropertyFailure) else f"{type(e).__name__}: {str(e)[:300]}"
@@ -455,12 +455,13 @@ def _known_finding_note(failure, params: dict) -> bool:
     """Name the known finding (./known_findings.toml) that describes each
     failed check, if any; True when every failed check has one."""
     from ground import findings
+    from properties import CHECKS
 
     path = "known_findings.toml"
     if not os.path.isfile(path):
         return False
     try:
-        entries = findings.load(path)
+        entries = findings.load(path, checks=CHECKS)
     except findings.FindingsError as e:
         print(f"  ({e})")
         return False

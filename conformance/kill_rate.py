@@ -481,8 +481,9 @@ def _worker(mutant: Mutant, opts: dict, out) -> None:
         torch.set_num_threads(opts.get("threads", 1))
         if opts.get("findings"):
             from ground import findings
+            from properties import CHECKS
 
-            findings.activate(findings.load(opts["findings"]))
+            findings.activate(findings.load(opts["findings"], checks=CHECKS))
         rec = run_mutant(
             mutant,
             profile=opts["profile"],
@@ -749,9 +750,10 @@ def _validate(args) -> dict:
     )
     if found:
         from ground import findings
+        from properties import CHECKS
 
         try:
-            findings.load(found)
+            findings.load(found, checks=CHECKS)
         except findings.FindingsError as e:
             raise Usage(str(e)) from None
     return {

@@ -32,7 +32,7 @@ from conformance import __version__, isolation
 from ground import findings
 from ground.outcome import PropertyFailure, Unsupported
 from ground.tables import ADAPTER_ENV, ADAPTERS, COMPAT_ENV, DEFAULT_ADAPTER, NO_GPU
-from properties import recorder
+from properties import CHECKS, recorder
 from reports import casefile, shards
 
 DEFAULT_REPORT_DIR = "sdpa-report"
@@ -145,7 +145,7 @@ def _deal(config, items) -> None:
     def weight(item) -> float:
         if item.get_closest_marker("skip") is not None or (item.get_closest_marker("gpu") is not None and not have_gpu):
             return 0.0
-        return schedule.COLD_SECONDS.get(_property_of(item), schedule.OTHER_SECONDS)
+        return schedule.weight_of(_property_of(item))
 
     items[:] = schedule.deal(items, weight, workers)
 
@@ -275,7 +275,7 @@ def pytest_configure(config):
     loaded = []
     if run.findings_file is not None:
         try:
-            loaded = findings.load(run.findings_file, name=casefile.display_path(run.findings_file))
+            loaded = findings.load(run.findings_file, name=casefile.display_path(run.findings_file), checks=CHECKS)
         except findings.FindingsError as e:
             raise pytest.UsageError(str(e)) from None
     previous_findings = findings.activate(loaded)

@@ -14,31 +14,22 @@ thief takes from the back is cheap.
 
 from __future__ import annotations
 
-from typing import Callable, List, Sequence, TypeVar
+from typing import Callable, List, Optional, Sequence, TypeVar
+
+from properties import PROPERTIES
 
 T = TypeVar("T")
 
-# Seconds per test of each property on the H200's cold ci run of 2026-12-03
-# (report ci-1: the property's example seconds over its tests; compiles are
-# most of it). Relative weights only: a wrong one costs balance, never a verdict.
-COLD_SECONDS = {
-    "backward": 55.0,
-    "backward_tails": 30.0,
-    "determinism": 24.0,
-    "disk_reuse": 22.0,
-    "compile_distinct": 17.0,
-    "compile_reuse": 12.0,
-    "compiles": 11.0,
-    "numerics": 9.0,
-    "backward_addressing": 8.0,
-    "tails": 8.0,
-    "rejection": 6.0,
-    "metamorphic": 3.0,
-    "graph_replay": 2.0,
-    "launch_hygiene": 0.5,
-    "backward_rejection": 0.5,
-}
-OTHER_SECONDS = 0.5  # a test of no listed property (the suite's own tests, CPU checks)
+OTHER_SECONDS = 0.5  # a test of no property (the suite's own tests, CPU checks)
+
+
+def weight_of(property: Optional[str]) -> float:
+    """Seconds per test of ``property`` on a cold ci run: its
+    ``Property.cold_seconds`` (properties/registry.py); ``OTHER_SECONDS`` for
+    a test of no property. Relative weights only: a wrong one costs balance,
+    never a verdict."""
+    found = PROPERTIES.get(property) if property is not None else None
+    return found.cold_seconds if found is not None else OTHER_SECONDS
 
 
 def deal(items: Sequence[T], weight: Callable[[T], float], workers: int) -> List[T]:

@@ -25,7 +25,7 @@ import pytest
 from ground import findings
 from ground.case import load_case_file
 from ground.outcome import PropertyFailure
-from properties import PROPERTIES
+from properties import CHECKS, PROPERTIES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FILES = sorted(glob.glob(os.path.join(ROOT, "findings", "*.json")))
@@ -45,7 +45,7 @@ def test_finding_reproduces_exactly(path, request):
     if doc.get("needs_gpu", True):
         request.getfixturevalue("gpu")  # skips without a GPU (compile-only findings replay on the CPU)
     named = [doc["finding"]] if isinstance(doc["finding"], str) else list(doc["finding"])  # one discrepancy may fail two checks
-    entries = [f for f in findings.load(os.path.join(ROOT, "known_findings.toml")) if f.id in named]
+    entries = [f for f in findings.load(os.path.join(ROOT, "known_findings.toml"), checks=CHECKS) if f.id in named]
     assert sorted(f.id for f in entries) == sorted(named), named
     if any(f.crash for f in entries):
         (entry,) = entries  # a fault ends the example: one crash finding per case file
@@ -53,7 +53,7 @@ def test_finding_reproduces_exactly(path, request):
         return
     # The entry point as recorded (the wrapper off SM80 in its compatibility mode, as the run had it).
     options = {"sm80_compat": True} if doc.get("sm80_compat") else {}
-    check, adapter, params = PROPERTIES[doc["property"]], get_adapter(doc["adapter"], **options), doc["params"]
+    check, adapter, params = PROPERTIES[doc["property"]].check, get_adapter(doc["adapter"], **options), doc["params"]
 
     tries = RACE_TRIES if any(f.race for f in entries) else 1  # a race: its case file is a near-certain shape, tried a few times
     failure = _first_failure(lambda: check(case, adapter, **params), tries)

@@ -10,7 +10,7 @@ not exercised). docs/known_findings.md documents the format.
 
 What a property reports. Every check that fails on an example is a
 ``PropertyFailure`` with a structured key: the property, the check (one of
-``CHECKS``), the quantity (o / lse) and what failed: the failing elements
+the property's ``checks``), the quantity (o / lse) and what failed: the failing elements
 (``where``, a bool mask over the quantity) or the observed outcome
 (``observed``, e.g. "accepted" where a rejection was due). The properties
 judge every check of an example (a failing check does not stop the others).
@@ -68,110 +68,13 @@ STORAGE = "storage"  # a mask over whole flat storage (no rows): no finding can 
 OUTCOME = "outcome"  # ``observed``: what the call did; a finding names that outcome
 PLAIN = "plain"  # the check as a whole; a finding needs Case facts or a contract rule
 
-# property -> check id -> (kind, what the check asserts). Properties name
-# their failures with these ids (properties.judge ``check=``).
-# Every property that launches checks the guard bands around every buffer.
-_GUARDS = {"guards": (STORAGE, "the guard bands around every buffer are untouched (no out-of-bounds write)")}
-# Every property that launches the backward on a valid Case: the entry point must take it.
-# (Only what the kernels' package raises: a CUDA fault ends the worker, conformance.isolation;
-# the suite's own exceptions are raised as they are, properties.common.accepted.)
-_LAUNCH = {"launch": (OUTCOME, "the entry point takes a valid Case: the launch returns instead of raising (observed: the exception type)")}
-CHECKS: Dict[str, Dict[str, Tuple[str, str]]] = {
-    "numerics": {
-        "error model": (ROWS, "O and LSE within the error model of the kernel's arithmetic (float64 reference) on every row the model judges"),
-        "contract rows": (ROWS, "rows the contract fixes bit for bit: dense padded Q rows and rows with no visible key (O 0, LSE -inf)"),
-        "model finite": (PLAIN, "the error model's bound is finite on every judged element"),
-        "lse untouched": (STORAGE, "without a Stats output (has_lse false) the LSE buffer, never handed, is untouched"),
-        **_GUARDS,
-    },
-    "tails": {
-        "capacity": (ROWS, "THD O/LSE capacity outside the live tokens: zeroed when the host initializes outputs, untouched otherwise"),
-        "pad columns": (STORAGE, "dense O pad columns (bshd_padded) never written"),
-        "no nan": (ROWS, "every output row the contract defines is written and free of NaN (dense padded rows: O 0, LSE -inf)"),
-        "lse untouched": (STORAGE, "without a Stats output (has_lse false) the LSE buffer, never handed, is untouched"),
-        "lse pitch": (STORAGE, "the storage between the elements of a strided Stats layout (a padded pitch) is never written"),
-        **_GUARDS,
-    },
-    "rejection": {
-        "rejects": (OUTCOME, "the entry point raises the stated exception naming the argument"),
-        "outputs untouched": (STORAGE, "a rejected call writes nothing to the caller's outputs"),
-        "compiles nothing": (PLAIN, "a rejected call asks for no compile, template module or staging kernel"),
-        **_GUARDS,
-    },
-    "compile_reuse": {
-        "compile budget": (PLAIN, "runtime-only variants mint no compile and no template module"),
-        **_LAUNCH,
-        **_GUARDS,
-    },
-    "disk_reuse": {
-        "cold first process": (PLAIN, "the first process on a fresh cache directory compiles"),
-        "compile budget": (PLAIN, "a second process on the same on-disk cache compiles nothing"),
-        "disk hit": (PLAIN, "the second process reads the on-disk cache"),
-    },
-    "compile_distinct": {
-        "cold first compile": (PLAIN, "a fresh compiled cache compiles the Case"),
-        "distinct kernel": (PLAIN, "the Case's variant in a compiled-in fact compiles a kernel of its own (not the Case's artifact)"),
-    },
-    "compiles": {},
-    "graph_replay": {
-        "capture": (OUTCOME, "one launch can be captured in a CUDA graph"),
-        "replay equals eager": (ROWS, "after the inputs changed in place, the replay's O and LSE equal an eager launch's bit for bit"),
-        "compile budget": (PLAIN, "capture, replay and the eager launch of the changed Case compile nothing"),
-        **_GUARDS,
-    },
-    "launch_hygiene": {
-        "no host synchronization": (OUTCOME, "a warm launch neither synchronizes nor reads device memory back to the host"),
-        "no allocation": (OUTCOME, "a warm launch allocates no device memory (caching-allocator counters)"),
-        "compile budget": (PLAIN, "a warm launch compiles nothing"),
-        "launch did the work": (ROWS, "the watched launch's O and LSE equal an eager launch's bit for bit"),
-        **_GUARDS,
-    },
-    # The second launch's rows live in its own layout (a permuted or shifted pack), so no row region
-    # of the Case bounds them: a finding names the check with Case facts.
-    "metamorphic": {
-        "o": (PLAIN, "O of the second launch equals the first's, moved as the relation moves the inputs, bit for bit"),
-        "lse": (PLAIN, "LSE of the second launch equals the first's, moved as the relation moves the inputs, bit for bit"),
-        "subnormal rescale": (PLAIN, "V * 2^k: O elements subnormal in the I/O dtype within the double rounding (tolerances.SUBNORMAL_RESCALE_ULPS)"),
-        "same compile": (PLAIN, "a relation that keeps the compile key: the second launch compiles nothing"),
-        **_GUARDS,
-    },
-    # The backward (properties/backward.py). Its row checks name
-    # gradient quantities (dq, dk, dv, dbias, dsink), which no finding's row
-    # region can bound yet: a backward finding names Case facts instead.
-    "backward": {
-        "error model": (PLAIN, "dQ, dK, dV, dBias, dSink within the backward error model of the float64 closed form"),
-        "contract rows": (PLAIN, "gradients the kernel's gating makes exactly 0 (no visible key, padded rows, unseen keys, masked cells)"),
-        "model finite": (PLAIN, "the backward error model's bound is finite on every judged element (the handed O/LSE are finite where they must be)"),
-        "outputs": (PLAIN, "the backward returns every gradient its Case asks for"),
-        **_LAUNCH,
-        **_GUARDS,
-    },
-    "determinism": {
-        "bitwise": (PLAIN, "deterministic=True: two launches give bitwise identical gradients"),
-        **_LAUNCH,
-        **_GUARDS,
-    },
-    "backward_tails": {
-        "no nan": (PLAIN, "every gradient element the contract defines is written and free of the NaN poisoned into every dead input"),
-        "capacity": (PLAIN, "gradient storage outside the live rows ends as the contract says (properties.backward_tails.TAIL_RULES)"),
-        "pad columns": (STORAGE, "dense dQ/dK/dV pad columns (bshd_padded) never written"),
-        "outputs": (PLAIN, "the backward returns every gradient its Case asks for"),
-        **_LAUNCH,
-        **_GUARDS,
-    },
-    "backward_addressing": {
-        "forward addressing": (
-            PLAIN,
-            "THD cu_seqlens[0] > 0: the gradients of buffers handed as the forward takes them equal those handed from cu_seqlens[0], bit for bit",
-        ),
-        **_LAUNCH,
-        **_GUARDS,
-    },
-    "backward_rejection": {
-        "rejects": (OUTCOME, "sdpa_bwd_wrapper_sm80 raises the stated exception naming the argument"),
-        "compile budget": (PLAIN, "a refused backward call compiles nothing"),
-    },
-}
+# The checks a finding may name: property -> check id -> (kind, what the check
+# asserts). The properties own them (``Property.checks``, properties/registry.py;
+# ``properties.CHECKS`` is their union) and name their failures with these ids
+# (properties.judge ``check=``); ``load`` / ``parse`` take the vocabulary from
+# their caller (ground is below the properties).
+Checks = Mapping[str, Mapping[str, Tuple[str, str]]]
+
 QUANTITIES = ("o", "lse")
 # The backward's gradients: a plain backward/determinism check's failure names one (detail "quantity").
 GRAD_QUANTITIES = ("dq", "dk", "dv", "dbias", "dsink")
@@ -515,20 +418,20 @@ def _when(where: str, entry: dict) -> dict:
     return facts
 
 
-def _entry(where: str, entry: dict, source: str) -> Finding:
+def _entry(where: str, entry: dict, source: str, checks: Checks) -> Finding:
     _refuse_selector(where, entry)
     unknown = sorted(set(entry) - set(KEYS))
     if unknown:
         raise FindingsError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(KEYS)})")
     if entry.get("check") == CRASH:
-        return _crash_entry(where, entry, source)
+        return _crash_entry(where, entry, source, checks)
     if "steer" in entry:
         raise FindingsError(f"{where}: key 'steer': only a crash finding (check = {CRASH!r}) steers the tests' draws")
     fid = _string(where, entry, "id", required=True)
     reason = _string(where, entry, "reason", required=True)
-    prop = _string(where, entry, "property", tuple(CHECKS), required=True)
-    check = _string(where, entry, "check", tuple(CHECKS[prop]), required=True)
-    kind = CHECKS[prop][check][0]
+    prop = _string(where, entry, "property", tuple(checks), required=True)
+    check = _string(where, entry, "check", tuple(checks[prop]), required=True)
+    kind = checks[prop][check][0]
     quantity = _string(where, entry, "quantity", QUANTITIES + GRAD_QUANTITIES)
     region = _string(where, entry, "region", tuple(REGIONS) + tuple(STORAGE_REGIONS))
     observed = _string(where, entry, "observed")
@@ -576,13 +479,13 @@ def _entry(where: str, entry: dict, source: str) -> Finding:
     return Finding(fid, reason, prop, check, quantity, region, observed, rule, entry_point, when, link, source, race=race)
 
 
-def _crash_entry(where: str, entry: dict, source: str) -> Finding:
+def _crash_entry(where: str, entry: dict, source: str, checks: Checks) -> Finding:
     """A crash finding: the entry point faults on the Cases ``when`` selects
     (no property verdict: the process loses its CUDA context), and the tests
     draw ``steer``'s facts instead while it is in force."""
     fid = _string(where, entry, "id", required=True)
     reason = _string(where, entry, "reason", required=True)
-    prop = _string(where, entry, "property", tuple(CHECKS))  # optional: absent, every property that launches the entry point
+    prop = _string(where, entry, "property", tuple(checks))  # optional: absent, every property that launches the entry point
     for key in ("quantity", "region", "observed", "rule"):
         if key in entry:
             raise FindingsError(f"{where}: key {key!r}: a crash finding has no {key} (the entry point faults: no check is judged)")
@@ -628,9 +531,11 @@ def _steer(where: str, entry: dict, when: Mapping[str, Any], entry_point: str) -
     return out
 
 
-def parse(doc: Any, source: str = "findings", lines: Sequence[int] = ()) -> List[Finding]:
+def parse(doc: Any, source: str = "findings", lines: Sequence[int] = (), *, checks: Checks) -> List[Finding]:
     """Validate a parsed findings document ({"finding": [entry, ...]});
-    ``lines``: the line of each entry in ``source`` (for messages)."""
+    ``lines``: the line of each entry in ``source`` (for messages);
+    ``checks``: the properties and the checks an entry may name, with their
+    kinds (``properties.CHECKS``)."""
     if not isinstance(doc, dict) or set(doc) - {"finding"}:
         extra = sorted(set(doc) - {"finding"}) if isinstance(doc, dict) else []
         raise FindingsError(f"{source}: top level must hold only [[finding]] entries" + (f" (found {extra[0]!r})" if extra else ""))
@@ -644,7 +549,7 @@ def parse(doc: Any, source: str = "findings", lines: Sequence[int] = ()) -> List
             raise FindingsError(f"{at}: finding #{i + 1}: must be a table")
         named = isinstance(entry.get("id"), str) and entry["id"].strip()
         where = f"{at}: finding {entry['id']!r}" if named else f"{at}: finding #{i + 1}"
-        f = _entry(where, entry, at)
+        f = _entry(where, entry, at, checks)
         if f.id in seen:
             raise FindingsError(f"{where}: key 'id': duplicate id")
         seen.add(f.id)
@@ -652,9 +557,10 @@ def parse(doc: Any, source: str = "findings", lines: Sequence[int] = ()) -> List
     return out
 
 
-def load(path, name: Optional[str] = None) -> List[Finding]:
-    """Read a findings file (.toml, else JSON); FindingsError names file
-    (as ``name``, default the path), line, entry and key."""
+def load(path, name: Optional[str] = None, *, checks: Checks) -> List[Finding]:
+    """Read a findings file (.toml, else JSON) against the vocabulary
+    ``checks`` (``properties.CHECKS``); FindingsError names file (as
+    ``name``, default the path), line, entry and key."""
     path = os.fspath(path)
     name = name or path
     try:
@@ -672,7 +578,7 @@ def load(path, name: Optional[str] = None) -> List[Finding]:
             lines = [n for n, line in enumerate(text.splitlines(), 1) if re.match(r"\s*\[\[\s*finding\s*\]\]", line)]
     except ValueError as e:  # JSONDecodeError and TOMLDecodeError are ValueErrors
         raise FindingsError(f"{name}: not valid {'JSON' if path.endswith('.json') else 'TOML'}: {e}") from None
-    return parse(doc, name, lines)
+    return parse(doc, name, lines, checks=checks)
 
 
 def _toml():

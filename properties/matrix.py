@@ -133,7 +133,7 @@ class Family:
 
     test: str  # the test function's name
     module: str  # its module, as in node ids
-    property: str  # key of properties.PROPERTIES
+    property: str  # key of properties.PROPERTIES (its Property: check, checks, weight, directions)
     examples: Optional[str]  # strategies.profiles.KIND_SCALE key; None: no Hypothesis (fixed cases)
     marks: Tuple[str, ...] = ()  # pytest markers; "gpu" also requests the gpu fixture (skips without one)
     axes: Tuple[Axis, ...] = ()
@@ -196,7 +196,7 @@ class Family:
 
     def check(self, case: Case, adapter, values: Mapping) -> Observation:
         """The property of parameter ``values`` on ``case`` (transformed already)."""
-        return PROPERTIES[self.property](case, adapter, **self.params_for(values))
+        return PROPERTIES[self.property].check(case, adapter, **self.params_for(values))
 
     # ------------------------------------------------ what an adapter serves
     def launches(self, values: Mapping, adapter=None) -> Tuple[str, ...]:

@@ -580,16 +580,17 @@ def _refused(case, adapter, **kw):
     from properties import PROPERTIES, backward_tails
 
     with mock.patch.object(backward_tails, "device", lambda: torch.device("cpu")):
-        return PROPERTIES["backward_tails"](case, adapter, initialize_outputs=True, **kw)
+        return PROPERTIES["backward_tails"].check(case, adapter, initialize_outputs=True, **kw)
 
 
 def test_a_refused_valid_case_fails_the_launch_check_and_only_its_finding_excuses_it():
     from ground import findings
+    from properties import CHECKS
 
     with findings.applied([]), pytest.raises(PropertyFailure) as e:
         _refused(STRIDED_STATS, _Refusing())
     assert (e.value.check, e.value.observed) == ("launch", "ValueError") and "THD stats must match" in e.value.summary
-    repo = findings.load(str(pathlib.Path(__file__).resolve().parents[1] / "known_findings.toml"))
+    repo = findings.load(str(pathlib.Path(__file__).resolve().parents[1] / "known_findings.toml"), checks=CHECKS)
     with findings.applied(repo):
         obs = _refused(STRIDED_STATS, _Refusing())
         assert obs.outcome == "xfailed" and obs.findings == ["wrapper-bwd-thd-stats-strides@backward_tails"]

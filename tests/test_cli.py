@@ -3,6 +3,7 @@ case files, repro without a GPU, and repro's verdicts with a stand-in property."
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -150,7 +151,9 @@ def test_repro_replays_the_recorded_property(tmp_path, capsys, monkeypatch, fail
     import kernels
     import properties
 
-    monkeypatch.setitem(properties.PROPERTIES, "toy", _toy(fails))
+    monkeypatch.setitem(
+        properties.PROPERTIES, "toy", properties.Property("toy", _toy(fails), {}, cold_seconds=1.0, directions=("fwd",), doc="a stand-in property")
+    )
     monkeypatch.setattr(kernels, "get_adapter", lambda name=None, **kw: _Adapter())
     path = casefile.write(
         tmp_path,
@@ -212,7 +215,7 @@ def test_repro_applies_no_finding_but_names_the_one_describing_each_failed_check
         '[[finding]]\nid = "q-rows"\nreason = "padded rows NaN"\nproperty = "tails"\ncheck = "no nan"\nquantity = "o"\nregion = "padded_q_rows"\n'
     )
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setitem(properties.PROPERTIES, "tails", toy)
+    monkeypatch.setitem(properties.PROPERTIES, "tails", dataclasses.replace(properties.PROPERTIES["tails"], check=toy))
     monkeypatch.setattr(kernels, "get_adapter", lambda name=None, **kw: _Adapter())
     path = casefile.write(
         tmp_path, property="tails", case=padded.to_dict(), params={}, summary="was bad", environment={"mode": "compile-only (no GPU)"}, needs_gpu=False

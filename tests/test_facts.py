@@ -16,6 +16,7 @@ from ground import coverage, findings
 from ground.case import AUTO, FACTS, SCHEMA_VERSION, Case, CaseFileError, coerce_fact, facts_markdown, load_case_file
 from ground.outcome import Unsupported
 from ground.tables import ADAPTERS
+from properties import CHECKS
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = Case(s_q=5, s_kv=7, h_q=2, h_kv=1, seed=11)
@@ -83,10 +84,10 @@ def test_findings_when_reads_facts_through_the_declarations():
         "region": "padded_q_rows",
         "when": {name: json.loads(json.dumps(v)) for name, v in OTHERS.items()},
     }
-    (f,) = findings.parse({"finding": [entry]})
+    (f,) = findings.parse({"finding": [entry]}, checks=CHECKS)
     assert f.when == OTHERS
     with pytest.raises(findings.FindingsError, match="'when': case field 'causal': expected true/false"):
-        findings.parse({"finding": [{**entry, "when": {"causal": 1}}]})
+        findings.parse({"finding": [{**entry, "when": {"causal": 1}}]}, checks=CHECKS)
 
 
 @pytest.mark.parametrize("name", [n for n, f in FACTS.items() if f.shown is None and n in OTHERS])
@@ -127,16 +128,16 @@ def _refused_by_the_others(name):
         assert f"'{name}'" in why
         stand_in = type("StandIn", (), {"name": adapter})()
         with pytest.raises(Unsupported, match=name) as refused:
-            PROPERTIES["numerics"](case, stand_in)
+            PROPERTIES["numerics"].check(case, stand_in)
         assert (refused.value.scope, refused.value.adapter, refused.value.hint) == ("case", adapter, "--adapter picks another")
         with pytest.raises(Unsupported, match=name):
-            PROPERTIES["rejection"](case, None, entry=adapter)
+            PROPERTIES["rejection"].check(case, None, entry=adapter)
         ran = []
 
         @settings(max_examples=5, database=None)
         @given(st.just(case))
         def skipped(c):
-            ran.append(PROPERTIES["numerics"](c, stand_in))
+            ran.append(PROPERTIES["numerics"].check(c, stand_in))
 
         with pytest.raises(Unsatisfiable):
             skipped()

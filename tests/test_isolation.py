@@ -276,7 +276,7 @@ def toy(case, adapter=None, *, scale):
     if case.s_kv == 77:
         time.sleep(60)
     return Observation("toy", case)
-properties.PROPERTIES["toy"] = toy
+properties.PROPERTIES["toy"] = properties.Property("toy", toy, {}, cold_seconds=1.0, directions=("fwd",), doc="a stand-in property")
 kernels.get_adapter = lambda name=None, **kw: object()
 sys.exit(cli.main(["repro", sys.argv[1], "--timeout", "2"]))
 """

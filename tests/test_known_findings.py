@@ -24,12 +24,12 @@ from ground.case import Case, load_case_file
 from ground.contracts import CONFIG, rule
 from ground.outcome import PropertyFailure
 from ground.tables import TILE_N
-from properties import check_rejection, judge
+from properties import CHECKS, PROPERTIES, check_rejection, judge
 from properties.common import finish
 from properties.compile_cache import runtime_variants
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-FILE = findings.load(ROOT / "known_findings.toml")
+FILE = findings.load(ROOT / "known_findings.toml", checks=CHECKS)
 BY_ID = {f.id: f for f in FILE}
 CASE_FILES = sorted(glob.glob(str(ROOT / "findings" / "*.json")))
 
@@ -232,8 +232,11 @@ def test_the_checks_the_properties_report_are_the_vocabulary_findings_select():
     used = set()
     for path in (ROOT / "properties").glob("*.py"):
         used |= set(re.findall(r'check="([^"]+)"', path.read_text()))
-    declared = {c for checks in findings.CHECKS.values() for c in checks}
+    declared = {c for prop in PROPERTIES.values() for c in prop.checks}
     assert used <= declared and {"no nan", "rejects", "compiles nothing"} <= used
+    # The vocabulary findings are validated against is the union of the properties' own checks.
+    assert dict(CHECKS) == {name: prop.checks for name, prop in PROPERTIES.items()}
+    assert all(f.property in PROPERTIES and (f.crash or f.check in PROPERTIES[f.property].checks) for f in FILE if f.property)
 
 
 # ------------------------------------------------------- crash findings
@@ -367,18 +370,18 @@ def test_the_matrix_steers_a_drawn_case_and_the_report_counts_it(tmp_path):
 )
 def test_a_malformed_crash_entry_is_refused(changes, message):
     with pytest.raises(findings.FindingsError, match=message):
-        findings.parse({"finding": [_crash_entry(**changes)]}, "kf.toml", [4])
+        findings.parse({"finding": [_crash_entry(**changes)]}, "kf.toml", [4], checks=CHECKS)
 
 
 def test_only_a_crash_finding_steers():
     entry = {"id": "x", "reason": "r", "property": "tails", "check": "no nan", "quantity": "o", "region": "padded_q_rows", "steer": {"rope": False}}
     with pytest.raises(findings.FindingsError, match="key 'steer': only a crash finding"):
-        findings.parse({"finding": [entry]}, "kf.toml", [4])
-    assert findings.parse({"finding": [_crash_entry(property="metamorphic")]})[0].property == "metamorphic"
+        findings.parse({"finding": [entry]}, "kf.toml", [4], checks=CHECKS)
+    assert findings.parse({"finding": [_crash_entry(property="metamorphic")]}, checks=CHECKS)[0].property == "metamorphic"
 
 
 def test_a_steer_into_an_invalid_case_is_refused_when_it_steers():
-    crash = findings.parse({"finding": [_crash_entry(when={"sinks": True}, steer={"sinks": False})]}, "kf.toml", [4])[0]
+    crash = findings.parse({"finding": [_crash_entry(when={"sinks": True}, steer={"sinks": False})]}, "kf.toml", [4], checks=CHECKS)[0]
     case = Case(s_q=4, s_kv=4, sinks=True, sink_layout="broadcast")  # a sink layout needs sinks
     with pytest.raises(findings.FindingsError, match="kf.toml:4: finding 'c': key 'steer': steering .* gives an invalid Case"):
         findings.steer("numerics", case, ("wrapper",), entries=[crash])
@@ -396,8 +399,8 @@ RACE = {
 
 
 def test_a_race_that_happened_to_agree_is_not_stale_but_its_twin_without_race_is():
-    race = findings.parse({"finding": [RACE]})[0]
-    plain = findings.parse({"finding": [{**RACE, "race": False}]})[0]
+    race = findings.parse({"finding": [RACE]}, checks=CHECKS)[0]
+    plain = findings.parse({"finding": [{**RACE, "race": False}]}, checks=CHECKS)[0]
     obs = [{"exercised": ["r"], "findings": []}]
     assert [s["status"] for s in findings.statuses([race], obs)] == [findings.RACE_UNSEEN]
     assert [s["status"] for s in findings.statuses([plain], obs)] == [findings.STALE]
@@ -407,9 +410,9 @@ def test_a_race_that_happened_to_agree_is_not_stale_but_its_twin_without_race_is
 def test_only_a_plain_check_describes_a_race():
     bad = {"id": "x", "reason": "r", "property": "numerics", "check": "error model", "quantity": "o", "region": "padded_q_rows", "race": True}
     with pytest.raises(findings.FindingsError, match="race"):
-        findings.parse({"finding": [bad]})
+        findings.parse({"finding": [bad]}, checks=CHECKS)
     with pytest.raises(findings.FindingsError, match="race"):
-        findings.parse({"finding": [{**RACE, "race": "yes"}]})
+        findings.parse({"finding": [{**RACE, "race": "yes"}]}, checks=CHECKS)
 
 
 def test_the_dsink_sum_is_unordered_from_three_row_groups():

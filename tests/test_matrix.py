@@ -5,6 +5,7 @@ every family names a known property, example budget, marker and fixture."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import subprocess
 import sys
@@ -64,7 +65,7 @@ def test_generated_tests_call_their_property(monkeypatch):
 
         return check
 
-    monkeypatch.setattr(matrix, "PROPERTIES", {name: stand_in(name) for name in PROPERTIES})
+    monkeypatch.setattr(matrix, "PROPERTIES", {name: dataclasses.replace(prop, check=stand_in(name)) for name, prop in PROPERTIES.items()})
     for f in MATRIX:
         fn = getattr(importlib.import_module(f.module[:-3].replace("/", ".")), f.test)
         fixtures = {**({f.adapter: f"{f.adapter} fixture"} if f.adapter else {}), **({"gpu": None} if "gpu" in f.marks else {})}

@@ -14,6 +14,7 @@ from hypothesis import settings
 from ground import findings
 from ground.case import Case, load_case_file
 from ground.tables import NO_GPU
+from properties import CHECKS
 
 pytest_plugins = ["pytester"]
 
@@ -335,5 +336,5 @@ REJECTS = {"property": "rejection", "check": "rejects", "observed": "accepted"}
 )
 def test_findings_entries_are_validated(entry, message):
     with pytest.raises(findings.FindingsError) as e:
-        findings.parse({"finding": [entry]}, "kf.toml", [7])
+        findings.parse({"finding": [entry]}, "kf.toml", [7], checks=CHECKS)
     assert str(e.value).startswith("kf.toml:7: ") and message in str(e.value), str(e.value)

@@ -100,7 +100,9 @@ def test_repro_exits_2_with_the_message(tmp_path, capsys, monkeypatch, scope):
     import kernels
     import properties
 
-    monkeypatch.setitem(properties.PROPERTIES, "toy", served(_refusing(scope)))
+    monkeypatch.setitem(
+        properties.PROPERTIES, "toy", properties.Property("toy", served(_refusing(scope)), {}, cold_seconds=1.0, directions=("fwd",), doc="a stand-in property")
+    )
     monkeypatch.setattr(kernels, "get_adapter", lambda name=None, **kw: type("A", (), {"name": "prepared"})())
     path = casefile.write(
         tmp_path, property="toy", case=Case().to_dict(), params={}, summary="x", environment={"mode": "compile-only (no GPU)"}, needs_gpu=False

@@ -18,7 +18,7 @@ from ground.case import Case, load_case_file
 from ground.coverage import REQUIRED
 from ground.outcome import Observation
 from ground.tables import flavor_of
-from properties import recorder
+from properties import CHECKS, recorder
 from reports import casefile, coverage, render, shards, summary
 
 RUN = "20261202-120000-1"
@@ -97,6 +97,7 @@ FINDINGS = [
         },
         "kf.toml",
         [3, 10, 17],
+        checks=CHECKS,
     )
 ]
 

@@ -66,7 +66,7 @@ def test_repro_shrink_geometry_writes_the_minimal_case_file(tmp_path, capsys, mo
     import kernels
     import properties
 
-    monkeypatch.setitem(properties.PROPERTIES, "toy", _bug)
+    monkeypatch.setitem(properties.PROPERTIES, "toy", properties.Property("toy", _bug, {}, cold_seconds=1.0, directions=("fwd",), doc="a stand-in property"))
     monkeypatch.setattr(kernels, "get_adapter", lambda name=None, **kw: type("A", (), {"name": "prepared"})())
     path = casefile.write(
         tmp_path,

@@ -66,7 +66,7 @@ def main(paths) -> int:
                     for p in stack:
                         p.__enter__()
                     try:
-                        PROPERTIES[prop](case, adapter=adapter, **params)
+                        PROPERTIES[prop].check(case, adapter=adapter, **params)
                     finally:
                         for p in reversed(stack):
                             p.__exit__(None, None, None)
