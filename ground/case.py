@@ -14,7 +14,10 @@ with its type), ``structural_problem``, the findings file's ``when``
 (``coerce_fact``), the coverage vocabulary (``ground.coverage``),
 the one-line description (``Case.describe``), the adapters' refusal of facts
 they cannot express (``Case.unexpressible``) and the facts table
-(``facts_markdown``; ``sdpa-conformance facts``). docs/CONTRIBUTING.md says
+(``facts_markdown``; ``sdpa-conformance facts``), and the lists of the facts'
+roles (``Fact``: direction, compiled, feature, simplest, needs, kernel,
+distinct) that the strategies, the geometry pools and shrinker, the feature
+space and the compile-cache properties read. docs/CONTRIBUTING.md says
 which files a new fact touches.
 
 Conventions (shared by every module):
@@ -49,16 +52,6 @@ LAYOUTS = ("dense", "thd")
 DIRECTIONS = ("fwd", "bwd")
 INPUT_SOURCES = ("reference", "kernel")
 DBIAS_DTYPES = ("float32", "io")  # the dBias buffer: fp32 or the I/O dtype (prepared_sm80.build_spec accepts both)
-# Facts only a backward Case sets to a non-default value (coverage: the
-# backward strategies, not the forward ones, must reach those values).
-BACKWARD_FACTS = ("direction", "deterministic", "inputs_from", "dbias_dtype")
-# Forward kernel features (schema 3) the SM80 backward has no counterpart for:
-# it reads a compact natural-log Stats (so it needs one), compact fp32
-# natural-log sinks and int32 cu_seqlens, takes no tile scheduler, and its
-# RoPE is not judged yet (docs/backward.md). A backward Case keeps their
-# defaults (seen on the H200: strided sinks and padded THD Stats refused,
-# no-Stats runs handing a NaN LSE).
-FORWARD_ONLY_FACTS = ("has_lse", "lse_layout", "sched", "sched_l2_mib", "rope", "sink_log2", "sink_dtype", "sink_layout", "prefix_dtype")
 # Dense storage orders of Q/K/V/O. Every one keeps the head dim innermost and
 # every outer stride a multiple of 8 elements, which is what the native
 # pointer host serves (prepared_sm80.native_layouts).
@@ -92,6 +85,9 @@ class CaseFileError(ValueError):
 AUTO = "auto"  # Fact.coverage: an axis of its own, from the fact's domain (bool: no/yes; choices)
 
 
+_SAME = object()  # fact(simplest=): the default
+
+
 def fact(
     default: Any,
     doc: str,
@@ -102,9 +98,18 @@ def fact(
     shown: Optional[str] = None,
     adapters: Optional[Tuple[str, ...]] = None,
     since: int = 1,
+    direction: Tuple[str, ...] = DIRECTIONS,
+    compiled: Optional[bool] = True,
+    feature: bool = False,
+    simplest: Any = _SAME,
+    needs: Tuple[str, ...] = (),
+    kernel: Tuple[str, ...] = (),
+    distinct: Optional[str] = None,
 ):
     """Declare one Case fact (a dataclass field); see ``Fact`` for the keywords."""
     meta = dict(doc=doc, choices=choices, minimum=minimum, coverage=coverage, shown=shown, adapters=adapters, since=since)
+    meta.update(direction=direction, compiled=compiled, feature=feature, simplest=default if simplest is _SAME else simplest)
+    meta.update(needs=needs, kernel=kernel, distinct=distinct)
     return field(default=default, metadata={"fact": meta})
 
 
@@ -150,6 +155,33 @@ class Fact:
     one); the others refuse such a Case (``Unsupported``, scope "case"), a test draws
     its projection (``Case.expressed``: the fact at its default, which must
     keep every Case valid). since: the case-file schema that introduced the fact.
+
+    Its roles (what the lists of the suite derive from):
+    direction: the passes whose Cases may hold a non-default value: ("fwd",)
+    forward-only (a backward Case keeps the default: ``FORWARD_ONLY_FACTS``,
+    strategies.backward resets it), ("bwd",) backward-only
+    (``BACKWARD_FACTS``: the forward strategies never reach its other
+    values, the backward ones must, coverage.BACKWARD_REQUIRED). compiled:
+    True where a value reaches the kernels' compile key (for some facts a
+    part of it: a padding operand's presence, the scale's sign, the THD
+    sequence count); False for a runtime value (a launch argument or data: a
+    new value must mint no compile, properties.compile_cache.runtime_variants);
+    None for what is no kernel input (the contract rule, where backward
+    inputs come from). ``compiled_facts(direction)``. feature: an optional
+    kernel feature, off (at ``simplest``) in the simplest Case: the free
+    strategies draw it behind a switch and the geometry pools place it on
+    their rows (strategies.features/geometry: by hand for the facts those
+    modules name, generically for any other), the geometry shrinker turns it
+    off first. simplest: the value the geometry shrinker aims for (the
+    default unless declared). needs: facts this one describes (sink_dtype:
+    sinks); off at its simplest with any of them (the shrinker turns them
+    off together; compile_distinct draws them on). kernel: the kernels'
+    degrees of freedom that realise it, "source.name" of
+    ``ground.feature_space.SOURCES`` ("TemplateParams.stats_log2",
+    "wrapper.q_tensor"): ``feature_space.DRAWN`` is their inverse. distinct:
+    where the kernels compile it in; a compile_distinct family then checks
+    that each value gets a kernel of its own
+    (properties.compile_cache.COMPILED_FACTS).
     """
 
     name: str
@@ -162,6 +194,19 @@ class Fact:
     shown: Optional[str] = None
     adapters: Optional[Tuple[str, ...]] = None
     since: int = 1
+    direction: Tuple[str, ...] = DIRECTIONS
+    compiled: Optional[bool] = True
+    feature: bool = False
+    simplest: Any = None
+    needs: Tuple[str, ...] = ()
+    kernel: Tuple[str, ...] = ()
+    distinct: Optional[str] = None
+
+    def other_values(self) -> Tuple[Any, ...]:
+        """The values besides the default of a bool or choice fact, in declared order (() for others)."""
+        if self.type is bool:
+            return (not self.default,)
+        return tuple(c for c in self.choices if c != self.default) if self.choices is not None else ()
 
     @property
     def kind(self) -> Kind:
@@ -198,65 +243,190 @@ class Case:
     ``fact(default, doc, ...)``: the one place a fact is defined (``FACTS``,
     ``facts_markdown()``, ``sdpa-conformance facts``)."""
 
-    layout: str = fact("dense", "dense (B, H, S, D) tensors or packed THD (T, H, D) varlen", choices=LAYOUTS, shown="shape")
-    dtype: str = fact("float16", "I/O dtype of Q, K, V and O", choices=DTYPES, shown="dtype")
-    batch: int = fact(1, "dense batch size (THD: one; the sequence count is len(q_lens))", minimum=1, coverage=("dense batch",), shown="shape")
-    h_q: int = fact(1, "query (and output) heads", minimum=1, coverage=("heads",), shown="heads")
-    h_kv: int = fact(1, "key/value heads; divides h_q (MHA, GQA, MQA)", minimum=1, coverage=("heads",), shown="heads")
-    d_qk: int = fact(64, "head dim of Q and K (off a flavor envelope: padded into it)", minimum=1, coverage=("flavor", "head dims"), shown="dims")
-    d_v: int = fact(64, "head dim of V and O", minimum=1, coverage=("flavor", "head dims"), shown="dims")
+    layout: str = fact(
+        "dense",
+        "dense (B, H, S, D) tensors or packed THD (T, H, D) varlen",
+        choices=LAYOUTS,
+        shown="shape",
+        kernel=("TemplateParams.thd_varlen", "wrapper.q_tensor"),
+    )
+    dtype: str = fact("float16", "I/O dtype of Q, K, V and O", choices=DTYPES, shown="dtype", kernel=("TemplateParams.io_bf16",))
+    batch: int = fact(
+        1, "dense batch size (THD: one; the sequence count is len(q_lens))", minimum=1, coverage=("dense batch",), shown="shape", kernel=("wrapper.q_tensor",)
+    )
+    h_q: int = fact(1, "query (and output) heads", minimum=1, coverage=("heads",), shown="heads", kernel=("wrapper.q_tensor", "compile_thd_host.h"))
+    h_kv: int = fact(
+        1, "key/value heads; divides h_q (MHA, GQA, MQA)", minimum=1, coverage=("heads",), shown="heads", kernel=("wrapper.k_tensor", "compile_thd_host.h_kv")
+    )
+    d_qk: int = fact(
+        64,
+        "head dim of Q and K (off a flavor envelope: padded into it)",
+        minimum=1,
+        coverage=("flavor", "head dims"),
+        shown="dims",
+        kernel=("TemplateParams.d_qk", "wrapper.q_tensor"),
+    )
+    d_v: int = fact(64, "head dim of V and O", minimum=1, coverage=("flavor", "head dims"), shown="dims", kernel=("TemplateParams.d_v", "wrapper.v_tensor"))
     # Dense: physical sequence lengths (the tensors' S axis).
-    s_q: int = fact(1, "dense physical Q length (the tensors' S axis)", minimum=1, coverage=("dense lengths", "causal alignment"), shown="shape")
-    s_kv: int = fact(1, "dense physical K/V length", minimum=1, coverage=("dense lengths", "causal alignment"), shown="shape")
+    s_q: int = fact(
+        1,
+        "dense physical Q length (the tensors' S axis)",
+        minimum=1,
+        coverage=("dense lengths", "causal alignment"),
+        shown="shape",
+        kernel=("wrapper.q_tensor",),
+    )
+    s_kv: int = fact(1, "dense physical K/V length", minimum=1, coverage=("dense lengths", "causal alignment"), shown="shape", kernel=("wrapper.k_tensor",))
     # Dense padding lengths (per batch; None = operand absent).
     seq_q_lens: Optional[Tuple[int, ...]] = fact(
-        None, "dense per-batch live Q lengths in [0, s_q] (the seq_len_q operand); null: absent", minimum=0, coverage=("padding",), shown="shape"
+        None,
+        "dense per-batch live Q lengths in [0, s_q] (the seq_len_q operand); null: absent",
+        minimum=0,
+        coverage=("padding",),
+        shown="shape",
+        kernel=("TemplateParams.has_seq_q_lens", "wrapper.seq_len_q", "compile_host.geometry"),
     )
     seq_kv_lens: Optional[Tuple[int, ...]] = fact(
-        None, "dense per-batch live K/V lengths in [0, s_kv] (seq_kv_lens); null: absent", minimum=0, coverage=("padding",), shown="shape"
+        None,
+        "dense per-batch live K/V lengths in [0, s_kv] (seq_kv_lens); null: absent",
+        minimum=0,
+        coverage=("padding",),
+        shown="shape",
+        kernel=("TemplateParams.has_seq_kv_lens", "wrapper.seq_kv_lens", "compile_host.geometry"),
     )
     # THD: per-sequence live lengths, first offsets and capacity slack.
     q_lens: Optional[Tuple[int, ...]] = fact(
-        None, "THD per-sequence Q lengths (one entry per sequence)", minimum=0, coverage=("thd lengths", "causal alignment"), shown="shape"
+        None,
+        "THD per-sequence Q lengths (one entry per sequence)",
+        minimum=0,
+        coverage=("thd lengths", "causal alignment"),
+        shown="shape",
+        kernel=("wrapper.cum_seqlen_q_tensor", "wrapper.max_s_q", "compile_thd_host.n_seq"),
     )
     kv_lens: Optional[Tuple[int, ...]] = fact(
-        None, "THD per-sequence K/V lengths (as many as q_lens)", minimum=0, coverage=("thd lengths", "causal alignment"), shown="shape"
+        None,
+        "THD per-sequence K/V lengths (as many as q_lens)",
+        minimum=0,
+        coverage=("thd lengths", "causal alignment"),
+        shown="shape",
+        kernel=("wrapper.cum_seqlen_k_tensor",),
     )
-    q_base: int = fact(0, "THD first Q offset, cu_seqlens_q[0] (tokens)", minimum=0, coverage=("padding",), shown="shape")
-    kv_base: int = fact(0, "THD first K/V offset, cu_seqlens_k[0] (tokens)", minimum=0, coverage=("padding",), shown="shape")
-    q_slack: int = fact(0, "THD Q capacity past the last sequence (tokens)", minimum=0, coverage=("padding",), shown="shape")
-    kv_slack: int = fact(0, "THD K/V capacity past the last sequence (tokens)", minimum=0, coverage=("padding",), shown="shape")
+    q_base: int = fact(
+        0,
+        "THD first Q offset, cu_seqlens_q[0] (tokens)",
+        minimum=0,
+        coverage=("padding",),
+        shown="shape",
+        compiled=False,
+        kernel=("wrapper.cum_seqlen_q_tensor",),
+    )
+    kv_base: int = fact(
+        0,
+        "THD first K/V offset, cu_seqlens_k[0] (tokens)",
+        minimum=0,
+        coverage=("padding",),
+        shown="shape",
+        compiled=False,
+        kernel=("wrapper.cum_seqlen_k_tensor",),
+    )
+    q_slack: int = fact(
+        0,
+        "THD Q capacity past the last sequence (tokens)",
+        minimum=0,
+        coverage=("padding",),
+        shown="shape",
+        compiled=False,
+        kernel=("wrapper.cum_seqlen_q_tensor",),
+    )
+    kv_slack: int = fact(
+        0,
+        "THD K/V capacity past the last sequence (tokens)",
+        minimum=0,
+        coverage=("padding",),
+        shown="shape",
+        compiled=False,
+        kernel=("wrapper.cum_seqlen_k_tensor",),
+    )
     # Mask family.
-    causal: bool = fact(False, "causal mask", coverage=("mask", "causal alignment"), shown="mask")
+    causal: bool = fact(False, "causal mask", coverage=("mask", "causal alignment"), shown="mask", kernel=("TemplateParams.is_causal", "wrapper.is_causal"))
     bottom_right: bool = fact(
-        False, "causal diagonal / window aligned bottom-right (needs causal or a left window)", coverage=("mask", "causal alignment"), shown="mask"
+        False,
+        "causal diagonal / window aligned bottom-right (needs causal or a left window)",
+        coverage=("mask", "causal alignment"),
+        shown="mask",
+        kernel=("TemplateParams.causal_bottom_right", "wrapper.causal_bottom_right"),
     )
-    window_left: int = fact(-1, "sliding window: keys at most this far left of the diagonal; -1: none", coverage=("mask",), shown="mask")
-    window_right: int = fact(-1, "right band widening the causal diagonal (needs causal); -1: none", coverage=("mask",), shown="mask")
+    window_left: int = fact(
+        -1,
+        "sliding window: keys at most this far left of the diagonal; -1: none",
+        coverage=("mask",),
+        shown="mask",
+        kernel=("TemplateParams.has_swa", "wrapper.window_size", "compile_host.swa_window", "compile_thd_host.swa_window"),
+    )
+    window_right: int = fact(
+        -1,
+        "right band widening the causal diagonal (needs causal); -1: none",
+        coverage=("mask",),
+        shown="mask",
+        kernel=("wrapper.window_size", "compile_host.right_bound"),
+    )
     # Optional operands.
     bias: Optional[str] = fact(
-        None, "dtype of a [bias_batch, H, SQ, SKV] additive bias; null: none", choices=BIAS_DTYPES + ("float64", "int32"), coverage=("bias",), shown="bias"
+        None,
+        "dtype of a [bias_batch, H, SQ, SKV] additive bias; null: none",
+        choices=BIAS_DTYPES + ("float64", "int32"),
+        coverage=("bias",),
+        shown="bias",
+        feature=True,
+        kernel=("TemplateParams.has_bias", "TemplateParams.bias_is_fp32", "wrapper.bias_tensor", "compile_host.geometry"),
     )
-    bias_batch: int = fact(1, "bias batch extent (1: one bias broadcast over the batch)", minimum=1, coverage=("bias",), shown="bias")
-    sinks: bool = fact(False, "one sink logit per Q head (natural-log units), joining the softmax denominator")
+    bias_batch: int = fact(
+        1,
+        "bias batch extent (1: one bias broadcast over the batch)",
+        minimum=1,
+        coverage=("bias",),
+        shown="bias",
+        needs=("bias",),
+        kernel=("wrapper.bias_tensor",),
+    )
+    sinks: bool = fact(
+        False,
+        "one sink logit per Q head (natural-log units), joining the softmax denominator",
+        feature=True,
+        kernel=("TemplateParams.has_sink", "wrapper.sinks"),
+    )
     lse_log2: bool = fact(
         False,
         "LSE (Stats) written in base-2 units: natural LSE * log2(e) (TemplateParams.stats_log2); the public wrapper has no argument for it",
         adapters=("prepared",),
         since=2,
+        feature=True,
+        kernel=("TemplateParams.stats_log2",),
+        distinct="TemplateParams.stats_log2 (cudnn/sdpa/fwd/config_sm80.py)",
     )
     # The pass under test (schema 3): one Case type serves both directions.
     direction: str = fact(
-        "fwd", "the pass under test: the forward (O, LSE) or the backward (dQ, dK, dV, dBias, dSink from dO, O and LSE)", choices=DIRECTIONS, since=3
+        "fwd",
+        "the pass under test: the forward (O, LSE) or the backward (dQ, dK, dV, dBias, dSink from dO, O and LSE)",
+        choices=DIRECTIONS,
+        since=3,
+        direction=("bwd",),
     )
     deterministic: bool = fact(
-        False, "backward: deterministic dQ (TemplateParams.deterministic, the kv-ordered semaphore relay); two launches must then be bitwise identical", since=3
+        False,
+        "backward: deterministic dQ (TemplateParams.deterministic, the kv-ordered semaphore relay); two launches must then be bitwise identical",
+        since=3,
+        direction=("bwd",),
+        feature=True,
+        distinct="TemplateParams.deterministic: the dQ semaphore relay (cudnn/sdpa/bwd/config_sm80.py)",
     )
     inputs_from: str = fact(
         "reference",
         "backward: where O and LSE come from: the float64 reference (O rounded to the I/O dtype, LSE fp32) or the forward kernel under test",
         choices=INPUT_SOURCES,
         since=3,
+        direction=("bwd",),
+        compiled=None,
     )
     dbias_dtype: str = fact(
         "float32",
@@ -267,6 +437,10 @@ class Case:
         coverage=(),
         adapters=("prepared",),
         since=4,
+        direction=("bwd",),
+        feature=True,
+        needs=("bias",),
+        distinct="compile_host bakes the dBias dtype in (cudnn/sdpa/bwd/kernels/sm80/prepared_host.py:524, its pointer type :576, _copy_aux's cast :183)",
     )
     has_lse: bool = fact(
         True,
@@ -274,6 +448,9 @@ class Case:
         "and the LSE buffer, never handed, must stay untouched",
         adapters=("prepared",),
         since=3,
+        direction=("fwd",),
+        feature=True,
+        kernel=("TemplateParams.has_lse", "compile_host.geometry"),
     )
     lse_layout: str = fact(
         "compact",
@@ -282,6 +459,9 @@ class Case:
         choices=LSE_LAYOUTS,
         adapters=("prepared",),
         since=3,
+        direction=("fwd",),
+        feature=True,
+        kernel=("compile_host.geometry", "compile_thd_host.lse_stride"),
     )
     sched: str = fact(
         "natural",
@@ -289,6 +469,9 @@ class Case:
         "LPT in L2 blocks, or auto (the wrapper's pick, api_dsl._sm80_resolve_scheduler); THD: natural only",
         choices=SCHEDULERS,
         since=3,
+        direction=("fwd",),
+        feature=True,
+        kernel=("TemplateParams.sched_policy", "wrapper.scheduler"),
     )
     sched_l2_mib: int = fact(
         0,
@@ -297,27 +480,78 @@ class Case:
         choices=(0, 1),
         adapters=("prepared",),
         since=3,
+        direction=("fwd",),
+        feature=True,
+        needs=("sched",),
+        kernel=("TemplateParams.sched_l2_mib",),
     )
     rope: bool = fact(
         False,
         "fused RoPE (TemplateParams.has_rope, the wrapper's rope_freqs): Q and K rotated half-split by position-indexed "
         "fp32 angles before q.k (the flavor envelope's halves); dense, no padding operands",
         since=3,
+        direction=("fwd",),
+        feature=True,
+        kernel=("TemplateParams.has_rope", "wrapper.rope_freqs", "compile_host.geometry"),
     )
     sink_log2: bool = fact(
-        False, "sinks handed in base-2 units (TemplateParams.sink_natural=False, the legacy tensor hosts' ABI)", adapters=("prepared",), since=3
+        False,
+        "sinks handed in base-2 units (TemplateParams.sink_natural=False, the legacy tensor hosts' ABI)",
+        adapters=("prepared",),
+        since=3,
+        direction=("fwd",),
+        feature=True,
+        needs=("sinks",),
+        kernel=("TemplateParams.sink_natural",),
     )
     sink_dtype: str = fact(
-        "float32", "sink buffer dtype (THD: compile_thd_host sink_dtype; dense hosts take float32 only)", choices=SINK_DTYPES, adapters=("prepared",), since=3
+        "float32",
+        "sink buffer dtype (THD: compile_thd_host sink_dtype; dense hosts take float32 only)",
+        choices=SINK_DTYPES,
+        adapters=("prepared",),
+        since=3,
+        direction=("fwd",),
+        feature=True,
+        needs=("sinks",),
+        kernel=("compile_thd_host.sink_dtype",),
     )
     sink_layout: str = fact(
-        "compact", "sink buffer: one per head, stride 2, or one logit broadcast to every head (stride 0)", choices=SINK_LAYOUTS, adapters=("prepared",), since=3
+        "compact",
+        "sink buffer: one per head, stride 2, or one logit broadcast to every head (stride 0)",
+        choices=SINK_LAYOUTS,
+        adapters=("prepared",),
+        since=3,
+        direction=("fwd",),
+        feature=True,
+        needs=("sinks",),
+        kernel=("compile_host.geometry",),
     )
-    prefix_dtype: str = fact("int32", "THD cu_seqlens dtype (compile_thd_host prefix_dtypes)", choices=PREFIX_DTYPES, adapters=("prepared",), since=3)
-    scale: Optional[float] = fact(None, "softmax scale, any sign (0 included); null: the kernels' default 1/sqrt(d_qk)", coverage=("scale",))
-    memory: str = fact("bshd", "dense storage order of Q, K, V and O", choices=MEMORY_ORDERS, coverage=("memory",), shown="shape")
-    seed: int = fact(0, "seed of the tensor data (ground.data)", coverage=None, shown="seed")
-    violation: Optional[str] = fact(None, "the contract rule this Case breaks (strategies.violations); null: a valid Case", coverage=None)
+    prefix_dtype: str = fact(
+        "int32",
+        "THD cu_seqlens dtype (compile_thd_host prefix_dtypes)",
+        choices=PREFIX_DTYPES,
+        adapters=("prepared",),
+        since=3,
+        direction=("fwd",),
+        feature=True,
+        kernel=("compile_thd_host.prefix_dtypes",),
+    )
+    scale: Optional[float] = fact(
+        None,
+        "softmax scale, any sign (0 included); null: the kernels' default 1/sqrt(d_qk)",
+        coverage=("scale",),
+        kernel=("TemplateParams.score_sign", "wrapper.scale_softmax"),
+    )
+    memory: str = fact(
+        "bshd",
+        "dense storage order of Q, K, V and O",
+        choices=MEMORY_ORDERS,
+        coverage=("memory",),
+        shown="shape",
+        kernel=("wrapper.q_tensor", "wrapper.k_tensor", "wrapper.v_tensor", "compile_host.geometry"),
+    )
+    seed: int = fact(0, "seed of the tensor data (ground.data)", coverage=None, shown="seed", compiled=False)
+    violation: Optional[str] = fact(None, "the contract rule this Case breaks (strategies.violations); null: a valid Case", coverage=None, compiled=None)
 
     # ------------------------------------------------------------------ derived
     @property
@@ -433,14 +667,10 @@ class Case:
             problem = f.problem(getattr(self, f.name))
             if problem:
                 return problem
-        if not self.is_bwd:
-            for name in BACKWARD_FACTS[1:]:
-                if getattr(self, name) != FACTS[name].default:
-                    return f"case field {name!r}: a backward-only fact (direction is 'fwd')"
-        else:
-            for name in FORWARD_ONLY_FACTS:
-                if getattr(self, name) != FACTS[name].default:
-                    return f"case field {name!r}: a forward-only kernel feature (direction is 'bwd')"
+        for name in BACKWARD_FACTS if not self.is_bwd else FORWARD_ONLY_FACTS:  # Fact.direction
+            if getattr(self, name) != FACTS[name].default:
+                what = "a backward-only fact (direction is 'fwd')" if not self.is_bwd else "a forward-only kernel feature (direction is 'bwd')"
+                return f"case field {name!r}: {what}"
         for name, ok, why in self._feature_rules():
             if not ok:
                 return f"case field {name!r}: {why}"
@@ -559,6 +789,76 @@ def _declared() -> Dict[str, Fact]:
 FACTS: Dict[str, Fact] = _declared()
 
 
+# ------------------------------------------------------ the roles' lists
+def facts_only_in(direction: str) -> Tuple[str, ...]:
+    """The facts whose non-default values only a Case of ``direction`` holds (``Fact.direction``)."""
+    return tuple(f.name for f in FACTS.values() if f.direction == (direction,))
+
+
+# Facts only a backward Case sets to a non-default value (coverage: the
+# backward strategies, not the forward ones, must reach those values), the
+# pass itself first.
+BACKWARD_FACTS: Tuple[str, ...] = facts_only_in("bwd")
+# Forward kernel features the SM80 backward has no counterpart for: it reads a
+# compact natural-log Stats (so it needs one), compact fp32 natural-log sinks
+# and int32 cu_seqlens, takes no tile scheduler, and its RoPE is not judged
+# yet (docs/backward.md). A backward Case keeps their defaults (seen on the
+# H200: strided sinks and padded THD Stats refused, no-Stats runs handing a
+# NaN LSE).
+FORWARD_ONLY_FACTS: Tuple[str, ...] = facts_only_in("fwd")
+
+
+def compiled_facts(direction: str) -> Tuple[str, ...]:
+    """The compile-key facts a Case of ``direction`` ("fwd"/"bwd") may set
+    (``Fact.compiled``; some reach the key only in part: a padding
+    operand's presence, the scale's sign, the THD sequence count), in
+    declaration order."""
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction {direction!r} is not one of {DIRECTIONS}")
+    return tuple(f.name for f in FACTS.values() if f.compiled and direction in f.direction)
+
+
+def runtime_facts() -> Tuple[str, ...]:
+    """The facts whose values are launch arguments or data, never a compile key (``compiled=False``)."""
+    return tuple(f.name for f in FACTS.values() if f.compiled is False)
+
+
+def feature_facts(direction: str) -> Tuple[str, ...]:
+    """The optional kernel features a Case of ``direction`` may switch on (``Fact.feature``)."""
+    return tuple(f.name for f in FACTS.values() if f.feature and direction in f.direction)
+
+
+def dependents(name: str) -> Tuple[str, ...]:
+    """The facts that describe fact ``name`` (``needs`` it): off with it."""
+    return tuple(f.name for f in FACTS.values() if name in f.needs)
+
+
+def varied(case: Case, name: str) -> Case:
+    """``case`` with the bool or choice fact ``name`` at another value (bool:
+    the other; choices: the next, cyclically), kept valid by the fewest
+    resets: where the new value is invalid and setting one other fact to its
+    default makes it valid (base-2 Stats need a Stats output), the first
+    such fact in declaration order goes to its default; else the plain
+    change (a Case the caller must not have drawn)."""
+    f = FACTS[name]
+    value = getattr(case, name)
+    if f.type is bool:
+        new = not value
+    elif f.choices is not None:
+        new = f.choices[(f.choices.index(value) + 1) % len(f.choices)]
+    else:
+        raise TypeError(f"fact {name!r}: only a bool or choice fact has another value")
+    out = case.replace(**{name: new})
+    if out.structural_problem() is None:
+        return out
+    for g in FACTS.values():
+        if g.name != name and getattr(out, g.name) != g.default:
+            fixed = out.replace(**{g.name: g.default})
+            if fixed.structural_problem() is None:
+                return fixed
+    return out
+
+
 def coerce_fact(name: str, value: Any) -> Any:
     """``value`` (from a case file or a findings file's ``when``) as the Case
     fact ``name``'s type; CaseFileError naming the field."""
@@ -608,11 +908,23 @@ _DESCRIBE_PARTS: Dict[str, Callable[[Case], str]] = {
 }
 assert {f.shown for f in FACTS.values()} - {None} <= set(_DESCRIBE_PARTS), "Fact.shown names a part of Case.describe"
 assert all(f.since <= SCHEMA_VERSION for f in FACTS.values()), "a fact's schema is at most SCHEMA_VERSION"
+assert all(f.direction and set(f.direction) <= set(DIRECTIONS) for f in FACTS.values()), "Fact.direction names passes of DIRECTIONS"
+assert all(n in FACTS and n != f.name for f in FACTS.values() for n in f.needs), "Fact.needs names other declared facts"
+assert all(f.simplest == f.default or f.problem(f.simplest) is None for f in FACTS.values()), "Fact.simplest is a value of the fact"
+assert all(f.other_values() for f in FACTS.values() if f.distinct), "a compile_distinct fact (Fact.distinct) is a bool or choice fact"
+
+
+def _roles(f: Fact) -> str:
+    """The facts table's roles cell (``Fact.direction`` ... ``distinct``)."""
+    out = [f"{f.direction[0]} only" if len(f.direction) == 1 else "", {True: "compiled", False: "runtime", None: ""}[f.compiled]]
+    out += ["feature" if f.feature else "", f"simplest `{json.dumps(f.simplest)}`" if f.simplest != f.default else ""]
+    out += [f"needs {', '.join(f.needs)}" if f.needs else "", "compile_distinct" if f.distinct else ""]
+    return ", ".join(x for x in out if x) or "-"
 
 
 def facts_markdown() -> str:
     """The facts table (docs, ``sdpa-conformance facts``), from the declarations."""
-    rows = ["| fact | type | default | allowed | coverage | meaning |", "|---|---|---|---|---|---|"]
+    rows = ["| fact | type | default | allowed | coverage | roles | meaning |", "|---|---|---|---|---|---|---|"]
     for f in FACTS.values():
         allowed = []
         if f.choices is not None:
@@ -623,7 +935,7 @@ def facts_markdown() -> str:
             allowed.append(f"non-default only on {', '.join(f.adapters)}")
         cov = f.name if f.coverage == AUTO else ", ".join(f.coverage) if f.coverage else "-"
         meaning = f.doc + (f" (since schema {f.since})" if f.since > 1 else "")
-        rows.append(f"| `{f.name}` | {f.kind.expected} | `{json.dumps(f.default)}` | {'; '.join(allowed) or 'any'} | {cov} | {meaning} |")
+        rows.append(f"| `{f.name}` | {f.kind.expected} | `{json.dumps(f.default)}` | {'; '.join(allowed) or 'any'} | {cov} | {_roles(f)} | {meaning} |")
     return "\n".join(rows) + "\n"
 
 

@@ -4,10 +4,14 @@ or declared out of scope with the reason: ONE table.
 The entries are the fields of ``cudnn.sdpa.fwd.config_sm80.TemplateParams``
 (the compile-time identity of an SM80 forward kernel), the parameters of the
 public ``sdpa_fwd_wrapper_sm80`` and of the compile entry points
-``prepared_host.compile_host`` / ``compile_thd_host``. tests/test_feature_space.py
-derives the names from those objects themselves (dataclass fields,
-``inspect.signature``), so a field or argument added upstream fails it until
-it is drawn (a fact here) or declared out of scope (a reason here). The
+``prepared_host.compile_host`` / ``compile_thd_host``. The drawn ones come
+from the facts' declarations (``fact(kernel=("TemplateParams.stats_log2",))``):
+a fact names the fields and arguments that realise it, ``DRAWN`` is the
+inverse; the out-of-scope ones, with their reasons, are listed here.
+tests/test_feature_space.py derives the names from those objects themselves
+(dataclass fields, ``inspect.signature``), so a field or argument added
+upstream fails it until it is drawn (a fact's ``kernel=``) or declared out of
+scope (a reason here). The
 report's kernel-field coverage table (reports/coverage.py) reads the same
 table: field -> the values of its facts' coverage axes -> examples.
 """
@@ -26,54 +30,23 @@ SOURCES = {
     "compile_thd_host": "cudnn.sdpa.fwd.kernels.sm80.prepared_host.compile_thd_host (parameters)",
 }
 
-# (source, name) -> the Case facts that draw it.
-DRAWN: Dict[Tuple[str, str], Tuple[str, ...]] = {
-    ("TemplateParams", "io_bf16"): ("dtype",),
-    ("TemplateParams", "d_qk"): ("d_qk",),
-    ("TemplateParams", "d_v"): ("d_v",),
-    ("TemplateParams", "is_causal"): ("causal",),
-    ("TemplateParams", "has_swa"): ("window_left",),
-    ("TemplateParams", "causal_bottom_right"): ("bottom_right",),
-    ("TemplateParams", "has_seq_kv_lens"): ("seq_kv_lens",),
-    ("TemplateParams", "has_seq_q_lens"): ("seq_q_lens",),
-    ("TemplateParams", "has_sink"): ("sinks",),
-    ("TemplateParams", "stats_log2"): ("lse_log2",),
-    ("TemplateParams", "has_bias"): ("bias",),
-    ("TemplateParams", "bias_is_fp32"): ("bias",),
-    ("TemplateParams", "has_rope"): ("rope",),
-    ("TemplateParams", "thd_varlen"): ("layout",),
-    ("TemplateParams", "sched_policy"): ("sched",),
-    ("TemplateParams", "sched_l2_mib"): ("sched_l2_mib",),
-    ("TemplateParams", "has_lse"): ("has_lse",),
-    ("TemplateParams", "sink_natural"): ("sink_log2",),
-    ("TemplateParams", "score_sign"): ("scale",),
-    ("wrapper", "q_tensor"): ("layout", "batch", "h_q", "d_qk", "s_q", "memory"),
-    ("wrapper", "k_tensor"): ("h_kv", "s_kv", "memory"),
-    ("wrapper", "v_tensor"): ("d_v", "memory"),
-    ("wrapper", "is_causal"): ("causal",),
-    ("wrapper", "window_size"): ("window_left", "window_right"),
-    ("wrapper", "scale_softmax"): ("scale",),
-    ("wrapper", "scheduler"): ("sched",),
-    ("wrapper", "causal_bottom_right"): ("bottom_right",),
-    ("wrapper", "seq_kv_lens"): ("seq_kv_lens",),
-    ("wrapper", "seq_len_q"): ("seq_q_lens",),
-    ("wrapper", "bias_tensor"): ("bias", "bias_batch"),
-    ("wrapper", "sinks"): ("sinks",),
-    ("wrapper", "cum_seqlen_q_tensor"): ("q_lens", "q_base", "q_slack"),
-    ("wrapper", "cum_seqlen_k_tensor"): ("kv_lens", "kv_base", "kv_slack"),
-    ("wrapper", "max_s_q"): ("q_lens",),
-    ("wrapper", "rope_freqs"): ("rope",),
-    ("compile_host", "geometry"): ("memory", "lse_layout", "has_lse", "sink_layout", "rope", "bias", "seq_q_lens", "seq_kv_lens"),
-    ("compile_host", "swa_window"): ("window_left",),
-    ("compile_host", "right_bound"): ("window_right",),
-    ("compile_thd_host", "h"): ("h_q",),
-    ("compile_thd_host", "h_kv"): ("h_kv",),
-    ("compile_thd_host", "n_seq"): ("q_lens",),
-    ("compile_thd_host", "swa_window"): ("window_left",),
-    ("compile_thd_host", "prefix_dtypes"): ("prefix_dtype",),
-    ("compile_thd_host", "sink_dtype"): ("sink_dtype",),
-    ("compile_thd_host", "lse_stride"): ("lse_layout",),
-}
+
+def _drawn() -> Dict[Tuple[str, str], Tuple[str, ...]]:
+    """(source, name) -> the Case facts that draw it, from the facts'
+    declarations (``Fact.kernel``: "source.name" entries): sources in
+    ``SOURCES`` order, then names and facts in declaration order."""
+    out: Dict[Tuple[str, str], List[str]] = {}
+    for source in SOURCES:
+        for f in FACTS.values():
+            for entry in f.kernel:
+                src, _, name = entry.partition(".")
+                if src == source:
+                    out.setdefault((src, name), []).append(f.name)
+    return {key: tuple(names) for key, names in out.items()}
+
+
+# (source, name) -> the Case facts that draw it (``Fact.kernel``).
+DRAWN: Dict[Tuple[str, str], Tuple[str, ...]] = _drawn()
 
 # (source, name) -> why no Case fact draws it.
 OUT_OF_SCOPE: Dict[Tuple[str, str], str] = {
@@ -114,4 +87,5 @@ def field_axes() -> Dict[str, Tuple[str, ...]]:
 
 
 assert not set(DRAWN) & set(OUT_OF_SCOPE), "a degree of freedom is drawn or out of scope, not both"
-assert all(f in FACTS for facts in DRAWN.values() for f in facts), "DRAWN names declared Case facts"
+bad = [f"{f.name}: {e!r}" for f in FACTS.values() for e in f.kernel if e.partition(".")[0] not in SOURCES or not e.partition(".")[2]]
+assert not bad, f"Fact.kernel entries are 'source.name' of a declared source (SOURCES): {bad}"

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Mapping
 
-from ground.case import Case
+from ground.case import FACTS, Case, Fact, runtime_facts, varied
 from ground.data import make_grad_output, make_grad_outputs, make_inputs, make_outputs
 from ground.outcome import Observation, PropertyFailure
 from properties import judge, recorder
@@ -21,7 +21,8 @@ def runtime_variants(case: Case):
     """Cases that differ from ``case`` only in runtime facts: the compile key
     must not see them. Data seed and addresses always; THD token totals,
     capacities and first offsets; dense padding-length values and the scale's
-    magnitude (its sign is compiled in)."""
+    magnitude (its sign is compiled in); then the other value of any bool or
+    choice fact declared runtime (``fact(compiled=False)``)."""
     yield "new data and addresses", case.replace(seed=case.seed + 1)
     if case.is_thd:
         grow = tuple(n + 1 for n in case.q_lens)
@@ -37,6 +38,15 @@ def runtime_variants(case: Case):
             yield "new Q padding lengths", case.replace(seq_q_lens=tuple(case.s_q - n for n in case.seq_q_lens))
     if case.softmax_scale != 0:
         yield "new scale of the same sign", case.replace(scale=case.softmax_scale * 1.75)
+    # Any other runtime fact (``fact(compiled=False)``) of a bool or choice domain: its other
+    # values, where valid on their own (no other fact changed: a variant is runtime-only).
+    for name in runtime_facts():
+        values = FACTS[name].other_values()
+        for value in values + (FACTS[name].default,) if values else ():
+            other = case.replace(**{name: value})
+            if other != case and other.structural_problem() is None:
+                yield f"new {name}", other
+                break
 
 
 # Counters one runtime-only call may move: nothing compiled, no new module.
@@ -173,7 +183,7 @@ import json, sys
 from kernels.source import use_kernels_source
 use_kernels_source()  # $SDPA_KERNELS_SOURCE, inherited: the same kernels as this run
 #PRELUDE
-from ground.case import Case
+from ground.case import FACTS, Case, Fact, runtime_facts, varied
 from ground.data import make_inputs, make_outputs
 from kernels import get_adapter
 case = Case.from_json(sys.argv[1])
@@ -259,18 +269,15 @@ class CompiledFact:
     options: Mapping[str, Any] = field(default_factory=dict)  # strategy options the fact needs (a bias for dBias)
 
 
-COMPILED_FACTS: Dict[str, CompiledFact] = {
-    # A Case without Stats gains them: base-2 Stats need a Stats output (also compiled in).
-    "lse_log2": CompiledFact(lambda c: c.replace(lse_log2=not c.lse_log2, has_lse=True), "TemplateParams.stats_log2 (cudnn/sdpa/fwd/config_sm80.py)"),
-    "deterministic": CompiledFact(
-        lambda c: c.replace(deterministic=not c.deterministic), "TemplateParams.deterministic: the dQ semaphore relay (cudnn/sdpa/bwd/config_sm80.py)"
-    ),
-    "dbias_dtype": CompiledFact(
-        lambda c: c.replace(dbias_dtype="io" if c.dbias_dtype == "float32" else "float32"),
-        "compile_host bakes the dBias dtype in (cudnn/sdpa/bwd/kernels/sm80/prepared_host.py:524, its pointer type :576, _copy_aux's cast :183)",
-        {"bias": True},
-    ),
-}
+def _compiled_fact(f: Fact) -> CompiledFact:
+    """The compile_distinct row of a fact declared with ``distinct=``: its
+    other value (``ground.case.varied``: base-2 Stats gain the Stats output
+    they need), the source it names, the facts it ``needs`` drawn on."""
+    return CompiledFact(lambda c: varied(c, f.name), f.distinct, {name: True for name in f.needs})
+
+
+# fact -> its compile_distinct row, from the declarations (``fact(distinct=...)``).
+COMPILED_FACTS: Dict[str, CompiledFact] = {f.name: _compiled_fact(f) for f in FACTS.values() if f.distinct}
 
 
 @contextmanager

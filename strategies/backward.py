@@ -100,7 +100,7 @@ def backward_cases(
         mapped = st.builds(contended, mapped, st.booleans())
     restricted = set(options) - {"flavors", "dtypes", "geometry"}  # an option that asks for a feature: no d=64 draws
     if "dense" not in layouts or deterministic or restricted or D64_FLAVOR not in options.get("flavors", pools.FLAVORS):
-        return mapped
+        return with_generic(mapped)
     dtypes = tuple(options.get("dtypes", DTYPES))
     opts = features.Common(flavors=(D64_FLAVOR,), dtypes=dtypes)  # the runtime facts as the pools draw them
 
@@ -112,7 +112,22 @@ def backward_cases(
         dtype = draw(st.sampled_from(dtypes))
         return to_backward(g.case(dtype, scale=drawn_scale(draw, g.sign, opts), seed=features.seed(draw)), False, draw(src))
 
-    return with_d64()
+    return with_generic(with_d64())
+
+
+def with_generic(cases_: st.SearchStrategy[Case]) -> st.SearchStrategy[Case]:
+    """``cases_`` with every backward-only feature fact drawn from its
+    declaration (features.generic_features("bwd"): those no code here draws by
+    hand) after the Case; ``cases_`` itself when there is none."""
+    facts = features.generic_features("bwd")
+    if not facts:
+        return cases_
+
+    @st.composite
+    def drawn(draw) -> Case:
+        return features.generic(draw, draw(cases_), facts)
+
+    return drawn()
 
 
 def based_thd_backward_cases(**options) -> st.SearchStrategy[Case]:

@@ -14,7 +14,8 @@ from typing import Optional, Sequence, Tuple
 
 from hypothesis import strategies as st
 
-from ground.case import DTYPES, LSE_LAYOUTS, PREFIX_DTYPES, SCHEDULERS, SINK_DTYPES, SINK_LAYOUTS, Case
+from ground.case import AUTO, DTYPES, FACTS, LSE_LAYOUTS, PREFIX_DTYPES, SCHEDULERS, SINK_DTYPES, SINK_LAYOUTS, Case, Fact
+from ground.contracts import broken_rules
 from ground.tables import flavor_of
 
 from . import pools
@@ -91,6 +92,54 @@ def options(draw, opts: Common) -> dict:
     return dict(lse_log2=maybe(draw, opts.lse_log2), sinks=maybe(draw, opts.sinks), scale=scale(draw, opts))
 
 
+# The feature facts (``fact(feature=True)``) whose draws are written by hand in
+# this package, with the rules between them (the sink facts ride on sinks, an
+# L2 budget on an L2 scheduler, base-2 Stats keep a Stats output), and whose
+# pool rows strategies.geometry writes by hand. Any other feature fact is
+# drawn by ``generic`` and placed on the pool rows by geometry.place_generic,
+# from its declaration alone (a feature without a coverage axis of its own is
+# not drawn: coverage asks nothing of it).
+HAND_DRAWN = (
+    "bias",
+    "sinks",
+    "lse_log2",
+    "has_lse",
+    "lse_layout",
+    "sched",
+    "sched_l2_mib",
+    "rope",
+    "sink_log2",
+    "sink_dtype",
+    "sink_layout",
+    "prefix_dtype",
+    "deterministic",
+)
+
+
+def generic_features(direction: str) -> Tuple[Fact, ...]:
+    """The feature facts of ``direction`` drawn from their declaration alone
+    (not ``HAND_DRAWN``; with a coverage axis of their own, so coverage asks
+    for their values): for "fwd" those a forward Case takes, for "bwd" the
+    backward-only ones (the others come with the forward draw)."""
+    fits = (lambda f: "fwd" in f.direction) if direction == "fwd" else (lambda f: f.direction == ("bwd",))
+    return tuple(f for f in FACTS.values() if f.feature and fits(f) and f.name not in HAND_DRAWN and f.coverage == AUTO and f.other_values())
+
+
+def generic(draw, case: Case, facts: Sequence[Fact]) -> Case:
+    """``case`` with each of ``facts`` drawn behind a switch that shrinks to
+    off: a boolean, then one of its non-default values (``Fact.other_values``),
+    both drawn whatever the case (one shape: a simpler case never draws
+    more); kept where the Case stays valid (its feature rules and contract
+    rules), else the fact keeps its default. No facts, no draws."""
+    for f in facts:
+        on, value = draw(st.booleans()), draw(st.sampled_from(f.other_values()))
+        if on:
+            changed = case.replace(**{f.name: value})
+            if changed.structural_problem() is None and broken_rules(changed) == broken_rules(case):
+                case = changed
+    return case
+
+
 def kernel_features(draw, case: Case) -> Case:
     """``case`` with the schema-3 feature facts drawn where they mean
     something (Case._feature_rules), each behind a boolean that shrinks to
@@ -99,7 +148,8 @@ def kernel_features(draw, case: Case) -> Case:
     dtype (THD). The draws have one shape whatever the case (a simpler case
     never draws more), so shrinking still reaches the simplest facts. The
     free draws use it; the pools place the same values
-    (strategies.geometry.features_of)."""
+    (strategies.geometry.features_of). Then every other feature fact a
+    forward Case takes (``generic_features``), from its declaration."""
     no_lse, layout_on, layout = draw(st.booleans()), draw(st.booleans()), draw(st.sampled_from(LSE_LAYOUTS))
     sink_on, sink_log2, sink_layout, sink_dtype = (
         draw(st.booleans()),
@@ -130,7 +180,7 @@ def kernel_features(draw, case: Case) -> Case:
         on_envelope = pools.FLAVOR_ENVELOPES.get(flavor_of(case.d_qk, case.d_v)) == (case.d_qk, case.d_v)
         if rope and on_envelope and case.seq_q_lens is None and case.seq_kv_lens is None:
             out["rope"] = True
-    return case.replace(**out)
+    return generic(draw, case.replace(**out), generic_features("fwd"))
 
 
 def scale(draw, opts: Common) -> Optional[float]:

@@ -59,11 +59,15 @@ restrict a strategy filter the pool; a stratum whose pool they empty draws
 free geometry instead (never the suite's own tests: tests/test_geometry.py).
 
 A new compile-key fact of the Case (a new TemplateParams field the strategies
-draw) must become a column of the rows here, or pool mode loses its bound.
-The schema-3 feature facts (no Stats output, Stats layouts, schedulers and the
-L2 budget, RoPE, sink units/dtype/stride, cu_seqlens dtype) are all
-compile keys but add no row: ``features_of`` places them on existing rows
-(the ``extra`` column), so the pools keep their key count.
+draw) rides on the rows, or pool mode loses its bound. A shape fact becomes
+a column of the rows here. A feature (``fact(feature=True)``: no Stats
+output, Stats layouts, schedulers and the L2 budget, RoPE, sink
+units/dtype/stride, cu_seqlens dtype, and any feature declared later) adds
+no row: it sits in the ``extra`` column of existing rows
+(``FEATURE_DEFAULTS``, from the declarations), so the pools keep their key
+count. ``features_of`` places the features the strategies draw by hand
+(features.HAND_DRAWN); ``place_generic`` places every other one from its
+declaration alone, each value on a few valid rows of every stratum.
 """
 
 from __future__ import annotations
@@ -76,7 +80,8 @@ from typing import Callable, Dict, Iterator, Optional, Sequence, Tuple
 
 from hypothesis import strategies as st
 
-from ground.case import FACTS, SCHEDULERS, Case
+from ground.case import FACTS, SCHEDULERS, Case, dependents, runtime_facts
+from ground.contracts import broken_rules
 from ground.tables import STRATA, flavor_of
 
 from . import features, pools
@@ -384,8 +389,14 @@ def features_of(layout: str, s: int, r: int, *, rope_ok: bool = False, rope_long
     return tuple(sorted((k, v) for k, v in out.items() if FEATURE_DEFAULTS[k] != v))
 
 
-# The schema-3 feature facts (the ``extra`` column) and their defaults, from their declarations.
-FEATURE_DEFAULTS = {f.name: f.default for f in FACTS.values() if f.since == 3}
+def _columns() -> frozenset:
+    """The facts the geometries' own fields name (``DenseGeometry``/``ThdGeometry``)."""
+    return frozenset(f.name for g in (DenseGeometry, ThdGeometry) for f in dataclasses.fields(g)) & set(FACTS)
+
+
+# The ``extra`` column's facts and their defaults, from their declarations: every
+# feature a forward Case takes (``fact(feature=True)``) that is no column of its own.
+FEATURE_DEFAULTS = {f.name: f.default for f in FACTS.values() if f.feature and "fwd" in f.direction and f.name not in _columns()}
 
 
 def extra_of(case: Case) -> Tuple[Tuple[str, object], ...]:
@@ -430,7 +441,7 @@ def dense_pool(flavor: str, dtype: str) -> Tuple[DenseGeometry, ...]:
                 **_mask(mask, s + r),
             )
         )
-    return tuple(out)
+    return place_generic(out, s, lambda g: g.case(dtype))
 
 
 @lru_cache(maxsize=None)
@@ -441,7 +452,38 @@ def thd_pool(flavor: str, dtype: str) -> Tuple[ThdGeometry, ...]:
         m = _mask(mask, s + r)
         extra = features_of("thd", s, r)
         out.append(ThdGeometry(h_q, h_kv, n_seq, m["causal"], m["bottom_right"], m["window_left"], sinks, sign, _lse_log2(s, r), extra))
-    return tuple(out)
+    return place_generic(out, s, lambda g: g.case(flavor, dtype))
+
+
+# Rows of a pool that carry each value of a generically placed feature.
+GENERIC_ROWS = 2
+
+
+def place_generic(rows: list, s: int, case_of: Callable) -> tuple:
+    """``rows`` (a stratum's pool, simplest first) with each value of every
+    feature fact drawn from its declaration (features.generic_features) placed
+    in the ``extra`` column of ``GENERIC_ROWS`` rows, from a start that rotates
+    with the stratum ``s``, where the row's Case stays valid (its feature and
+    contract rules) and distinct. Row 0 keeps every default. No such facts,
+    the rows as they are."""
+    rows = list(rows)
+    n = len(rows)
+    for k, f in enumerate(features.generic_features("fwd")):
+        for j, value in enumerate(f.other_values()):
+            placed = 0
+            for i in range(n - 1):
+                r = 1 + (s + 3 * k + 5 * j + i) % (n - 1)
+                extra = dict(rows[r].extra)
+                if f.name in extra:
+                    continue
+                g = dataclasses.replace(rows[r], extra=tuple(sorted({**extra, f.name: value}.items())))
+                c = case_of(g)
+                if c.structural_problem() is None and not broken_rules(c) and g not in rows:
+                    rows[r] = g
+                    placed += 1
+                    if placed == GENERIC_ROWS:
+                        break
+    return tuple(rows)
 
 
 # ------------------------------------------------------------- option filters
@@ -603,26 +645,14 @@ def simpler(case: Case) -> Iterator[Case]:
 
 def _candidates(c: Case) -> Iterator[Case]:
     env = pools.FLAVOR_ENVELOPES
-    # Features off.
-    if c.bias is not None:
-        yield c.replace(bias=None, bias_batch=1)
-    if c.lse_log2:
-        yield c.replace(lse_log2=False)
-    for name, default in (
-        ("rope", False),
-        ("has_lse", True),
-        ("lse_layout", "compact"),
-        ("sched", "natural"),
-        ("sched_l2_mib", 0),
-        ("sink_log2", False),
-        ("sink_layout", "compact"),
-        ("sink_dtype", "float32"),
-        ("prefix_dtype", "int32"),
-    ):
-        if getattr(c, name) != default:
-            yield c.replace(**{name: default}, **({"sched_l2_mib": 0} if name == "sched" else {}))
-    if c.sinks:
-        yield c.replace(sinks=False, sink_log2=False, sink_layout="compact", sink_dtype="float32")
+    # Features off (``fact(feature=True)`` a forward Case takes, in declaration
+    # order), each to its simplest value with the facts that describe it
+    # (``needs``: the sink facts go with sinks). The backward-only features
+    # stay as the case file has them: they pick the variant of the pass the
+    # failing property judges.
+    for f in FACTS.values():
+        if f.feature and "fwd" in f.direction and getattr(c, f.name) != f.simplest:
+            yield c.replace(**{f.name: f.simplest}, **{d: FACTS[d].simplest for d in dependents(f.name)})
     if c.window_right >= 0:
         yield c.replace(window_right=-1)
     if c.window_left >= 0:
@@ -676,8 +706,9 @@ def _candidates(c: Case) -> Iterator[Case]:
             yield c.replace(scale=SIMPLEST_SCALE[(c.scale > 0) - (c.scale < 0)])
     if c.dtype != "float16":
         yield c.replace(dtype="float16", bias="float16" if c.bias == c.dtype else c.bias)
-    if c.seed != 0:
-        yield c.replace(seed=0)
+    for name in runtime_facts():  # the seed, and any runtime fact (``fact(compiled=False)``) not yet simplest
+        if getattr(c, name) != FACTS[name].simplest:
+            yield c.replace(**{name: FACTS[name].simplest})
 
 
 def _rebatch(c: Case, b: int) -> Case:
