@@ -3,22 +3,28 @@
 The vocabulary is ``ground.coverage`` (the one the strategies'
 coverage test checks): the axes list the values a complete run should reach
 even when none was seen, so an empty cell or a zero row is a visible gap, not
-a missing line, and ``gaps`` names every axis value no example exercised.
+a missing line, and ``gaps`` names every axis value no example exercised. ``pairs``: the
+feasible pairs of compile-key factor values, those the examples drew and
+those they missed, per direction and layout (ground.pairs).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable
+from typing import Iterable, Optional
 
+from ground import pairs
 from ground.case import Case
 from ground.coverage import AXES, MASK_FAMILIES, MATRIX_COLUMNS, MATRIX_LAYOUTS, exercised, matrix_cell
 from ground.feature_space import OUT_OF_SCOPE, field_axes
 
 
-def coverage(cases: Iterable[Case]) -> dict:
+def coverage(cases: Iterable[Case], adapter: Optional[str] = None) -> dict:
     """Counts of valid examples per (layout/mask) x (flavor/dtype) cell, per
-    axis value, and of contract-violating examples per rule."""
+    axis value, and of contract-violating examples per rule; and the pairs of
+    compile-key factor values they made meet (ground.pairs, on ``adapter``:
+    the entry point the run drew for)."""
+    cases = list(cases)
     cells, facts, rules = Counter(), {a.name: Counter() for a in AXES}, Counter()
     masks = list(MASK_FAMILIES)
     total = 0
@@ -56,6 +62,8 @@ def coverage(cases: Iterable[Case]) -> dict:
         "empty_cells": sum(1 for row in counts for n in row if n == 0),
         # Axis values a complete run reaches that no example exercised.
         "gaps": [f"{a.name}: {v}" for a in AXES for v in a.values if not facts[a.name][v]],
+        # Pairs of compile-key factor values: feasible, drawn, missing, per direction and layout.
+        "pairs": pairs.coverage(cases, adapter),
     }
 
 

@@ -234,6 +234,59 @@ def _coverage(s: dict) -> list:
     ]
 
 
+PAIRS_SHOWN = 200  # missing pairs listed per direction and layout (report.json holds every one)
+
+
+def _percent(x) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _pairs(s: dict) -> list:
+    """The pair table: per direction and layout, the feasible pairs of
+    compile-key factor values, those the run drew, and the missing ones."""
+    p = (s.get("coverage") or {}).get("pairs")
+    if not p:
+        return []
+    rows, out = [], []
+    for direction in ("fwd", "bwd"):
+        d = p[direction]
+        for layout, v in d["layouts"].items():
+            share = _percent(v["drawn"] / v["feasible"] if v["feasible"] else None)
+            rows.append([direction, layout, v["examples"], len(v["factors"]), v["feasible"], v["drawn"], len(v["missing"]), v["excluded"], share])
+        rows.append([direction, "both", "", "", d["feasible"], d["drawn"], d["feasible"] - d["drawn"], "", _percent(d["share"])])
+    shares = ", ".join(f"{x} {_percent(p[x]['share'])}" for x in ("fwd", "bwd"))
+    out += [
+        ("h", 2, f"Pair coverage of the compile-key factors ({shares})"),
+        (
+            "p",
+            "Every pair of values of two compile-key factors (ground/pairs.py: the facts the kernels compile in, numeric ones by the "
+            "classes that change the specialization) of one direction and layout, over the valid examples of the run"
+            + (f" (drawn for the {p['adapter']} adapter: values it cannot express are excluded)" if p.get("adapter") else "")
+            + ". Feasible: not excluded by a declared exclusion (below, with its reason); a missing pair met in no example.",
+        ),
+        ("table", ["direction", "layout", "examples", "factors", "feasible pairs", "drawn", "missing", "excluded", "drawn share"], rows),
+    ]
+    for direction in ("fwd", "bwd"):
+        for layout, v in p[direction]["layouts"].items():
+            if v["missing"]:
+                more = [f"... {len(v['missing']) - PAIRS_SHOWN} more (report.json)"] if len(v["missing"]) > PAIRS_SHOWN else []
+                out += [("h", 3, f"missing pairs, {direction} {layout} ({len(v['missing'])})"), ("list", v["missing"][:PAIRS_SHOWN] + more)]
+            if v["drawn_though_excluded"]:
+                out += [("h", 3, f"drawn though declared excluded, {direction} {layout}"), ("list", v["drawn_though_excluded"])]
+    out += [
+        ("h", 3, "declared exclusions"),
+        (
+            "table",
+            ["values", "directions", "layouts", "reason", "source", "kind"],
+            [
+                [e["when"], "/".join(e["directions"]), "/".join(e["layouts"]), e["reason"], e["source"], "not drawn on purpose" if e["policy"] else "refused"]
+                for e in p["exclusions"]
+            ],
+        ),
+    ]
+    return out
+
+
 def _compile(s: dict) -> list:
     def row(name, c):
         share = "-" if c.get("share") is None else f"{100 * c['share']:.0f}%"
@@ -299,7 +352,7 @@ def _slowest(s: dict) -> list:
     return [("h", 2, "Slowest examples"), ("table", ["seconds", "compile s", "property", "outcome", "case", "test"], rows)]
 
 
-SECTIONS = (_environment, _run, _failures, _findings, _properties, _ratio_plots, _coverage, _compile, _profile, _slowest)
+SECTIONS = (_environment, _run, _failures, _findings, _properties, _ratio_plots, _coverage, _pairs, _compile, _profile, _slowest)
 
 
 def blocks(s: dict) -> list:

@@ -200,7 +200,7 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
         },
         "tests": {o: totals[o] for o in OUTCOMES} | {"total": sum(totals.values())},
         "properties": properties,
-        "coverage": coverage(c for _, c in begun),
+        "coverage": coverage((c for _, c in begun), session.get("environment", {}).get("adapter")),
         "compile": (comp := _compile(sum((p["compile"] for p in props.values()), Counter()), sum(p["seconds"] for p in props.values())))
         | {
             "keys": len(keys_seen),
