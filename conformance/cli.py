@@ -5,6 +5,7 @@
     sdpa-conformance repro sdpa-report/cases/numerics-1a2b3c4d5e.json --shrink-geometry
     sdpa-conformance report sdpa-report
     sdpa-conformance facts
+    sdpa-conformance pairs --profile ci
 
 Exit status: 0 the case passes now / report written; 1 the case still fails;
 2 usage errors, unreadable case files, and refusals (ground.outcome.Unsupported,
@@ -132,6 +133,16 @@ def parser() -> argparse.ArgumentParser:
         "the first failing run's pytest status (1 a property failed or a finding went stale), 2 without a GPU.",
     )
     gate.add_arguments(gt)
+    from conformance import pairs as pair_coverage
+
+    pc = sub.add_parser(
+        "pairs",
+        help="measure on the CPU which pairs of compile-key factor values a profile's draws make meet",
+        description="Draw the examples a run of the property tests draws under --profile (each test built as pytest builds it, "
+        "its checks replaced by a recorder: no kernel runs) and count the pairs of compile-key factor values they make meet "
+        "(ground/pairs.py) against the feasible ones, per direction and layout; list the missing pairs.",
+    )
+    pair_coverage.add_arguments(pc)
     return p
 
 
@@ -521,10 +532,16 @@ def _gate(args) -> int:
     return gate.run(args)
 
 
+def _pairs(args) -> int:
+    from conformance import pairs
+
+    return pairs.run(args)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = parser().parse_args(argv)
     try:
-        return {"repro": repro, "report": report, "facts": facts, "mutants": _mutants, "gate": _gate}[args.command](args)
+        return {"repro": repro, "report": report, "facts": facts, "mutants": _mutants, "gate": _gate, "pairs": _pairs}[args.command](args)
     except Usage as e:
         print(f"sdpa-conformance {args.command}: error: {e}", file=sys.stderr)
         return 2

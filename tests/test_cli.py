@@ -224,3 +224,23 @@ def test_repro_applies_no_finding_but_names_the_one_describing_each_failed_check
     out = capsys.readouterr().out
     assert "no nan: known finding q-rows (known_findings.toml:1): padded rows NaN" in out
     assert "no nan: no known finding describes it" in out and "still fails (exit 1)" in out
+
+
+def test_pairs_subcommand(tmp_path, capsys):
+    """sdpa-conformance pairs draws a profile's examples without running them
+    and counts the compile-key pairs they make meet (here two small tests)."""
+    from hypothesis import settings
+
+    before = settings.get_current_profile_name()
+    out = tmp_path / "pairs.json"
+    assert cli.main(["pairs", "--profile", "ci", "-k", "compiles_its_own_kernel", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "pair coverage: profile ci, adapter prepared" in text and "missing fwd dense:" in text
+    m = json.loads(out.read_text())
+    assert set(m["tests"]) == {
+        "test_lse_log2_compiles_its_own_kernel",
+        "test_deterministic_compiles_its_own_kernel",
+        "test_dbias_dtype_compiles_its_own_kernel",
+    }
+    assert 0 < m["fwd"]["drawn"] < m["fwd"]["feasible"] and m["bwd"]["drawn"] > 0
+    assert settings.get_current_profile_name() == before  # the profile of the run it was called from is back
