@@ -23,9 +23,10 @@ from typing import Optional, Sequence
 
 from hypothesis import strategies as st
 
-from ground.case import DTYPES, FACTS, FORWARD_ONLY_FACTS, INPUT_SOURCES, Case
+from ground.case import DTYPES, INPUT_SOURCES, Case
 
 from . import features, pools
+from .directions import to_backward
 from .facts import cases
 from .geometry import DenseGeometry
 from .geometry import scale as drawn_scale
@@ -50,31 +51,6 @@ D64_FLAVOR = "gptoss"
 # at S_kv = 1024. THD lengths are runtime values, so a drawn boolean (False first: it shrinks away) stretches the
 # longest sequence of a deterministic THD draw to CONTENDED tokens on both sides at no compile.
 CONTENDED = max(pools.THD_LONG)  # 1000 tokens: 16 KV tiles of 64 visit its last q tile (top-left causal included)
-
-
-def to_backward(c: Case, deterministic: bool, inputs_from: str, per_batch_bias: bool = False) -> Case:
-    """The backward Case nearest to forward facts ``c`` that the backward serves
-    (a map, never a filter: every draw is used and shrinks like the forward's).
-    ``per_batch_bias``: a bias over B > 1 gets its own batch extent, [B, H, SQ,
-    SKV] (the forward takes only the broadcast one, contract bias_batch_gt_1;
-    the backward takes both, and reduces dBias over B only for the broadcast)."""
-    scale = None if c.scale is None or c.scale == 0 else abs(c.scale)
-    forward_only = {name: FACTS[name].default for name in FORWARD_ONLY_FACTS}  # what the backward serves
-    changes = dict(forward_only, direction="bwd", deterministic=deterministic, inputs_from=inputs_from, lse_log2=False, scale=scale)
-    if c.d_qk < c.d_v:  # the backward needs d_qk >= d_v (off-envelope draws only)
-        changes["d_v"] = c.d_qk
-    if c.bias is not None and c.bias not in ("float32", c.dtype):
-        changes["bias"] = c.dtype
-    # Deterministic draws take the per-batch bias too: known finding bwd-deterministic-dbias-broadcast (the SM80
-    # backward accepts a broadcast one and sums its dBias over B by unordered atomics, its sm120 sibling refuses
-    # it; a race, replayed from its case file).
-    if c.bias is not None and c.batch > 1 and (per_batch_bias or deterministic):
-        changes["bias_batch"] = c.batch
-    if c.is_thd and c.t_q < 1:
-        changes["q_slack"] = c.q_slack + 1
-    if c.is_thd and c.t_kv < 1:
-        changes["kv_slack"] = c.kv_slack + 1
-    return c.replace(**changes)
 
 
 def contended(c: Case, stretch: bool) -> Case:

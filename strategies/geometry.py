@@ -17,14 +17,14 @@ H200), and a key is every fact the prepared entry points specialize on
 Drawing all of those freely makes almost every example a new compile (ci
 profile, before the pools: 954 distinct keys for 1,440 numerics+tails
 examples). Here they come from a *geometry*: one row of a small per-stratum
-pool (18 dense, 10 THD). What is left -- the data seed, dense padding-length
+pool (18 hand rows and 1-2 covering rows dense, 10 + 1-2 THD). What is left -- the data seed, dense padding-length
 values (zeros included), THD per-sequence lengths, first offsets and slack,
 THD head dims and right band, the scale's magnitude within its compiled sign,
 sink and bias values -- is drawn per example and never reaches a key, so a
 compile buys many examples (tools/count_compile_keys.py measures it).
 
 The derivation (``dense_pool``/``thd_pool``). ``DENSE_ROWS``/``THD_ROWS``
-are a covering design written by hand: every row combines several
+(``hand_dense_pool``/``hand_thd_pool``) are written by hand: every row combines several
 features, and each stratum's pool holds every value of every axis at least
 once -- mask families (none, causal, causal_br, swa, swa_br, swa+causal,
 swa+causal_br, causal+band, causal_br+band), causal top-left and
@@ -41,12 +41,17 @@ TILE_M=128 and TILE_N=64) and different window sizes, and every value of
 stratum. The dense-only test subsets are rows too: 5 rows per stratum are
 ``bshd_padded`` without padding (the tails test of pad columns), 4 pad both
 sides (the padding-poison tests), so those tests share the numerics keys.
+After them come the covering rows (``cover_rows``, strategies/covering.py):
+the fewest rows that make every feasible pair of compile-key factor values
+(ground/pairs.py) meet in some row of its layout, forward and backward.
 
 Shrinking. Rows are ordered simplest first (row 0 is B=1 H=1 S=1x1, the
 envelope, no feature) and a Case draws flavor, dtype, then the row index
 (``sampled_from`` shrinks to index 0), then its runtime facts: a failure
 shrinks to the smallest geometry *of its pool* that still fails, with
-runtime facts minimal. ``sdpa-conformance repro --shrink-geometry`` then
+runtime facts minimal. The data seed picks a covering row instead of the
+hand row drawn (``_covering``), so a covering row shrinks back to a hand row
+with the seed. ``sdpa-conformance repro --shrink-geometry`` then
 leaves the pool: it shrinks the case file's facts over free geometry
 (``simpler`` below, driven by properties.shrink).
 
@@ -84,7 +89,7 @@ from ground.case import FACTS, SCHEDULERS, Case, dependents, runtime_facts
 from ground.contracts import broken_rules
 from ground.tables import STRATA, flavor_of
 
-from . import features, pools
+from . import covering, features, pools
 
 GEOMETRY_ENV = "SDPA_GEOMETRY"
 MODES = ("pool", "free")
@@ -405,8 +410,8 @@ def extra_of(case: Case) -> Tuple[Tuple[str, object], ...]:
 
 
 @lru_cache(maxsize=None)
-def dense_pool(flavor: str, dtype: str) -> Tuple[DenseGeometry, ...]:
-    """The stratum's dense geometries, simplest first (see the module doc)."""
+def hand_dense_pool(flavor: str, dtype: str) -> Tuple[DenseGeometry, ...]:
+    """The stratum's hand-written dense rows, simplest first (see the module doc)."""
     s = _stratum(flavor, dtype)
     out = []
     shapes = [l2_split_lengths(flavor, s) if r in L2_SPLIT_ROWS else LENGTHS[row[2]][(s + r) % len(LENGTHS[row[2]])] for r, row in enumerate(DENSE_ROWS)]
@@ -445,7 +450,8 @@ def dense_pool(flavor: str, dtype: str) -> Tuple[DenseGeometry, ...]:
 
 
 @lru_cache(maxsize=None)
-def thd_pool(flavor: str, dtype: str) -> Tuple[ThdGeometry, ...]:
+def hand_thd_pool(flavor: str, dtype: str) -> Tuple[ThdGeometry, ...]:
+    """The stratum's hand-written THD rows, simplest first."""
     s = _stratum(flavor, dtype)
     out = []
     for r, ((h_q, h_kv), n_seq, mask, sinks, sign) in enumerate(THD_ROWS):
@@ -484,6 +490,91 @@ def place_generic(rows: list, s: int, case_of: Callable) -> tuple:
                     if placed == GENERIC_ROWS:
                         break
     return tuple(rows)
+
+
+# ------------------------------------------------------------- covering rows
+# The pools are a pairwise covering design over the compile-key factors
+# (ground.pairs): the hand rows above, then per stratum the rows
+# strategies.covering adds until every feasible pair of factor values meets
+# in some row, forward and backward (tests/test_pairs.py). The covering fixes a
+# row's factor values (a class, for a shape: batch one or several, MHA/GQA/MQA,
+# which length is longer); here each class gets its shape, rotating with the
+# stratum and the row: heads up to 8:1 (GQA 16/2, MQA 8/1), tile-edge lengths,
+# the sequence count, window and band sizes.
+COVER_BATCHES = {"one": (1,), "several": (2, 3)}
+COVER_HEADS = {"MHA": ((2, 2), (1, 1), (4, 4)), "GQA": ((16, 2), (4, 2), (6, 2)), "MQA": ((8, 1), (4, 1), (3, 1))}
+COVER_LENGTHS = {"equal": LENGTHS["equal"], "q>kv": LENGTHS["q>kv"], "q<kv": LENGTHS["q<kv"]}
+COVER_SEQS = {"one": (1,), "several": (2, 3, 4)}
+
+
+@lru_cache(maxsize=None)
+def dense_pool(flavor: str, dtype: str) -> Tuple[DenseGeometry, ...]:
+    """The stratum's dense geometries: the hand rows (simplest first), then its covering rows."""
+    return hand_dense_pool(flavor, dtype) + cover_rows("dense")[flavor, dtype]
+
+
+@lru_cache(maxsize=None)
+def thd_pool(flavor: str, dtype: str) -> Tuple[ThdGeometry, ...]:
+    """The stratum's THD geometries: the hand rows (simplest first), then its covering rows."""
+    return hand_thd_pool(flavor, dtype) + cover_rows("thd")[flavor, dtype]
+
+
+@lru_cache(maxsize=None)
+def cover_rows(layout: str) -> Dict[Tuple[str, str], tuple]:
+    """(flavor, dtype) -> the covering rows of ``layout`` (strategies.covering), as geometries."""
+    hand = {(f, d): hand_dense_pool(f, d) if layout == "dense" else hand_thd_pool(f, d) for f, d in STRATA}
+    seeds = [g.case(d) if layout == "dense" else g.case(f, d) for (f, d), rows in hand.items() for g in rows]
+    out = {}
+    for (f, d), cases in covering.complete(layout, STRATA, seeds).items():
+        s, rows = _stratum(f, d), list(hand[f, d])
+        for c in cases:
+            g = _cover_geometry(c, s, len(rows), rows)
+            rows.append(g)
+        out[f, d] = tuple(rows[len(hand[f, d]) :])
+    return out
+
+
+def _cover_geometry(c: Case, s: int, r: int, taken: list):
+    """The geometry of covering row ``c`` as row ``r`` of stratum ``s``: its
+    factor values kept, its shapes rotated within their classes (the next
+    rotation where the row would repeat one of ``taken``)."""
+    sign = (c.softmax_scale > 0) - (c.softmax_scale < 0)
+    heads = COVER_HEADS["MHA" if c.h_q == c.h_kv else "MQA" if c.h_kv == 1 else "GQA"]
+    for k in range(12):
+        i = s + r + k
+        h_q, h_kv = heads[i % len(heads)]
+        window_left = pools.WINDOWS[i % len(pools.WINDOWS)] if c.window_left >= 0 else -1
+        if c.is_thd:
+            seqs = COVER_SEQS["one" if c.n_seq == 1 else "several"]
+            g = ThdGeometry(h_q, h_kv, seqs[i % len(seqs)], c.causal, c.bottom_right, window_left, c.sinks, sign, c.lse_log2, extra_of(c))
+        else:
+            batches = COVER_BATCHES["one" if c.batch == 1 else "several"]
+            lengths = COVER_LENGTHS["equal" if c.s_q == c.s_kv else "q>kv" if c.s_q > c.s_kv else "q<kv"]
+            s_q, s_kv = lengths[i % len(lengths)]
+            g = DenseGeometry(
+                d_qk=c.d_qk,
+                d_v=c.d_v,
+                batch=batches[i % len(batches)],
+                h_q=h_q,
+                h_kv=h_kv,
+                s_q=s_q,
+                s_kv=s_kv,
+                causal=c.causal,
+                bottom_right=c.bottom_right,
+                window_left=window_left,
+                window_right=pools.RIGHT_BANDS[i % len(pools.RIGHT_BANDS)] if c.window_right >= 0 else -1,
+                bias=None if c.bias is None else "input" if c.bias == c.dtype else c.bias,
+                sinks=c.sinks,
+                sign=sign,
+                memory=c.memory,
+                pad_q=c.seq_q_lens is not None,
+                pad_kv=c.seq_kv_lens is not None,
+                lse_log2=c.lse_log2,
+                extra=extra_of(c),
+            )
+        if g not in taken:
+            return g
+    raise ValueError(f"covering row {c.describe()}: every shape rotation repeats a row of its pool")
 
 
 # ------------------------------------------------------------- option filters
@@ -535,8 +626,16 @@ MAX_BATCH = max(pools.BATCHES)
 def scale(draw, sign: int, opts: features.Common) -> Optional[float]:
     """A scale of the compiled ``sign``: the default (None) or, behind a
     boolean, one of the positive scales; a negative one; or 0."""
-    custom = opts.scales and draw(st.booleans())
-    pick = draw(st.integers(0, len(POSITIVE_SCALES) * len(NEGATIVE_SCALES) - 1)) if custom else 0
+    return _scale_of(_scale_draws(draw, opts), sign)
+
+
+def _scale_draws(draw, opts: features.Common) -> Tuple[bool, int]:
+    custom = bool(opts.scales and draw(st.booleans()))
+    return custom, draw(st.integers(0, len(POSITIVE_SCALES) * len(NEGATIVE_SCALES) - 1)) if custom else 0
+
+
+def _scale_of(drawn: Tuple[bool, int], sign: int) -> Optional[float]:
+    custom, pick = drawn
     if sign > 0:
         return POSITIVE_SCALES[pick % len(POSITIVE_SCALES)] if custom else None
     return NEGATIVE_SCALES[pick % len(NEGATIVE_SCALES)] if sign < 0 else 0.0
@@ -545,9 +644,35 @@ def scale(draw, sign: int, opts: features.Common) -> Optional[float]:
 def padding(draw, on: bool, batch: int, physical: int) -> Optional[Tuple[int, ...]]:
     """Live lengths per batch entry in [1, physical], or [0, physical] behind a
     boolean (the free draw's rule), for a geometry with this padding operand."""
-    low = 0 if draw(st.booleans()) else 1
-    raw = draw(st.tuples(*[st.integers(0, LENGTH_CHOICES - 1)] * MAX_BATCH))
+    return _padding_of(_padding_draws(draw), on, batch, physical)
+
+
+def _padding_draws(draw) -> Tuple[int, Tuple[int, ...]]:
+    return 0 if draw(st.booleans()) else 1, draw(st.tuples(*[st.integers(0, LENGTH_CHOICES - 1)] * MAX_BATCH))
+
+
+def _padding_of(drawn: Tuple[int, Tuple[int, ...]], on: bool, batch: int, physical: int) -> Optional[Tuple[int, ...]]:
+    low, raw = drawn
     return tuple(low + v % (physical - low + 1) for v in raw[MAX_BATCH - batch :]) if on else None
+
+
+def _split(rows: tuple, hand: int) -> Tuple[tuple, tuple]:
+    """A stratum's allowed rows as (the rows an example draws first, the
+    covering rows its last draw may take instead): the hand rows and the
+    covering rows; the covering rows alone first where the options leave no
+    hand row (``hand``: the stratum's hand row count)."""
+    first, more = rows[:hand], rows[hand:]
+    return (first, more) if first else (more, ())
+
+
+def _covering(g, first: tuple, more: tuple, seed: int):
+    """The row an example runs: ``g``, drawn from ``first``, or a covering
+    row, picked by the example's data seed (``seed`` modulo the row count:
+    every row about equally likely). No draw of its own, so the hand rows'
+    draws are what they were without covering rows, and a failure on a
+    covering row shrinks with the seed (toward 0: the hand row ``g``)."""
+    j = seed % (len(first) + len(more))
+    return more[j - len(first)] if j >= len(first) else g
 
 
 def _strata(opts: features.Common):
@@ -558,19 +683,26 @@ def pooled_dense(opts: features.Common, free: Callable[[str, str], st.SearchStra
     """Dense Cases whose compile-key facts come from the strata's pools
     (``options``: dense_cases' own, see ``dense_allowed``); ``free(flavor,
     dtype)`` serves a stratum whose pool the options empty."""
-    table = {(f, d): tuple(g for g in dense_pool(f, d) if dense_allowed(g, f, opts, **options)) for f, d in _strata(opts)}
-    fallback = {k: free(*k) for k, v in table.items() if not v}
+    table = {(f, d): _split(tuple(g for g in dense_pool(f, d) if dense_allowed(g, f, opts, **options)), len(hand_dense_pool(f, d))) for f, d in _strata(opts)}
+    fallback = {k: free(*k) for k, (first, _) in table.items() if not first}
 
     @st.composite
     def draw_case(draw) -> Case:
         flavor = draw(st.sampled_from(opts.flavors))
         dtype = draw(st.sampled_from(opts.dtypes))
-        if not table[(flavor, dtype)]:
+        first, more = table[(flavor, dtype)]
+        if not first:
             return draw(fallback[(flavor, dtype)])
-        g = draw(st.sampled_from(table[(flavor, dtype)]))
-        seq_q_lens = padding(draw, g.pad_q, g.batch, g.s_q)
-        seq_kv_lens = padding(draw, g.pad_kv, g.batch, g.s_kv)
-        return g.case(dtype, seq_q_lens=seq_q_lens, seq_kv_lens=seq_kv_lens, scale=scale(draw, g.sign, opts), seed=features.seed(draw))
+        g = draw(st.sampled_from(first))
+        seq_q, seq_kv, sc, seed = _padding_draws(draw), _padding_draws(draw), _scale_draws(draw, opts), features.seed(draw)
+        g = _covering(g, first, more, seed)
+        return g.case(
+            dtype,
+            seq_q_lens=_padding_of(seq_q, g.pad_q, g.batch, g.s_q),
+            seq_kv_lens=_padding_of(seq_kv, g.pad_kv, g.batch, g.s_kv),
+            scale=_scale_of(sc, g.sign),
+            seed=seed,
+        )
 
     return draw_case()
 
@@ -582,40 +714,41 @@ def pooled_thd(
     dims, lengths, offsets, the right band and the scale's magnitude free.
     ``free(flavor, dtype)`` serves a stratum whose pool the options empty
     (varlen.thd_cases' free draw)."""
-    table = {(f, d): tuple(g for g in thd_pool(f, d) if thd_allowed(g, opts, max_seqs=max_seqs)) for f, d in _strata(opts)}
+    table = {(f, d): _split(tuple(g for g in thd_pool(f, d) if thd_allowed(g, opts, max_seqs=max_seqs)), len(hand_thd_pool(f, d))) for f, d in _strata(opts)}
     # every THD row of a stratum is excluded only by options no test uses
-    fallback = {k: free(*k) for k, v in table.items() if not v}
+    fallback = {k: free(*k) for k, (first, _) in table.items() if not first}
 
     @st.composite
     def draw_case(draw) -> Case:
         flavor = draw(st.sampled_from(opts.flavors))
         dtype = draw(st.sampled_from(opts.dtypes))
-        if not table[(flavor, dtype)]:
+        first, more = table[(flavor, dtype)]
+        if not first:
             return draw(fallback[(flavor, dtype)])
-        g = draw(st.sampled_from(table[(flavor, dtype)]))
+        g = draw(st.sampled_from(first))
         _, d_qk, d_v = features.head_dims(draw, dataclasses.replace(opts, flavors=(flavor,)))
         n = min(max_seqs, pools.THD_MAX_SEQS)  # as many pairs as the largest row, the last n_seq kept
-        q_lens, kv_lens = features.length_lists(draw, n, max_tokens, zeros, min_seqs=n)
-        q_lens, kv_lens = q_lens[-g.n_seq :], kv_lens[-g.n_seq :]
+        lens = features.length_lists(draw, n, max_tokens, zeros, min_seqs=n)
         band = draw(st.sampled_from(pools.RIGHT_BANDS)) if opts.windows and draw(st.booleans()) else -1
-        window_right = band if g.causal else -1
-        sc = scale(draw, g.sign, opts)
+        sc = _scale_draws(draw, opts)
         q_base, kv_base = features.thd_offset(draw, offsets), features.thd_offset(draw, offsets)
         q_slack, kv_slack = features.thd_offset(draw, offsets), features.thd_offset(draw, offsets)
+        seed = features.seed(draw)
+        g = _covering(g, first, more, seed)
         return g.case(
             flavor,
             dtype,
             d_qk=d_qk,
             d_v=d_v,
-            q_lens=q_lens,
-            kv_lens=kv_lens,
-            window_right=window_right,
-            scale=sc,
+            q_lens=lens[0][-g.n_seq :],
+            kv_lens=lens[1][-g.n_seq :],
+            window_right=band if g.causal else -1,
+            scale=_scale_of(sc, g.sign),
             q_base=q_base,
             kv_base=kv_base,
             q_slack=q_slack,
             kv_slack=kv_slack,
-            seed=features.seed(draw),
+            seed=seed,
         )
 
     return draw_case()

@@ -24,9 +24,10 @@ EDGE_LENGTHS = (1, 63, 64, 65, 127, 128, 129, 191, 192, 255, 256, 257)
 SMALL_LENGTHS = (1, 2, 5, 16, 33)
 
 BATCHES = (1, 2, 3)
-# h_kv first, then the group size h_q / h_kv: GQA/MQA are integral by construction.
+# h_kv first, then the group size h_q / h_kv: GQA/MQA are integral by construction,
+# up to 8:1 (GQA 16/2, MQA 8/1).
 KV_HEADS = (1, 2)
-GROUP_SIZES = (1, 2, 3, 4)
+GROUP_SIZES = (1, 2, 3, 4, 8)
 
 # Off-envelope head dims: multiples of 8 (the native pointer host's vector
 # width, prepared_sm80.native_layouts), with both d % 16 == 0 and == 8.

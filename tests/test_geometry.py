@@ -44,7 +44,9 @@ def test_pools_are_valid_and_simplest_first(flavor, dtype):
     from kernels.specialize import specialize
 
     dense, thd = _stratum_cases(flavor, dtype)
-    assert len(dense) == len(set(dense)) == len(geometry.DENSE_ROWS) and len(thd) == len(set(thd)) == len(geometry.THD_ROWS)
+    # The hand rows, then the covering rows (strategies.covering): every row distinct.
+    assert len(dense) == len(set(dense)) >= len(geometry.DENSE_ROWS) and len(thd) == len(set(thd)) >= len(geometry.THD_ROWS)
+    assert geometry.dense_pool(flavor, dtype)[: len(geometry.DENSE_ROWS)] == geometry.hand_dense_pool(flavor, dtype)
     for c in dense + thd:
         assert c.structural_problem() is None and broken_rules(c) == (), c
         assert specialize(c).flavor == flavor, c
@@ -132,7 +134,8 @@ def test_the_suites_option_sets_draw_from_the_pool(flavor, dtype):
     rows = geometry.dense_pool(flavor, dtype)
     tails = [g for g in rows if geometry.dense_allowed(g, flavor, opts, **{**base, "memory": ("bshd_padded",), "padding": False})]
     poison = [g for g in rows if geometry.dense_allowed(g, flavor, opts, **{**base, "padding": True})]
-    assert len(tails) == 5 and len(poison) == 4
+    hand = geometry.hand_dense_pool(flavor, dtype)
+    assert len(set(tails) & set(hand)) == 5 and len(set(poison) & set(hand)) == 4  # the covering rows may add to either
     assert {g.causal for g in tails} == {True, False} and any(g.window_left >= 0 for g in tails) and any(g.window_right >= 0 for g in tails)
     assert {g.bias for g in tails} >= {"input", "float32"} and any(g.sinks for g in tails)
     assert any(g.bottom_right and g.causal and g.s_q < g.s_kv for g in poison) and any(g.batch > 1 for g in poison)
@@ -256,5 +259,6 @@ def test_ci_examples_per_compile_key():
     # padding poison 2 x 70.
     assert nt["examples"] == 560
     assert nt["keys"] <= nt["examples"] / 5
-    rows = len(geometry.DENSE_ROWS), len(geometry.THD_ROWS)
-    assert nt["dense_keys"] <= rows[0] + 2 * 4 and nt["thd_keys"] <= 2 * rows[1]
+    dense, thd = geometry.dense_pool("gptoss", "bfloat16"), geometry.thd_pool("gptoss", "bfloat16")
+    poison = [g for g in dense if g.pad_q and g.pad_kv]  # each also compiles its two one-sided variants
+    assert nt["dense_keys"] <= len(dense) + 2 * len(poison) and nt["thd_keys"] <= 2 * len(thd)
