@@ -42,8 +42,9 @@ def dense_cases(
     edges: allow tile-edge lengths (up to 257).
     max_tokens: bound batch * s_q and batch * s_kv.
     geometry: "pool" (compile-key facts from the strata's pools, runtime facts
-    free: strategies.geometry) or "free"; None: $SDPA_GEOMETRY, else the
-    loaded profile's (nightly free, others pool).
+    free: strategies.geometry), "free", or "mixed" (either, drawn per
+    example); None: $SDPA_GEOMETRY, else the loaded profile's (nightly
+    mixed, others pool).
     Common options (both layouts): ``strategies.features.Common``, e.g.
     flavors, dtypes, off_envelope, causal, windows, sinks, scales, max_heads.
     """
@@ -59,10 +60,13 @@ def dense_cases(
     memory, bias_dtypes = tuple(memory), tuple(bias_dtypes)
     from . import geometry as geo
 
-    if geo.mode(geometry) == "pool":
+    mode = geo.mode(geometry)
+    if mode != "free":
         dense = dict(bias=bias, bias_dtypes=bias_dtypes, padding=padding, memory=memory, edges=edges, max_batch=max_batch, max_tokens=max_tokens)
         free = lambda f, d: dense_cases(geometry="free", **dense, **{**common, "flavors": (f,), "dtypes": (d,)})  # noqa: E731
-        return geo.pooled_dense(opts, free, **dense)
+        pooled = geo.pooled_dense(opts, free, **dense)
+        if mode == "pool":
+            return pooled
 
     @st.composite
     def draw_case(draw) -> Case:
@@ -106,7 +110,7 @@ def dense_cases(
             ),
         )
 
-    return draw_case()
+    return draw_case() if mode == "free" else st.one_of(pooled, draw_case())  # mixed: the pools first (shrinking prefers them)
 
 
 def _padding(draw, forced: Optional[bool], batch: int, physical: int):

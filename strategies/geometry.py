@@ -56,9 +56,11 @@ leaves the pool: it shrinks the case file's facts over free geometry
 (``simpler`` below, driven by properties.shrink).
 
 Modes. ``pool`` (the ``ci`` and ``dev`` profiles, and any profile not named
-in ``PROFILE_MODES``) or ``free`` (``nightly``: every shape fact drawn from
-the value pools of ``strategies.pools``, a compile per example, the search
-that finds geometries the pools lack). ``$SDPA_GEOMETRY`` overrides the
+in ``PROFILE_MODES``), ``free`` (every shape fact drawn from the value pools
+of ``strategies.pools``, a compile per example, the search that finds
+geometries the pools lack) or ``mixed`` (``nightly``: each example from the
+pools or free, a drawn choice: the pools' covering design makes every
+feasible pair meet, the free draws search beyond it). ``$SDPA_GEOMETRY`` overrides the
 profile; a strategy's ``geometry=`` option overrides both. Options that
 restrict a strategy filter the pool; a stratum whose pool they empty draws
 free geometry instead (never the suite's own tests: tests/test_geometry.py).
@@ -92,9 +94,12 @@ from ground.tables import STRATA, flavor_of
 from . import covering, features, pools
 
 GEOMETRY_ENV = "SDPA_GEOMETRY"
-MODES = ("pool", "free")
-# Profiles whose strategies draw free geometry; every other profile uses pools.
-PROFILE_MODES = {"nightly": "free"}
+MODES = ("pool", "free", "mixed")
+# Profiles whose strategies draw otherwise than from the pools alone: nightly
+# draws each example from the pools (the covering design: every feasible pair
+# of compile-key factor values meets) or from free geometry (the search for
+# geometries the pools lack), a drawn choice that shrinks toward the pools.
+PROFILE_MODES = {"nightly": "mixed"}
 
 
 def mode(requested: Optional[str] = None) -> str:

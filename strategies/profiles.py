@@ -7,7 +7,8 @@
   the ``CI`` environment variable is set). Shape facts come from small
   per-stratum geometry pools (strategies.geometry), so GPU examples are
   cheap and numerics/tails check 3.5x/1.75x more of them.
-- ``nightly``: many examples over free geometry (a compile per example);
+- ``nightly``: many examples, each from the pools or over free geometry (a
+  compile per free example);
   properties call ``hypothesis.target()`` on their error ratio so the
   search climbs toward the tolerance edge.
 
@@ -59,7 +60,8 @@ KIND_SCALE = {
 # small per-stratum pools (strategies.geometry), so a compile buys many GPU
 # examples: numerics and tails check 3.5x more (5,040 numerics+tails examples,
 # one compile key per ~15 of them: tools/count_compile_keys.py). ``nightly``
-# draws free geometry (a compile per example) and keeps the base shares.
+# draws from the pools or free geometry (a compile per free example) and keeps
+# the base shares.
 #
 # The large tier keeps 2 examples per test under ci (its slice test; the rest
 # with --large) and 3 under nightly: its budget is 10 minutes on one H200 with

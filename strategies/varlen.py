@@ -39,7 +39,7 @@ def thd_cases(
     zeros: allow zero-length sequences.
     offsets: non-zero first offsets (q_base/kv_base) and capacity slack
     (q_slack/kv_slack): None draws each, True forces all, False forbids.
-    geometry: "pool" or "free" (see ``dense_cases``; THD pools fix heads,
+    geometry: "pool", "free" or "mixed" (see ``dense_cases``; THD pools fix heads,
     sequence count, mask family, left window, sinks and the score sign).
     Common options (both layouts): ``strategies.features.Common``, e.g.
     flavors, dtypes, off_envelope, causal, windows, sinks, scales, max_heads.
@@ -47,10 +47,13 @@ def thd_cases(
     opts = Common(**common)
     if max_tokens < 1 or max_seqs < 1:
         raise ValueError("options 'max_tokens'/'max_seqs': must be >= 1")
-    if geo.mode(geometry) == "pool":
+    mode = geo.mode(geometry)
+    if mode != "free":
         thd = dict(max_tokens=max_tokens, max_seqs=max_seqs, zeros=zeros, offsets=offsets)
         free = lambda f, d: thd_cases(geometry="free", **thd, **{**dataclasses.asdict(opts), "flavors": (f,), "dtypes": (d,)})  # noqa: E731
-        return geo.pooled_thd(opts, free, **thd)
+        pooled = geo.pooled_thd(opts, free, **thd)
+        if mode == "pool":
+            return pooled
 
     @st.composite
     def draw_case(draw) -> Case:
@@ -83,4 +86,4 @@ def thd_cases(
             ),
         )
 
-    return draw_case()
+    return draw_case() if mode == "free" else st.one_of(pooled, draw_case())  # mixed: the pools first (shrinking prefers them)

@@ -174,7 +174,7 @@ def test_mode_follows_option_env_and_profile(monkeypatch):
     monkeypatch.delenv(geometry.GEOMETRY_ENV, raising=False)
     previous = settings._current_profile
     try:
-        for profile, expected in (("ci", "pool"), ("dev", "pool"), ("nightly", "free")):
+        for profile, expected in (("ci", "pool"), ("dev", "pool"), ("nightly", "mixed")):
             settings.load_profile(profile)
             assert geometry.mode() == expected
         monkeypatch.setenv(geometry.GEOMETRY_ENV, "pool")

@@ -225,7 +225,7 @@ def count(profile: str = "ci", geometry: str = None, select: str = None) -> dict
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--profile", default="ci")
-    p.add_argument("--geometry", choices=("pool", "free"), default=None, help="override the profile's geometry mode ($SDPA_GEOMETRY)")
+    p.add_argument("--geometry", choices=("pool", "free", "mixed"), default=None, help="override the profile's geometry mode ($SDPA_GEOMETRY)")
     p.add_argument("-k", dest="select", default=None, help="pytest -k expression (a subset of the tests)")
     p.add_argument("--json", default=None, help="also write the counts here")
     args = p.parse_args(argv)
