@@ -6,9 +6,9 @@ first offsets, padding lengths, the scale's magnitude) mint no compile and no
 template module; a new THD sequence count mints at most one and returning to
 a seen count is a pure hit. The counters are read around every single call.
 The disk cache serves a second process (CUDNN_FRONTEND_COMPILED_CACHE); every
-valid Case compiles for sm_80 (CPU tier); a compiled-in fact gets a kernel
-per value (CPU tier, COMPILED_FACTS: the facts declared with
-``fact(distinct=...)``).
+valid Case compiles for sm_80 (CPU tier); a compile-key fact gets a kernel
+per value (CPU tier, COMPILED_FACTS: derived from the declarations, every
+fact that changes the specialization on each pass and layout it applies to).
 
 Declared in properties.matrix."""
 
@@ -19,6 +19,8 @@ test_valid_cases_compile_for_sm80 = matrix_test("test_valid_cases_compile_for_sm
 test_runtime_facts_mint_no_compile_cpu = matrix_test("test_runtime_facts_mint_no_compile_cpu")
 test_runtime_facts_mint_no_compile = matrix_test("test_runtime_facts_mint_no_compile")
 test_disk_cache_serves_a_second_process = matrix_test("test_disk_cache_serves_a_second_process")
-# One compile_distinct family per fact declared with ``fact(distinct=...)``
-# (test_lse_log2_compiles_its_own_kernel, ...): bound from the declarations.
-globals().update({f"test_{fact}_compiles_its_own_kernel": matrix_test(f"test_{fact}_compiles_its_own_kernel") for fact in COMPILED_FACTS})
+# One compile_distinct family per compile-key fact with a place (test_window_left_compiles_its_own_kernel[fwd-thd],
+# ...): bound from the declarations (properties.compile_cache.compiled_fact_rows).
+globals().update(
+    {f"test_{fact}_compiles_its_own_kernel": matrix_test(f"test_{fact}_compiles_its_own_kernel") for fact, row in COMPILED_FACTS.items() if row.places}
+)

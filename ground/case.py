@@ -105,11 +105,12 @@ def fact(
     needs: Tuple[str, ...] = (),
     kernel: Tuple[str, ...] = (),
     distinct: Optional[str] = None,
+    no_variant: Tuple[Tuple[str, str], ...] = (),
 ):
     """Declare one Case fact (a dataclass field); see ``Fact`` for the keywords."""
     meta = dict(doc=doc, choices=choices, minimum=minimum, coverage=coverage, shown=shown, adapters=adapters, since=since)
     meta.update(direction=direction, compiled=compiled, feature=feature, simplest=default if simplest is _SAME else simplest)
-    meta.update(needs=needs, kernel=kernel, distinct=distinct)
+    meta.update(needs=needs, kernel=kernel, distinct=distinct, no_variant=no_variant)
     return field(default=default, metadata={"fact": meta})
 
 
@@ -175,13 +176,18 @@ class Fact:
     off first. simplest: the value the geometry shrinker aims for (the
     default unless declared). needs: facts this one describes (sink_dtype:
     sinks); off at its simplest with any of them (the shrinker turns them
-    off together; compile_distinct draws them on). kernel: the kernels'
-    degrees of freedom that realise it, "source.name" of
+    off together; a compile_distinct family switches them on). kernel: the
+    kernels' degrees of freedom that realise it, "source.name" of
     ``ground.feature_space.SOURCES`` ("TemplateParams.stats_log2",
-    "wrapper.q_tensor"): ``feature_space.DRAWN`` is their inverse. distinct:
-    where the kernels compile it in; a compile_distinct family then checks
-    that each value gets a kernel of its own
-    (properties.compile_cache.COMPILED_FACTS).
+    "wrapper.q_tensor"): ``feature_space.DRAWN`` is their inverse. Every
+    compile-key fact (compiled, or realised by a TemplateParams field or a
+    compile host argument) has a compile_distinct family per pass it applies
+    to (properties.compile_cache.COMPILED_FACTS): a Case and the Case with
+    only this fact at another value must get two kernels. distinct: where
+    the kernels compile it in (the family's reason; else its ``kernel``
+    entries). no_variant: (pass, reason) for each pass on which no valid Case
+    differs from another in this fact alone in a way the kernels specialize
+    on, so it has no compile_distinct family there.
     """
 
     name: str
@@ -201,6 +207,7 @@ class Fact:
     needs: Tuple[str, ...] = ()
     kernel: Tuple[str, ...] = ()
     distinct: Optional[str] = None
+    no_variant: Tuple[Tuple[str, str], ...] = ()
 
     def other_values(self) -> Tuple[Any, ...]:
         """The values besides the default of a bool or choice fact, in declared order (() for others)."""
@@ -237,6 +244,12 @@ class Fact:
         return None
 
 
+_STRATUM = (
+    "the stratum itself: dense and THD are different hosts and entries (compile_host / compile_thd_host, TemplateParams.thd_varlen), "
+    "and no dense Case becomes a THD one by its layout alone (THD needs per-sequence lengths)"
+)
+
+
 @dataclass(frozen=True)
 class Case:
     """Graph facts plus a data seed. Every field is a fact declared with
@@ -249,6 +262,7 @@ class Case:
         choices=LAYOUTS,
         shown="shape",
         kernel=("TemplateParams.thd_varlen", "wrapper.q_tensor"),
+        no_variant=tuple((d, _STRATUM) for d in DIRECTIONS),
     )
     dtype: str = fact("float16", "I/O dtype of Q, K, V and O", choices=DTYPES, shown="dtype", kernel=("TemplateParams.io_bf16",))
     batch: int = fact(
@@ -309,7 +323,7 @@ class Case:
         minimum=0,
         coverage=("thd lengths", "causal alignment"),
         shown="shape",
-        kernel=("wrapper.cum_seqlen_k_tensor",),
+        kernel=("wrapper.cum_seqlen_k_tensor", "compile_thd_host.n_seq"),
     )
     q_base: int = fact(
         0,
@@ -388,6 +402,7 @@ class Case:
         shown="bias",
         needs=("bias",),
         kernel=("wrapper.bias_tensor",),
+        no_variant=(("fwd", "the forward takes only a bias broadcast over the batch (contracts bias_batch_gt_1): one value"),),
     )
     sinks: bool = fact(
         False,
@@ -403,6 +418,13 @@ class Case:
         feature=True,
         kernel=("TemplateParams.stats_log2",),
         distinct="TemplateParams.stats_log2 (cudnn/sdpa/fwd/config_sm80.py)",
+        no_variant=(
+            (
+                "bwd",
+                "the backward reads natural-log Stats and takes no stats_log2 (bprop_f16.py:840; kernels/backward.py plan hands none): "
+                "strategies.directions.to_backward drops it",
+            ),
+        ),
     )
     # The pass under test (schema 3): one Case type serves both directions.
     direction: str = fact(
@@ -541,6 +563,13 @@ class Case:
         "softmax scale, any sign (0 included); null: the kernels' default 1/sqrt(d_qk)",
         coverage=("scale",),
         kernel=("TemplateParams.score_sign", "wrapper.scale_softmax"),
+        no_variant=(
+            (
+                "bwd",
+                "its compiled part is the score sign, and backward Cases hold positive scales only (strategies.directions.to_backward: "
+                "the backward folds no sign, its negative and zero scales are not judged yet, docs/backward.md)",
+            ),
+        ),
     )
     memory: str = fact(
         "bshd",
@@ -833,32 +862,6 @@ def dependents(name: str) -> Tuple[str, ...]:
     return tuple(f.name for f in FACTS.values() if name in f.needs)
 
 
-def varied(case: Case, name: str) -> Case:
-    """``case`` with the bool or choice fact ``name`` at another value (bool:
-    the other; choices: the next, cyclically), kept valid by the fewest
-    resets: where the new value is invalid and setting one other fact to its
-    default makes it valid (base-2 Stats need a Stats output), the first
-    such fact in declaration order goes to its default; else the plain
-    change (a Case the caller must not have drawn)."""
-    f = FACTS[name]
-    value = getattr(case, name)
-    if f.type is bool:
-        new = not value
-    elif f.choices is not None:
-        new = f.choices[(f.choices.index(value) + 1) % len(f.choices)]
-    else:
-        raise TypeError(f"fact {name!r}: only a bool or choice fact has another value")
-    out = case.replace(**{name: new})
-    if out.structural_problem() is None:
-        return out
-    for g in FACTS.values():
-        if g.name != name and getattr(out, g.name) != g.default:
-            fixed = out.replace(**{g.name: g.default})
-            if fixed.structural_problem() is None:
-                return fixed
-    return out
-
-
 def coerce_fact(name: str, value: Any) -> Any:
     """``value`` (from a case file or a findings file's ``when``) as the Case
     fact ``name``'s type; CaseFileError naming the field."""
@@ -911,14 +914,15 @@ assert all(f.since <= SCHEMA_VERSION for f in FACTS.values()), "a fact's schema 
 assert all(f.direction and set(f.direction) <= set(DIRECTIONS) for f in FACTS.values()), "Fact.direction names passes of DIRECTIONS"
 assert all(n in FACTS and n != f.name for f in FACTS.values() for n in f.needs), "Fact.needs names other declared facts"
 assert all(f.simplest == f.default or f.problem(f.simplest) is None for f in FACTS.values()), "Fact.simplest is a value of the fact"
-assert all(f.other_values() for f in FACTS.values() if f.distinct), "a compile_distinct fact (Fact.distinct) is a bool or choice fact"
+assert all(f.compiled for f in FACTS.values() if f.distinct), "a fact compiled in somewhere (Fact.distinct) is a compile-key fact"
+assert all(d in f.direction and why for f in FACTS.values() for d, why in f.no_variant), "Fact.no_variant names passes of the fact, with a reason"
 
 
 def _roles(f: Fact) -> str:
     """The facts table's roles cell (``Fact.direction`` ... ``distinct``)."""
     out = [f"{f.direction[0]} only" if len(f.direction) == 1 else "", {True: "compiled", False: "runtime", None: ""}[f.compiled]]
     out += ["feature" if f.feature else "", f"simplest `{json.dumps(f.simplest)}`" if f.simplest != f.default else ""]
-    out += [f"needs {', '.join(f.needs)}" if f.needs else "", "compile_distinct" if f.distinct else ""]
+    out += [f"needs {', '.join(f.needs)}" if f.needs else "", f"no variant ({', '.join(d for d, _ in f.no_variant)})" if f.no_variant else ""]
     return ", ".join(x for x in out if x) or "-"
 
 

@@ -223,12 +223,31 @@ def compile_key(case: Case) -> str:
         seq_q=case.seq_q_lens is not None,
         seq_kv=case.seq_kv_lens is not None,
     )
+    fdqk, fdv = _flavor_dims(case)[1]
     if case.is_thd:  # THD operands are handed at the flavor width (prepared_backward): its dims, not the Case's
-        fdqk, fdv = _flavor_dims(case)[1]
         facts.update(n_seq=case.n_seq, d_qk=fdqk, d_v=fdv)
     else:
         facts.update(batch=case.batch, s_q=case.s_q, s_kv=case.s_kv)
+        if (case.d_qk, case.d_v) == (fdqk, fdv):  # the native pointer chain (prepared_sm80.native_layouts): the caller's strides
+            facts.update(memory=_dense_strides(case))
+        else:  # staged copies at the flavor width, whatever the caller's dims and order (staged_sm80)
+            facts.update(d_qk=fdqk, d_v=fdv, memory="staged")
     return hashlib.sha1(repr(sorted(facts.items())).encode()).hexdigest()[:12]
+
+
+def _dense_strides(case: Case) -> tuple:
+    """The strides of the dense Q, K, V and O a backward of ``case`` is handed
+    (meta tensors: no memory): a storage order reaches the key through them
+    (two orders of size-1 axes have the same)."""
+    dt = TORCH_DTYPES[case.dtype]
+    with torch.device("meta"):
+        views = (
+            dense_view(case, case.batch, case.h_q, case.s_q, case.d_qk, dt),
+            dense_view(case, case.batch, case.h_kv, case.s_kv, case.d_qk, dt),
+            dense_view(case, case.batch, case.h_kv, case.s_kv, case.d_v, dt),
+            dense_view(case, case.batch, case.h_q, case.s_q, case.d_v, dt),
+        )
+    return tuple(tuple(v.stride()) for v in views)
 
 
 def prepared_backward(adapter, case: Case, inputs, o, lse, do, grads=None, *, initialize_outputs: bool = True, addressing: str = "backward") -> KernelResult:

@@ -1,17 +1,18 @@
 """Compile-cache properties: runtime data mints no compile (compile_reuse),
-the on-disk cache serves a second process (disk_reuse), and every valid Case
-compiles for sm_80 without a GPU (compiles)."""
+a compile-key fact gets a kernel per value (compile_distinct), the on-disk
+cache serves a second process (disk_reuse), and every valid Case compiles
+for sm_80 without a GPU (compiles)."""
 
 from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Mapping
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
-from ground.case import FACTS, Case, Fact, runtime_facts, varied
+from ground.case import DIRECTIONS, FACTS, LAYOUTS, Case, Fact, runtime_facts
 from ground.data import make_grad_output, make_grad_outputs, make_inputs, make_outputs
-from ground.outcome import Observation, PropertyFailure
+from ground.outcome import Observation, PropertyFailure, Unsupported
 from properties import judge, recorder
 from properties.common import accepted, device, finish, launched_buffers
 
@@ -254,30 +255,192 @@ def check_compiles(case: Case, adapter) -> Observation:
 
 
 # ---------------------------------------------------------- compile distinct
-# Facts the kernels compile in, each with the other value of a Case and the
-# source that bakes it in. A Case and its variant must not share a kernel:
-# on a cache that holds only the Case's artifact, the variant must compile
-# (the reverse of compile_reuse; cudnn-frontend#604's lesson: a key that
-# omits a compiled-in fact hands one specialization the other's artifact).
+# Every compile-key fact gets a kernel per value: a Case and the Case with only
+# that fact changed must ask the compiled cache for two distinct entries (the
+# reverse of compile_reuse; cudnn-frontend#604's lesson: a key that omits a
+# compiled-in fact hands one specialization the other's artifact). The facts
+# are derived from their declarations, never listed: a compile-key fact
+# (``Fact.compiled``) or one a TemplateParams field or a compile host argument
+# realises (``Fact.kernel``), on each pass it applies to (``Fact.direction``)
+# but those its declaration says admit no variant (``Fact.no_variant``).
+# The hosts and the layout whose Cases they compile (a fact realised by one of
+# their arguments is checked on that layout; another on the first layout it is
+# compiled on: ground.pairs.THD_SOURCES says which reach the THD key).
+HOST_LAYOUTS = {"compile_host": "dense", "compile_thd_host": "thd"}
+SPECIALIZING_SOURCES = ("TemplateParams", *HOST_LAYOUTS)
+
+
+def specializes(f: Fact) -> bool:
+    """Whether the declaration says fact ``f`` changes the specialization:
+    compiled (``Fact.compiled``) or realised by a TemplateParams field or a
+    compile host argument (``Fact.kernel``)."""
+    return f.compiled is True or any(e.partition(".")[0] in SPECIALIZING_SOURCES for e in f.kernel)
+
+
+def specializing_facts(direction: str, facts: Optional[Mapping[str, Fact]] = None) -> Tuple[str, ...]:
+    """The facts of ``direction`` that change the specialization (``specializes``), in declaration order."""
+    return tuple(f.name for f in (facts or FACTS).values() if direction in f.direction and specializes(f))
+
+
+def _layouts(f: Fact) -> Tuple[str, ...]:
+    """Where fact ``f``'s families draw their Cases: the layouts whose host
+    takes it as an argument (``HOST_LAYOUTS``), else the first layout its
+    compile key reaches (THD: ground.pairs.THD_SOURCES, or no kernel entry)."""
+    from ground.pairs import THD_SOURCES
+
+    sources = [e.partition(".")[0] for e in f.kernel]
+    compiled = tuple(x for x in LAYOUTS if x != "thd" or not sources or any(s in THD_SOURCES for s in sources))
+    hosts = [x for x in compiled if any(HOST_LAYOUTS.get(s) == x for s in sources)]
+    return tuple(hosts) or compiled[:1]
+
+
 @dataclass(frozen=True)
 class CompiledFact:
-    """One compiled-in fact, drawn on dense Cases (backward ones for a
-    backward fact, case.BACKWARD_FACTS)."""
+    """One compile-key fact's compile_distinct families: ``places``, the
+    (pass, layout) of each; ``source``, where the kernels compile it in
+    (``Fact.distinct``, else its ``Fact.kernel`` entries); ``excluded``,
+    (pass, reason) of the passes its declaration gives no variant on."""
 
-    other: Callable[[Case], Case]
+    name: str
     source: str
-    options: Mapping[str, Any] = field(default_factory=dict)  # strategy options the fact needs (a bias for dBias)
+    places: Tuple[Tuple[str, str], ...]
+    excluded: Tuple[Tuple[str, str], ...] = ()
 
 
-def _compiled_fact(f: Fact) -> CompiledFact:
-    """The compile_distinct row of a fact declared with ``distinct=``: its
-    other value (``ground.case.varied``: base-2 Stats gain the Stats output
-    they need), the source it names, the facts it ``needs`` drawn on."""
-    return CompiledFact(lambda c: varied(c, f.name), f.distinct, {name: True for name in f.needs})
+def compiled_fact_rows(facts: Optional[Mapping[str, Fact]] = None) -> Dict[str, CompiledFact]:
+    """fact -> its compile_distinct row, from the declarations ``facts``
+    (default: ``FACTS``): every fact that ``specializes`` on some pass, with
+    a place per (pass, layout) the pass does not exclude (``Fact.no_variant``)."""
+    out = {}
+    for f in (facts or FACTS).values():
+        if not specializes(f):
+            continue
+        excluded = dict(f.no_variant)
+        places = tuple((d, x) for d in DIRECTIONS if d in f.direction and d not in excluded for x in _layouts(f))
+        source = f.distinct or ", ".join(f.kernel) or "its declaration (compiled=True)"
+        out[f.name] = CompiledFact(f.name, source, places, tuple(f.no_variant))
+    return out
 
 
-# fact -> its compile_distinct row, from the declarations (``fact(distinct=...)``).
-COMPILED_FACTS: Dict[str, CompiledFact] = {f.name: _compiled_fact(f) for f in FACTS.values() if f.distinct}
+# fact -> its compile_distinct row (``compiled_fact_rows``): a family per place.
+COMPILED_FACTS: Dict[str, CompiledFact] = compiled_fact_rows()
+
+
+# Another value of a fact, by its type (a bool or choice fact: its other
+# values, the next first; others below), tried in order: the first that gives
+# a valid Case the suite specializes differently is the variant.
+def _numbers(case: Case, v: int) -> tuple:
+    return (v + 1, v - 1, 2 * v, v // 2)
+
+
+def _scales(case: Case, v) -> tuple:
+    return (None, 0.0, -1.0, 1.0) + ((-v,) if v else ())
+
+
+def _lengths(case: Case, v) -> tuple:
+    """Present lengths: absent, one entry more, one fewer; absent: the live
+    lengths the Case has (every Q row, every K/V row)."""
+    return (case.q_lengths(), case.kv_lengths()) if v is None else (None, v + v[-1:], v[:-1])
+
+
+OTHER_VALUES: Dict[Any, Callable[[Case, Any], tuple]] = {int: _numbers, Optional[float]: _scales, Optional[Tuple[int, ...]]: _lengths}
+
+
+def tried_values(case: Case, name: str) -> tuple:
+    """The values ``case``'s fact ``name`` is tried at, in order, without its own."""
+    f, value = FACTS[name], getattr(case, name)
+    if f.type is bool:
+        values: tuple = (not value,)
+    elif f.choices is not None:
+        i = f.choices.index(value) if value in f.choices else -1
+        values = ((None,) if f.kind.optional and value is not None else ()) + f.choices[i + 1 :] + f.choices[: max(i, 0)]
+    else:
+        values = OTHER_VALUES[f.type](case, value)
+    return tuple(dict.fromkeys(v for v in values if v != value))
+
+
+def _in_step(case: Case, name: str, value) -> Case:
+    """``case`` with fact ``name`` at ``value``; a length list that grows or
+    shrinks takes the other length lists as long as it was along (THD K/V
+    lengths with the Q lengths: the sequence count is theirs together)."""
+    old = getattr(case, name)
+    changes = {name: value}
+    if isinstance(old, tuple) and isinstance(value, tuple) and len(value) != len(old):
+        for f in FACTS.values():
+            other = getattr(case, f.name)
+            if f.name != name and f.type == FACTS[name].type and isinstance(other, tuple) and len(other) == len(old):
+                changes[f.name] = other[: len(value)] + other[-1:] * max(0, len(value) - len(other))
+    return case.replace(**changes)
+
+
+def serves(case: Case, adapter: str = "prepared") -> bool:
+    """A Case the suite calls valid (ground.pairs.valid: well formed, no
+    contract rule broken) that ``adapter`` expresses; a backward one as the
+    backward strategies serve it as it stands (strategies.directions.served_as_is)."""
+    from ground.pairs import valid
+    from strategies.directions import served_as_is
+
+    if case.structural_problem() is not None or not valid(case) or case.unexpressible(adapter) is not None:
+        return False
+    return not case.is_bwd or served_as_is(case)
+
+
+def specialization(case: Case):
+    """What the suite specializes ``case`` into, from its facts alone: the
+    forward's flavor, TemplateParams and compile host arguments
+    (kernels.prepared.compile_key), the backward's compile facts
+    (kernels.backward.compile_key). Raises the kernels' ValueError for a Case
+    they do not specialize."""
+    from kernels import backward, prepared
+
+    return backward.compile_key(case) if case.is_bwd else prepared.compile_key(case)
+
+
+def _specialized(case: Case):
+    try:
+        return specialization(case)
+    except ValueError:
+        return None
+
+
+def _bases(case: Case, name: str, adapter: str) -> list:
+    """The Cases a variant of fact ``name`` is made from, in order: ``case``
+    with the facts ``name`` needs switched on (``Fact.needs``: each value of
+    theirs in turn) where they are off, then ``case``; a numeric fact at its
+    default first moved off it (two values of its own compared: two window
+    widths, not a window against none)."""
+    f = FACTS[name]
+    bases = [case]
+    for need in f.needs:
+        if getattr(case, need) == FACTS[need].default:
+            bases = [b.replace(**{need: v}) for b in bases for v in tried_values(b, need)] + bases
+    if f.type is int and f.choices is None:
+        bases = [m for b in bases for m in ([_in_step(b, name, v) for v in tried_values(b, name)] if getattr(b, name) == f.default else []) + [b]]
+    return [b for b in dict.fromkeys(bases) if serves(b, adapter) and _specialized(b) is not None]
+
+
+def distinct_pair(case: Case, name: str, adapter: str = "prepared") -> Tuple[Case, Optional[Case], int]:
+    """(base, variant, tried) for fact ``name`` of ``case``: the first valid
+    Case (``serves``) that differs from a base (``_bases``) in ``name`` alone
+    (length lists in step) and that the suite specializes differently
+    (``specialization``); ``tried``: the valid variants looked at. No
+    variant: no Case around ``case`` varies the fact (``tried`` 0), or every
+    valid value leaves the specialization as it was (a value within a class
+    the kernels pad or fold: a head dim inside its flavor's envelope)."""
+    tried = 0
+    for base in _bases(case, name, adapter):
+        key = _specialized(base)
+        for value in tried_values(base, name):
+            other = _in_step(base, name, value)
+            if other == base or not serves(other, adapter):
+                continue
+            theirs = _specialized(other)
+            if theirs is None:
+                continue
+            tried += 1
+            if theirs != key:
+                return base, other, tried
+    return case, None, tried
 
 
 @contextmanager
@@ -304,37 +467,85 @@ def _private_compile_cache():
             forget_memos()  # the private cache's artifacts go before the run's memos come back
 
 
+# How compile_distinct judges a pair (the Observation's notes say which one ran).
+DISTINCT_RULES = {
+    "entries": "the compiled-cache entries each Case asks for (record_entries(), memo hits included), the memos in front of compile_cached "
+    "forgotten before each call: the variant must ask for one the base did not",
+    "keys": "the compile_cached keys each Case asks for (compiled_cache._record, memo hits included; record_entries() records nothing "
+    "without a device manifest: the CPU tier), the memos in front forgotten before each call: the variant must ask for one the base did not",
+    "counters": "no request of both could be observed: both compiled on a fresh, private compiled cache with cold memos; the variant must compile",
+}
+
+
 def check_compile_distinct(case: Case, adapter, *, fact: str) -> Observation:
-    """``case`` and its variant in the compiled-in ``fact``
-    (``COMPILED_FACTS``) get a kernel each: on a fresh cache holding only
-    ``case``'s artifact, compiling the variant compiles (a zero-miss compile
-    means it was handed ``case``'s kernel). Compile only: the CPU tier."""
+    """``case`` and its variant in the compile-key ``fact``
+    (``COMPILED_FACTS``; the pair: ``distinct_pair``, only ``fact`` changed,
+    the variant valid and specialized differently by the suite) get a
+    kernel each: compiling the variant asks the compiled cache for an entry
+    the base did not (``DISTINCT_RULES``: the requests of each call, the
+    memos in front of compile_cached forgotten, compiled_cache's own kept, so
+    a base compiled by an earlier example is not compiled again; counters on
+    a fresh private cache only where no request can be observed). A Case
+    around which no such pair exists is rejected (another draw). Compile
+    only: the CPU tier."""
+    from kernels.counters import can_observe_requests, label
+
     row = COMPILED_FACTS[fact]
-    other = row.other(case)
+    entry = getattr(adapter, "name", "prepared")
+    base, other, tried = distinct_pair(case, fact, entry)
+    if other is None:  # no variant around this Case (tests/test_fact_roles.py: every place has some): another draw
+        why = "varies it alone" if not tried else f"of the {tried} that vary it alone changes the suite's specialization"
+        raise Unsupported.case(f"no valid Case around {case.describe()} {why} ({fact!r})", adapter=entry)
     recorder.begin("compile_distinct", case, fact=fact)
     start = time.perf_counter()
-    with _private_compile_cache():
-        first = adapter.compile_only(case)
+    notes: Dict[str, Any] = {"base": base.describe(), "source": row.source}
+    notes.update(variant=other.describe(), changed={n: [getattr(base, n), getattr(other, n)] for n in FACTS if getattr(base, n) != getattr(other, n)})
+    recording = can_observe_requests()
+    with _asked(recording) as seen:
+        first = adapter.compile_only(base)
+    with _asked(recording) as asked:
         second = adapter.compile_only(other)
+    rule = "entries" if seen is not None and seen.entries else "keys" if seen is not None and seen.keys else "counters"
+    if rule != "counters" and not _requests(asked, rule):
+        rule = "counters"
+    if rule == "counters":
+        with _private_compile_cache():
+            first = adapter.compile_only(base)
+            second = adapter.compile_only(other)
+    notes.update(rule=rule, why=DISTINCT_RULES[rule])
+    was, now = f"{fact}={getattr(base, fact)!r}", f"{fact}={getattr(other, fact)!r}"
 
     def judged():
-        if first.misses < 1:
-            raise PropertyFailure(
-                "compile_distinct",
-                case,
-                f"a fresh compiled cache served {case.describe()} without compiling: {first.to_dict()}",
-                {"first": first.to_dict()},
-                check="cold first compile",
-            )
-        if second.misses < 1:
+        if rule == "counters":
+            if first.misses < 1:
+                raise PropertyFailure(
+                    "compile_distinct",
+                    case,
+                    f"a fresh compiled cache served {base.describe()} without compiling: {first.to_dict()}",
+                    {"first": first.to_dict()},
+                    check="cold first compile",
+                )
+            if second.misses < 1:
+                judge.failed(
+                    "compile_distinct",
+                    case,
+                    f"{now} compiled nothing after {was}: it was handed the other value's kernel ({second.to_dict()}); compiled in by {row.source}",
+                    {"fact": fact, "delta": second.to_dict()},
+                    check="distinct kernel",
+                )
+            return {}
+        mine, theirs = _requests(seen, rule), _requests(asked, rule)
+        new = [k for k in theirs if k not in mine]
+        notes.update(base_requests=len(mine), variant_requests=len(theirs), new_requests=len(new))
+        if not new:
             judge.failed(
                 "compile_distinct",
                 case,
-                f"{fact}={getattr(other, fact)!r} compiled nothing after {fact}={getattr(case, fact)!r}: it was handed the other "
-                f"value's kernel ({second.to_dict()}); compiled in by {row.source}",
-                {"fact": fact, "delta": second.to_dict()},
+                f"{now} asked the compiled cache for no entry {was} did not: it was handed the other value's kernel "
+                f"({'; '.join(label(v) for v in theirs.values())}), though the suite specializes the two differently; compiled in by {row.source}",
+                {"fact": fact, "rule": rule, "base": base.to_dict(), "variant": other.to_dict(), "shared": list(theirs.values())},
                 check="distinct kernel",
             )
         return {}
 
-    return finish("compile_distinct", case, start, judged, compile=second.to_dict(), params={"fact": fact})
+    return finish("compile_distinct", case, start, judged, compile=second.to_dict(), notes=notes, params={"fact": fact})

@@ -24,7 +24,7 @@ from functools import partial
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from ground import findings
-from ground.case import BACKWARD_FACTS, FACTS, Case
+from ground.case import FACTS, Case
 from ground.contracts import BWD_RULE_NAMES, BWD_RULES, CONFIG, PREPARED, RULES, RULES_BY_NAME, WRAPPER
 from ground.outcome import Observation
 from ground.tables import ADAPTERS, STRATA, STRATA_IDS, flavor_of
@@ -279,6 +279,34 @@ def stratum_of(case: Case) -> dict:
     return {"flavor": flavor_of(case.d_qk, case.d_v), "dtype": case.dtype}
 
 
+def _distinct_cases(direction: str, layout: str, **restrict):
+    """The Cases a compile_distinct family draws from: valid Cases of ``direction`` on ``layout``."""
+    return (backward_cases if direction == "bwd" else cases)(layouts=(layout,), **restrict)
+
+
+def distinct_families(rows: Mapping) -> Tuple["Family", ...]:
+    """A compile-key fact gets a kernel per value: one family per row of
+    ``rows`` (properties.COMPILED_FACTS, derived from the declarations), one
+    parameter per (pass, layout) place of its row, one example each under
+    ci (``compile_distinct``), the CPU tier."""
+    return tuple(
+        Family(
+            f"test_{name}_compiles_its_own_kernel",
+            COMPILE,
+            "compile_distinct",
+            "compile_distinct",
+            COMPILE_TIER,
+            (Axis(("direction", "layout"), tuple(row.places), tuple(f"{d}-{x}" for d, x in row.places), SOURCE),),
+            _distinct_cases,
+            params={"fact": name},
+            adapter="prepared_adapter",
+            doc=f"{name}: {row.source}",
+        )
+        for name, row in rows.items()
+        if row.places
+    )
+
+
 NUMERICS, TAILS, COMPILE, CONTRACTS, METAMORPHIC, BACKWARD = (
     f"conformance/test_{m}.py" for m in ("numerics", "tails", "compile", "contracts", "metamorphic", "backward")
 )
@@ -337,22 +365,7 @@ MATRIX: Tuple[Family, ...] = (
         case=_disk_case,
         doc="CUDNN_FRONTEND_COMPILED_CACHE: a second process reloads what the first compiled, without compiling (counters read around its one launch).",
     ),
-    # A compiled-in fact gets a kernel per value (one family per COMPILED_FACTS row, each on the Cases it applies to).
-    *(
-        Family(
-            f"test_{fact}_compiles_its_own_kernel",
-            COMPILE,
-            "compile_distinct",
-            "backward_compile" if fact in BACKWARD_FACTS else "compile",
-            COMPILE_TIER,
-            (),
-            partial(backward_cases if fact in BACKWARD_FACTS else cases, layouts=("dense",), **row.options),
-            params={"fact": fact},
-            adapter="prepared_adapter",
-            doc=f"{fact}: {row.source}",
-        )
-        for fact, row in COMPILED_FACTS.items()
-    ),
+    *distinct_families(COMPILED_FACTS),
     # the large tier (strategies.large): production-scale shapes against the row-chunked reference.
     Family(
         "test_large",

@@ -37,6 +37,12 @@ def to_backward(c: Case, deterministic: bool, inputs_from: str, per_batch_bias: 
     return c.replace(**changes)
 
 
+def served_as_is(c: Case) -> bool:
+    """Whether the backward strategies serve backward Case ``c`` as it stands
+    (``to_backward`` of its facts leaves it unchanged)."""
+    return to_backward(c, c.deterministic, c.inputs_from, c.bias_batch > 1) == c
+
+
 def backward_views(c: Case) -> Tuple[Case, ...]:
     """The backward Cases the backward strategies make of forward facts ``c``:
     deterministic or not, a per-batch bias or not (both drawn per example;

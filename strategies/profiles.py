@@ -54,6 +54,9 @@ KIND_SCALE = {
     "backward": 0.5,  # gradients vs the reference on the GPU
     "determinism": 0.2,  # two deterministic launches, bitwise
     "backward_compile": 0.1,  # CPU compile tier of the backward (4-10 s per new specialization)
+    # compile_distinct: one test per compile-key fact and (pass, layout) place, each example two compiles
+    # (the base's shared across tests where the draws agree): one example per test under ci and dev.
+    "compile_distinct": 0.025,
 }
 
 # Per-profile overrides of KIND_SCALE. Under ``ci`` the shape facts come from
@@ -71,7 +74,7 @@ KIND_SCALE = {
 PROFILE_KIND_SCALE = {
     "ci": {"numerics": 3.5, "tails": 1.75, "large": 0.05, "metamorphic": 0.075},
     "dev": {"metamorphic": 0.1},
-    "nightly": {"large": 0.003, "parity": 0.05, "metamorphic": 0.05},
+    "nightly": {"large": 0.003, "parity": 0.05, "metamorphic": 0.05, "compile_distinct": 0.005},
 }
 
 # Every profile: no deadline (a kernel compile takes seconds) and no too-slow

@@ -334,3 +334,89 @@ def test_forgotten_memos_cover_every_lru_in_front_of_compile_cached():
             if compiles:
                 found.add((name, attr))
     assert found and found <= set(FRONT_MEMOS), sorted(found - set(FRONT_MEMOS))
+
+
+# ------------------------------------------------------------ compile_distinct
+# The prepared adapter's dense compile through the same faked frontend: the
+# template modules and the host are the real ones, so is the key
+# (prepared_host.template_key of the module's digest and the host's
+# arguments); only the trip to the compiler is faked.
+WINDOWED = Case(s_q=16, s_kv=16, causal=True, window_left=3, window_right=2)
+
+
+def _distinct(case: Case, fact: str):
+    from ground.outcome import PropertyFailure
+    from kernels.prepared import PreparedAdapter
+    from properties import check_compile_distinct
+
+    try:
+        return check_compile_distinct(case, PreparedAdapter(rewrites=()), fact=fact), None
+    except PropertyFailure as failure:
+        return None, failure
+
+
+def _drop_from_key(monkeypatch, argument: str) -> None:
+    """A compile key that omits one argument of the dense host (cudnn-frontend#604's kind of bug)."""
+    from cudnn.sdpa.fwd.kernels.sm80 import prepared_host
+
+    real = prepared_host.template_key
+    monkeypatch.setattr(prepared_host, "template_key", lambda g, args, fn="compile": real(g, {k: v for k, v in args.items() if k != argument}, fn))
+
+
+@pytest.mark.parametrize("mode", ["keys", "entries", "counters"])
+@pytest.mark.parametrize("fact,argument", [("window_left", "swa_window"), ("window_right", "right_bound"), ("s_kv", "geometry")])
+def test_compile_distinct_fails_on_a_key_that_omits_a_compiled_fact(frontend, monkeypatch, mode, fact, argument):
+    """The power test: with the frontend's key each variant (a window width,
+    a band width, a K/V length: compile host arguments) asks for an entry of
+    its own and passes; with a key that omits the argument the variant is
+    handed the base's kernel and distinct kernel fails, whatever the rule
+    (requests seen on the CPU or a device, counters where none can be)."""
+    from kernels import counters
+
+    frontend("keys" if mode == "counters" else mode)
+    if mode == "counters":
+        monkeypatch.setattr(counters, "can_observe_requests", lambda: False)
+    obs, failure = _distinct(WINDOWED, fact)
+    assert failure is None, failure
+    assert obs.outcome == "passed" and obs.notes["rule"] == mode and set(obs.notes["changed"]) == {fact}
+    _drop_from_key(monkeypatch, argument)
+    obs, failure = _distinct(WINDOWED, fact)
+    assert failure is not None and failure.check == "distinct kernel", obs and obs.notes
+    assert f"{fact}={getattr(WINDOWED, fact) + 1}" in failure.summary and "handed the other value's kernel" in failure.summary
+
+
+def test_compile_distinct_reuses_a_base_compiled_before(frontend):
+    """Two facts checked on the same Case: the second compiles its variant
+    alone (the base is compiled_cache's memo hit, still a request it sees)."""
+    from kernels.counters import measure
+
+    frontend("keys")
+    with measure() as box:
+        assert _distinct(WINDOWED, "window_left")[1] is None
+    assert box.delta.misses == 2
+    with measure() as box:
+        obs, failure = _distinct(WINDOWED, "window_right")
+    assert failure is None and box.delta.misses == 1 and box.delta.memo_hits >= 1 and obs.notes["new_requests"] == 1
+
+
+def test_a_specialization_that_drops_a_fact_leaves_its_family_no_variant(monkeypatch):
+    """An adapter whose specialization drops a compiled fact compiles both
+    values alike, and the suite's specialization (the same code) cannot tell
+    them apart: no Case has a variant, the family draws none (unsatisfiable)
+    and tests/test_fact_roles.py's every-family-has-a-variant test fails."""
+    import dataclasses
+
+    from ground.outcome import Unsupported
+    from kernels import prepared
+    from properties import check_compile_distinct
+    from properties.compile_cache import distinct_pair
+
+    assert distinct_pair(Case(), "lse_log2")[1] is not None
+    real = prepared.specialize
+    monkeypatch.setattr(
+        prepared, "specialize", lambda case, **kw: dataclasses.replace(s := real(case, **kw), params=dataclasses.replace(s.params, stats_log2=False))
+    )
+    assert distinct_pair(Case(), "lse_log2")[1] is None
+    with pytest.raises(Unsupported, match="lse_log2") as refusal:
+        check_compile_distinct(Case(), prepared.PreparedAdapter(rewrites=()), fact="lse_log2")
+    assert refusal.value.scope == "case"

@@ -1,5 +1,5 @@
 """Facts declare their roles (ground/case.py ``fact(direction=, compiled=,
-feature=, simplest=, needs=, kernel=, distinct=)``) and the suite's fact
+feature=, simplest=, needs=, kernel=, distinct=, no_variant=)``) and the suite's fact
 lists derive from the declarations: the forward-/backward-only facts, the
 compile-key facts per direction, the runtime facts and their compile_reuse
 variants, the kernels' degrees of freedom (feature_space.DRAWN), the
@@ -19,12 +19,13 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ground import case as gc
 from ground import feature_space as fs
 from ground.case import FACTS, Case
 from properties.compile_cache import COMPILED_FACTS, runtime_variants
-from strategies import backward_cases, cases, geometry
+from strategies import geometry
 from strategies.features import HAND_DRAWN, generic_features
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,31 +67,115 @@ def test_drawn_is_the_inverse_of_the_kernel_role():
     assert all(len(set(names)) == len(names) for names in fs.DRAWN.values())
 
 
-def test_compiled_fact_rows_are_the_distinct_declarations():
-    declared = [n for n, f in FACTS.items() if f.distinct]
-    assert list(COMPILED_FACTS) == declared
+def test_compiled_fact_rows_derive_from_the_declarations():
+    """Every fact whose declaration says it changes the specialization
+    (compiled, or realised by a TemplateParams field or a compile host
+    argument) has a compile_distinct row, never a list: a family per pass it
+    applies to, or the declared reason it has none (Fact.no_variant). A
+    fact realised by a host argument is checked on that host's layout."""
+    from ground import pairs
+    from properties.compile_cache import specializes, specializing_facts
+
+    assert set(COMPILED_FACTS) == {n for n, f in FACTS.items() if specializes(f)}
+    for d in gc.DIRECTIONS:
+        assert set(gc.compiled_facts(d)) <= set(specializing_facts(d))
     for name, row in COMPILED_FACTS.items():
         f = FACTS[name]
-        assert f.compiled and row.source == f.distinct and dict(row.options) == {n: True for n in f.needs}
+        excluded = dict(f.no_variant)
+        assert row.excluded == f.no_variant and all(excluded.values())
+        assert {d for d, _ in row.places} | set(excluded) == set(f.direction), name  # no pass left without a family or a reason
+        assert not {d for d, _ in row.places} & set(excluded), name
+        assert name in pairs.STRATUM_FACTS or all(name in pairs.compiled_facts(d, x) for d, x in row.places), name  # where its key reaches
+        assert row.source and (f.distinct is None or row.source == f.distinct), name
+    # The reasons the kernels compile them in, where declared, stay the families' doc.
+    assert COMPILED_FACTS["dbias_dtype"].source.startswith("compile_host bakes the dBias dtype in")
+    assert COMPILED_FACTS["lse_log2"].places == (("fwd", "dense"),) and COMPILED_FACTS["deterministic"].places == (("bwd", "dense"),)
+    # Numeric compile-time facts: the left window is a constexpr of both hosts, the right band of the dense one only.
+    assert COMPILED_FACTS["window_left"].places == (("fwd", "dense"), ("fwd", "thd"), ("bwd", "dense"), ("bwd", "thd"))
+    assert COMPILED_FACTS["window_right"].places == (("fwd", "dense"), ("bwd", "dense"))
+    assert COMPILED_FACTS["prefix_dtype"].places == (("fwd", "thd"),) and COMPILED_FACTS["layout"].places == ()
 
 
-@pytest.mark.parametrize("name", list(COMPILED_FACTS))
-def test_a_compiled_fact_row_gives_a_valid_case_at_another_value(name):
-    """The other value (ground.case.varied) differs in the fact, is valid on
-    the Cases its family draws, and changes nothing else but facts reset to
-    their defaults (base-2 Stats gain their Stats output)."""
-    row = COMPILED_FACTS[name]
-    strategy = (backward_cases if name in gc.BACKWARD_FACTS else cases)(layouts=("dense",), **row.options)
+PLACES = [(name, d, x) for name, row in COMPILED_FACTS.items() for d, x in row.places]
 
-    @settings(max_examples=30, **FIXED)
-    @given(strategy)
+
+@pytest.mark.parametrize("name,direction,layout", PLACES, ids=[f"{n}-{d}-{x}" for n, d, x in PLACES])
+def test_every_compile_distinct_family_draws_cases_with_a_variant(name, direction, layout):
+    """The Cases a family draws give a variant (properties.compile_cache.distinct_pair)
+    often enough: valid, the fact alone changed from its base (THD length lists in
+    step), specialized differently; the base is the drawn Case with at most the
+    facts the fact needs switched on and, for a numeric fact, itself moved off
+    its default. Nothing is compiled."""
+    from properties.compile_cache import distinct_pair, serves, specialization
+    from properties.matrix import _distinct_cases
+
+    found = []
+
+    @settings(max_examples=20, **FIXED)
+    @given(_distinct_cases(direction, layout))
     def check(c):
-        other = row.other(c)
-        assert getattr(other, name) != getattr(c, name) and other.structural_problem() is None
-        changed = {n for n in FACTS if getattr(other, n) != getattr(c, n)} - {name}
-        assert all(getattr(other, n) == FACTS[n].default for n in changed), changed
+        base, other, _ = distinct_pair(c, name)
+        if other is None:
+            return
+        found.append(other)
+        assert serves(base) and serves(other) and specialization(base) != specialization(other)
+        assert getattr(other, name) != getattr(base, name)
+        changed = {n for n in FACTS if getattr(other, n) != getattr(base, n)} - {name}
+        assert all(FACTS[n].type == FACTS[name].type for n in changed), changed  # lists in step only
+        moved = {n for n in FACTS if getattr(base, n) != getattr(c, n)} - {name}
+        assert moved <= set(FACTS[name].needs), moved
 
     check()
+    assert found, f"no drawn {direction} {layout} Case has a variant in {name}"
+
+
+@pytest.mark.parametrize("name,direction", [(n, d) for n, f in FACTS.items() for d, _ in f.no_variant])
+def test_a_declared_exclusion_has_no_variant(name, direction):
+    """Fact.no_variant is true of the Cases: the family the pass would get
+    (its layouts) draws no Case with a valid variant in the fact alone that
+    the suite specializes differently."""
+    from properties.compile_cache import _layouts, distinct_pair
+    from properties.matrix import _distinct_cases
+
+    @settings(max_examples=20, **FIXED)
+    @given(st.sampled_from(_layouts(FACTS[name])).flatmap(lambda x: _distinct_cases(direction, x)))
+    def check(c):
+        assert distinct_pair(c, name)[1] is None, c.describe()
+
+    check()
+
+
+def test_a_planted_compiled_fact_gets_its_families(monkeypatch):
+    """Declarations planted in place (no ``distinct=``): a forward feature a
+    TemplateParams field realises, a THD host argument, a backward fact with
+    no kernel entry and one declared without a variant each get their rows
+    and families (one parameter per place) from the declarations alone."""
+    from properties import compile_cache
+    from properties.matrix import distinct_families
+
+    planted = {
+        "softcap": gc.Fact("softcap", bool, False, "planted", direction=("fwd",), feature=True, kernel=("TemplateParams.has_softcap",)),
+        "thd_tiles": gc.Fact("thd_tiles", int, 1, "planted", minimum=1, kernel=("compile_thd_host.tiles",)),
+        "relay": gc.Fact("relay", bool, False, "planted", direction=("bwd",)),
+        "pinned": gc.Fact("pinned", bool, False, "planted", kernel=("TemplateParams.pinned",), no_variant=(("fwd", "planted"), ("bwd", "planted"))),
+        "pdl": gc.Fact("pdl", bool, False, "planted", compiled=False),
+    }
+    monkeypatch.setattr(compile_cache, "FACTS", {**FACTS, **planted})
+    rows = compile_cache.compiled_fact_rows()
+    assert "pdl" not in rows and set(planted) - {"pdl"} <= set(rows)
+    assert rows["softcap"].places == (("fwd", "dense"),) and rows["softcap"].source == "TemplateParams.has_softcap"
+    assert rows["thd_tiles"].places == (("fwd", "thd"), ("bwd", "thd"))
+    assert rows["relay"].places == (("bwd", "dense"),) and rows["pinned"].places == () and rows["pinned"].excluded == planted["pinned"].no_variant
+    assert "softcap" in compile_cache.specializing_facts("fwd") and "softcap" not in compile_cache.specializing_facts("bwd")
+    families = {fam.test: fam for fam in distinct_families(rows)}
+    assert "test_pinned_compiles_its_own_kernel" not in families
+    for name in ("softcap", "thd_tiles", "relay"):
+        fam = families[f"test_{name}_compiles_its_own_kernel"]
+        assert fam.property == "compile_distinct" and fam.params == {"fact": name} and fam.examples == "compile_distinct"
+        assert [pid for _, pid in fam.parameters()] == [f"{d}-{x}" for d, x in rows[name].places]
+    assert set(families) - {f"test_{n}_compiles_its_own_kernel" for n in planted} == {
+        f"test_{n}_compiles_its_own_kernel" for n, row in COMPILED_FACTS.items() if row.places
+    }
 
 
 def test_the_pools_feature_column_is_every_forward_feature_without_a_column():
@@ -147,7 +232,8 @@ def test_the_modules_whose_lists_derive_name_no_feature():
 
 # ------------------------------------------------------------ (b) a planted fact
 # Two facts a later schema adds: a compiled forward-only feature the prepared
-# entry alone takes (with a compile_distinct family), and a runtime feature.
+# entry alone takes (its compile_distinct family derived from its kernel entry:
+# no ``distinct=``), and a runtime feature.
 PLANTED = """    softcap: bool = fact(
         False,
         "planted: logits soft-capped by 30 tanh(s / 30) before the softmax (TemplateParams.has_softcap)",
@@ -156,7 +242,6 @@ PLANTED = """    softcap: bool = fact(
         direction=("fwd",),
         feature=True,
         kernel=("TemplateParams.has_softcap",),
-        distinct="TemplateParams.has_softcap (planted)",
     )
     pdl: bool = fact(False, "planted: programmatic dependent launch (a launch attribute)", since=5, compiled=False, feature=True)
 """

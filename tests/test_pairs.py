@@ -39,9 +39,8 @@ def test_compile_key_facts_follow_the_declared_roles():
         assert thd < declared_facts and not thd & {"window_right", "batch", "s_q", "s_kv", "memory", "sink_layout", "bias_batch"}
         assert {"h_q", "q_lens", "window_left", "sinks"} <= thd
     assert not set(pairs.compiled_facts("bwd", "dense")) & set(declared.FORWARD_ONLY_FACTS)
-    for fact in COMPILED_FACTS:  # every compiled-in fact compile_distinct varies is a factor of its pass
-        direction = "bwd" if fact in declared.BACKWARD_FACTS else "fwd"
-        assert fact in pairs.compiled_facts(direction, "dense")
+    for fact, row in COMPILED_FACTS.items():  # every compile-key fact compile_distinct varies is a factor where it varies it
+        assert fact in pairs.STRATUM_FACTS or all(fact in pairs.compiled_facts(d, layout) for d, layout in row.places), fact
     names = {f.name for f in pairs.factors("fwd", "dense")}
     assert {"dtype", "flavor", "heads", "batch", "lengths", "causal", "window_left", "bias", "sinks", "has_lse", "lse_layout", "sched", "scale"} <= names
     assert {"heads", "sequences", "prefix_dtype", "sink_dtype"} <= {f.name for f in pairs.factors("fwd", "thd")}
