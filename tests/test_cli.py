@@ -233,14 +233,12 @@ def test_pairs_subcommand(tmp_path, capsys):
 
     before = settings.get_current_profile_name()
     out = tmp_path / "pairs.json"
-    assert cli.main(["pairs", "--profile", "ci", "-k", "compiles_its_own_kernel", "--json", str(out)]) == 0
+    assert cli.main(["pairs", "--profile", "ci", "-k", "dtype_compiles_its_own_kernel", "--json", str(out)]) == 0
     text = capsys.readouterr().out
     assert "pair coverage: profile ci, adapter prepared" in text and "missing fwd dense:" in text
     m = json.loads(out.read_text())
-    assert set(m["tests"]) == {
-        "test_lse_log2_compiles_its_own_kernel",
-        "test_deterministic_compiles_its_own_kernel",
-        "test_dbias_dtype_compiles_its_own_kernel",
-    }
+    # -k selects by substring: the dtype-like compiled facts of both passes
+    assert {"test_dtype_compiles_its_own_kernel", "test_dbias_dtype_compiles_its_own_kernel"} <= set(m["tests"])
+    assert all("dtype_compiles_its_own_kernel" in t for t in m["tests"])
     assert 0 < m["fwd"]["drawn"] < m["fwd"]["feasible"] and m["bwd"]["drawn"] > 0
     assert settings.get_current_profile_name() == before  # the profile of the run it was called from is back
