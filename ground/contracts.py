@@ -451,3 +451,196 @@ BWD_RULES: Tuple[BwdRule, ...] = (
 )
 BWD_RULE_NAMES = tuple(r.name for r in BWD_RULES)
 assert len(set(BWD_RULE_NAMES)) == len(BWD_RULES) and all(r.change[0] in BWD_CHANGES for r in BWD_RULES)
+
+
+# ------------------------------------------------------------ the sm90 family
+# What the sm90 family's entry points refuse (ground.families.FAMILIES["sm90"]),
+# one row per rule: the planner SdpaFwdDslSm90.check_support (what the public
+# sdpa_fwd_wrapper_dsl_sm90 and the suite's sm90 adapter plan through), the
+# template's validator config_sm90.validate_params (also run when the template
+# is loaded) and the template's compile() (its head-dim check, before
+# compiling). Every row is refused before anything compiles or launches, with
+# no device consulted but the planner's arch probe (kernels.sm90.specialize
+# answers it on the CPU): tests/test_contracts_sm90.py runs them all on the CPU
+# (kernels.sm90.rules.run_rule). The SM80 rows above (RULES) are the sm80
+# family's; broken_rules reads a Case's own family's rows.
+SM90_PLAN, SM90_CONFIG, SM90_COMPILE = "sm90_plan", "sm90_config", "sm90_compile"
+SM90_ENTRY_POINTS = {
+    SM90_PLAN: "cudnn.sdpa.fwd.api_dsl.SdpaFwdDslSm90.check_support (kernels.sm90.specialize.plan)",
+    SM90_CONFIG: "cudnn.sdpa.fwd.config_sm90.validate_params, on the planned TemplateParams with fields replaced",
+    SM90_COMPILE: "cudnn.sdpa.fwd.kernels.sm90.prefill_d512_f16.compile, on the plan of the base Case with the changed head dims",
+}
+# Descriptor stand-ins a plan-argument row may name ("desc:<role>"): kernels.sm90.rules builds them.
+SM90_DESCRIPTORS = {
+    "bias": "a [1, H_q, S_q, S_kv] additive bias of the I/O dtype",
+    "score_max": "a (B, H_q, S_q) fp32 row-max output",
+}
+_SM90_API = "cudnn/sdpa/fwd/api_dsl.py"
+_SM90_CFG = "cudnn/sdpa/fwd/config_sm90.py"
+_SM90_PF = "cudnn/sdpa/fwd/kernels/sm90/prefill_d512_f16.py"
+ACCEPTED_BY_INSTALLED = "accepted"  # Sm90Rule.observed: the installed entry point accepts what the contract refuses
+
+
+@dataclass(frozen=True)
+class Sm90Rule:
+    """One sm90 contract rule. ``base``: the facts of a valid sm90 Case (the
+    family added); ``facts``: the Case facts that break the rule (the
+    planner and the compile entry read them); ``plan``: planner constructor
+    arguments replaced; ``params``: TemplateParams fields replaced on the
+    base Case's plan (the config entry). ``expect``: entry -> the exception
+    and a fragment of its message naming what is wrong. ``observed``:
+    ``ACCEPTED_BY_INSTALLED`` where the installed entry accepts it instead
+    (a candidate finding the GPU has yet to judge: the test checks the
+    acceptance, so a fix upstream shows). ``where``: the source that refuses."""
+
+    name: str
+    base: Mapping[str, Any]
+    expect: Mapping[str, Expect]
+    where: str
+    facts: Mapping[str, Any] = field(default_factory=dict)
+    plan: Mapping[str, Any] = field(default_factory=dict)
+    params: Mapping[str, Any] = field(default_factory=dict)
+    observed: Optional[str] = None
+
+    def valid_case(self) -> Case:
+        return Case(**{"family": "sm90", **self.base})
+
+    def case(self) -> Case:
+        return self.valid_case().replace(**self.facts, violation=self.name)
+
+    @property
+    def targets(self) -> Tuple[str, ...]:
+        return tuple(self.expect)
+
+
+_SM90_DENSE = dict(d_qk=64, d_v=64, s_q=64, s_kv=128, h_q=2, h_kv=2)
+_SM90_THD = dict(layout="thd", d_qk=64, d_v=64, q_lens=(5, 9), kv_lens=(7, 3), h_q=4, h_kv=2)
+
+
+def _sm90_params(name, fragment, params, base=_SM90_DENSE, where=f"{_SM90_CFG}:95-121") -> Sm90Rule:
+    return Sm90Rule(name, base, {SM90_CONFIG: _ve(fragment)}, where, params=params)
+
+
+SM90_RULES: Tuple[Sm90Rule, ...] = (
+    # ---- head dims: multiples of 8 up to the 512-column tile (the planner and the template's compile())
+    Sm90Rule(
+        "sm90_head_dim_not_multiple_of_8",
+        _SM90_DENSE,
+        {SM90_PLAN: _nie("D_QK=60"), SM90_COMPILE: _ve("D_QK=60")},
+        f"{_SM90_CFG}:37-45 via {_SM90_API}:5223-5224 and {_SM90_PF}:1520-1522",
+        facts=dict(d_qk=60),
+    ),
+    Sm90Rule(
+        "sm90_head_dim_qk_over_512",
+        _SM90_DENSE,
+        {SM90_PLAN: _nie("D_QK=520"), SM90_COMPILE: _ve("D_QK=520")},
+        f"{_SM90_CFG}:37-45 via {_SM90_API}:5223-5224 and {_SM90_PF}:1520-1522",
+        facts=dict(d_qk=520),
+    ),
+    Sm90Rule(
+        "sm90_head_dim_v_over_512",
+        _SM90_DENSE,
+        {SM90_PLAN: _nie("D_V=520"), SM90_COMPILE: _ve("D_V=520")},
+        f"{_SM90_CFG}:37-45 via {_SM90_API}:5223-5224 and {_SM90_PF}:1520-1522",
+        facts=dict(d_v=520),
+    ),
+    # ---- heads
+    Sm90Rule("sm90_gqa_non_integral", _SM90_DENSE, {SM90_PLAN: _ve("H_kv")}, f"{_SM90_API}:5184", facts=dict(h_q=3, h_kv=2)),
+    Sm90Rule(
+        "sm90_pack_gqa_ratio",
+        _SM90_DENSE,
+        {SM90_PLAN: _nie("PackGQA"), SM90_CONFIG: _ve("PackGQA")},
+        f"{_SM90_API}:5306-5308; {_SM90_CFG}:99-100",
+        facts=dict(h_q=6, h_kv=2, pack_gqa=True),
+        params=dict(pack_gqa=True, qh_per_kh=3),
+    ),
+    Sm90Rule("sm90_thd_pack_gqa", _SM90_THD, {SM90_PLAN: _nie("THD PackGQA")}, f"{_SM90_API}:5282-5288", facts=dict(pack_gqa=True)),
+    # ---- masks and lengths
+    Sm90Rule("sm90_window_right_without_causal", _SM90_DENSE, {SM90_PLAN: _ve("window_size_right")}, f"{_SM90_API}:5198", facts=dict(window_right=4)),
+    Sm90Rule(
+        "sm90_bottom_right_without_causal",
+        _SM90_DENSE,
+        {SM90_PLAN: _ve("causal_bottom_right")},
+        f"{_SM90_API}:5199 (the SM80 family aligns a window alone bottom-right)",
+        facts=dict(window_left=8, bottom_right=True),
+    ),
+    Sm90Rule(
+        "sm90_q_lens_without_kv_lens",
+        _SM90_DENSE,
+        {SM90_PLAN: _ve("Q and KV lengths")},
+        f"{_SM90_API}:5195",
+        facts=dict(seq_q_lens=(30,)),
+    ),
+    Sm90Rule(
+        "sm90_unpadded_bottom_right_sq_gt_skv",
+        _SM90_DENSE,
+        {SM90_PLAN: _nie("bottom-right S_q > S_kv")},
+        f"{_SM90_API}:5282-5288",
+        facts=dict(causal=True, bottom_right=True, s_q=128, s_kv=64),
+    ),
+    Sm90Rule(
+        "sm90_unpadded_window_sq_gt_skv",
+        _SM90_DENSE,
+        {SM90_PLAN: _nie("sliding-window S_q > S_kv")},
+        f"{_SM90_API}:5282-5288 (the declared window, a vacuous one included)",
+        facts=dict(window_left=8, s_q=128, s_kv=64),
+    ),
+    Sm90Rule("sm90_negative_window", _SM90_DENSE, {SM90_PLAN: _ve("window_size_left")}, f"{_SM90_API}:5196-5197", plan=dict(window_size_left=-2)),
+    # ---- the scheduler
+    Sm90Rule(
+        "sm90_thd_scheduler",
+        _SM90_THD,
+        {SM90_PLAN: _nie("SCHED_LPT"), SM90_CONFIG: _ve("THD")},
+        f"{_SM90_API}:5302-5305; {_SM90_CFG}:103-104",
+        plan=dict(sched_policy=1),
+        params=dict(sched_policy=1),
+    ),
+    # ---- planner arguments the Case cannot state
+    Sm90Rule("sm90_tile_m", _SM90_DENSE, {SM90_PLAN: _nie("tiles other than 64/64")}, f"{_SM90_API}:5215", plan=dict(tile_m=128)),
+    Sm90Rule("sm90_split_kv", _SM90_DENSE, {SM90_PLAN: _nie("split-KV")}, f"{_SM90_API}:5214", plan=dict(split_kv=2)),
+    Sm90Rule("sm90_dense_cu_lengths", _SM90_DENSE, {SM90_PLAN: _nie("THD-only")}, f"{_SM90_API}:5225", plan=dict(cu_seq_q_lens=True)),
+    Sm90Rule("sm90_thd_stats_padded", _SM90_THD, {SM90_PLAN: _nie("THD Stats must stay packed")}, f"{_SM90_API}:5226", plan=dict(thd_stats_padded=True)),
+    Sm90Rule("sm90_dense_stats_padded", _SM90_DENSE, {SM90_PLAN: _ve("thd_stats_padded requires thd")}, f"{_SM90_API}:5191", plan=dict(thd_stats_padded=True)),
+    # ---- optional operands the planner should decline and accepts (candidate findings, api_dsl.py:956-958)
+    Sm90Rule(
+        "sm90_bias_operand",
+        _SM90_DENSE,
+        {SM90_PLAN: _nie("bias")},
+        f"{_SM90_API}:956-958 ('a concrete implementation that cannot lower one raises NotImplementedError from check_support'); "
+        f"check_support ({_SM90_API}:5156-5309) never reads sample_bias",
+        plan=dict(sample_bias="desc:bias"),
+        observed=ACCEPTED_BY_INSTALLED,
+    ),
+    Sm90Rule(
+        "sm90_score_max_output",
+        _SM90_DENSE,
+        {SM90_PLAN: _nie("score")},
+        f"{_SM90_API}:956-958, as sm90_bias_operand (sample_score_max)",
+        plan=dict(sample_score_max="desc:score_max"),
+        observed=ACCEPTED_BY_INSTALLED,
+    ),
+    Sm90Rule(
+        "sm90_use_pdl",
+        _SM90_DENSE,
+        {SM90_PLAN: _nie("use_pdl")},
+        f"{_SM90_API}:871-875 ('a kernel without it is a typed decline at compile()'); the SM90 compile() has no such knob",
+        plan=dict(use_pdl=True),
+        observed=ACCEPTED_BY_INSTALLED,
+    ),
+    # ---- the template's own validator (TemplateParams the planner never builds)
+    _sm90_params("sm90_params_dtype", "FP16 or BF16", dict(dtype_qkv=0)),
+    _sm90_params("sm90_params_head_ratio", "positive head ratio", dict(qh_per_kh=0)),
+    _sm90_params("sm90_params_sched_policy", "NATURAL/LPT/LPT_L2", dict(sched_policy=7)),
+    _sm90_params("sm90_params_scale_mode", "scale mode", dict(scale_mode=2)),
+    _sm90_params("sm90_params_thd_without_kv_lens", "seq_kv_lens_present", dict(seq_kv_lens_present=False), base=_SM90_THD),
+    _sm90_params("sm90_params_thd_q_lens", "seq_q_lens_present", dict(seq_q_lens_present=True), base=_SM90_THD),
+    _sm90_params("sm90_params_causal_and_window_right", "plain causal", dict(causal=True, window_right=4)),
+    _sm90_params("sm90_params_window_left_negative", "window_left", dict(window_left=-1)),
+    _sm90_params("sm90_params_window_right_zero", "window_right", dict(window_right=0)),
+    _sm90_params("sm90_params_window_left_bool", "window_left", dict(window_left=True)),
+    _sm90_params("sm90_params_bottom_right_without_band", "diagonal alignment needs a band", dict(bottom_right=True)),
+    _sm90_params("sm90_params_bottom_right_repeats_causal", "bottom_right repeats", dict(causal=True, bottom_right=True)),
+)
+SM90_RULES_BY_NAME: Dict[str, Sm90Rule] = {r.name: r for r in SM90_RULES}
+assert len(SM90_RULES_BY_NAME) == len(SM90_RULES) and not set(SM90_RULES_BY_NAME) & set(RULES_BY_NAME)
+assert all(set(r.targets) <= set(SM90_ENTRY_POINTS) and (r.observed in (None, ACCEPTED_BY_INSTALLED)) for r in SM90_RULES)
