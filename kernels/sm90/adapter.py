@@ -1,0 +1,131 @@
+"""Sm90Adapter: the sm90 family through its compile entry point.
+
+``compile_only(case)`` plans the Case with the kernels' own planner
+(``kernels.sm90.specialize``), loads the template for its TemplateParams the
+way ``SdpaFwdDslSm90.compile`` does (``api_dsl._load_kernel_template``) and
+calls the template's ``compile()`` (prefill_d512_f16.py:1490, which reaches
+``prepared_host.compile_host``) for sm_90a: on any machine, no CUDA call. The
+host names ``--gpu-arch=sm_90a`` itself (prepared_host.py:116), so nothing is
+retargeted; only sm_90a compiles (sm_90 and sm_100a fail in libNVVM). On a
+machine without a Hopper device the artifact has no positional entry (as for
+the SM80 compile-only tier) and the persistent cache stores nothing.
+
+``run(case, inputs, outputs)`` launches a dense Case through the planner's own
+``compile()`` and ``execute()`` (its native binder) on the caller's guarded
+buffers. It needs a Hopper GPU and has NOT been run on one: it is the
+smallest launch that can be checked there (docs/sm90.md); THD launches are
+refused until then.
+
+The adapter is not one of ``kernels.ADAPTERS`` (the ``--adapter`` choices of
+the SM80 properties): it serves Cases of the sm90 family only
+(``case.family``), which the SM80 adapters refuse (``Fact.adapters``).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from ground.case import Case
+from ground.outcome import Unsupported
+from ground.tables import NO_GPU
+from kernels.base import CompileDelta, KernelResult
+from kernels.counters import measure
+from kernels.sm90.specialize import FAMILY, TAG, TEMPLATE, Sm90Specialization, plan, specialize
+
+
+def template_module(params):
+    """The template module specialized by ``params`` (config_sm90.TemplateParams),
+    loaded as SdpaFwdDslSm90.compile loads it (api_dsl.py:5342): one module per params."""
+    from cudnn.sdpa.fwd.api_dsl import _load_kernel_template
+
+    return _load_kernel_template(TEMPLATE, params, tag=TAG)
+
+
+def compile_spec(spec: Sm90Specialization):
+    """Compile ``spec`` for sm_90a through the template's ``compile()``: the
+    artifact (entry-less without a Hopper device). The template's own lru in
+    front of the compiled cache is forgotten first, so every call asks the
+    compiled cache (a repeat is a memo hit: the same cache key)."""
+    mod = template_module(spec.params)
+    mod._compile.cache_clear()
+    args, kwargs = spec.compile_args()
+    return mod.compile(*args, **kwargs)
+
+
+class Sm90Adapter:
+    """The sm90 family's compile entry point (see the module doc)."""
+
+    name = "sm90"
+    label = "sm90 (prefill_d512_f16 via compile(); compile-only verified)"
+    supports = frozenset({"caller-outputs", "compile-only"})
+    lacks = {
+        "no-init": "the SM90 THD host has no output-initialisation option (rows outside a sequence are never written)",
+        "thd-addressing": "the sm90 family is forward only",
+    }
+
+    def _served(self, case: Case) -> None:
+        if case.family != FAMILY.name:
+            raise Unsupported.case(f"case field 'family' = {case.family!r}: the {self.name} adapter runs the sm90 family only", adapter=self.name)
+        if case.is_bwd:
+            raise Unsupported.case("case field 'direction' = 'bwd': the sm90 family is forward only", adapter=self.name)
+
+    # ------------------------------------------------------ compile only
+    def compile_only(self, case: Case, *, tamper: Optional[str] = None, live: bool = False) -> CompileDelta:
+        """Plan and compile ``case`` for sm_90a from its facts alone (no CUDA
+        call): the compile a run of it asks for (the same target: on a Hopper
+        device the artifact is the run's). Raises the planner's or the
+        template's exception for a Case they refuse."""
+        if tamper is not None:
+            raise ValueError(f"tamper {tamper!r}: the sm90 compile entry takes none")
+        self._served(case)
+        spec = specialize(case)
+        with measure() as box:
+            compile_spec(spec)
+        return box.delta
+
+    # ------------------------------------------------------------- run
+    def run(self, case: Case, inputs, outputs=None, *, initialize_outputs: bool = True, tamper: Optional[str] = None) -> KernelResult:
+        """Launch dense ``case`` on a Hopper GPU through the planner's compile()
+        and execute() on the caller's buffers (O, LSE written in place).
+        Unverified: written without a Hopper device to run it on."""
+        import torch
+
+        from ground.data import make_outputs
+        from kernels.environment import detect
+
+        self._served(case)
+        if tamper is not None:
+            raise ValueError(f"tamper {tamper!r}: the sm90 adapter takes none")
+        if not initialize_outputs:
+            raise Unsupported.lacking(self.name, "no-init", case.describe(), self.lacks["no-init"])
+        env = detect()
+        if env.capability is None:
+            raise Unsupported.machine(NO_GPU + f" (the {self.name} adapter can only compile_only() here)", adapter=self.name)
+        if tuple(env.capability) != (9, 0):
+            raise Unsupported.machine(f"the sm90 family launches on SM 9.0 only (sm_90a artifacts); this is {env.live_arch}", adapter=self.name)
+        if case.is_thd:
+            raise Unsupported("adapter", "the sm90 THD launch (caller workspace, length forms) is not written yet", adapter=self.name, what=case.describe())
+        dev = torch.device("cuda", torch.cuda.current_device())
+        inputs = inputs.to(dev)
+        o, lse = outputs if outputs is not None else make_outputs(case, dev)
+        with measure() as box:
+            api = plan(case)
+            api.compile()
+        api.execute(
+            inputs.q,
+            inputs.k,
+            inputs.v,
+            o,
+            lse if case.has_lse else None,
+            sinks=inputs.sinks,
+            seq_q_lens=inputs.seq_q_lens,
+            seq_kv_lens=inputs.seq_kv_lens,
+            scale_softmax=case.scale,
+        )
+        handed = {"q": inputs.q, "k": inputs.k, "v": inputs.v, "o": o, "lse": lse if case.has_lse else None}
+        handed.update(sinks=inputs.sinks, seq_q_lens=inputs.seq_q_lens, seq_kv_lens=inputs.seq_kv_lens)
+        notes = {"adapter": self.name, "family": FAMILY.name, "arch": FAMILY.arch, "params": repr(api.params)}
+        return KernelResult(o, lse, box.delta, notes, {k: t for k, t in handed.items() if t is not None})
+
+    def backward(self, case: Case, *args, **kwargs) -> KernelResult:
+        raise Unsupported("adapter", "the sm90 family is forward only: no SM90 backward", adapter=self.name, what=case.describe())
