@@ -33,11 +33,16 @@ from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Opti
 from . import case as declared
 from .case import DIRECTIONS, LAYOUTS, Case
 from .contracts import broken_rules
+from .families import DEFAULT_FAMILY, FAMILIES
 from .tables import FLAVOR_ENVELOPES, FLAVORS, flavor_of
 
 # ------------------------------------------------------------ compile-key facts
-# Not factors: the stratum itself (the layout, TemplateParams.thd_varlen; the pass).
-STRATUM_FACTS = ("layout", "direction")
+# Not factors: the stratum itself (the layout, TemplateParams.thd_varlen; the
+# pass; the kernel family). The pairs are the sm80 family's (the one the
+# properties run): the facts it has no counterpart for (ground.families) are
+# no factor of it.
+STRATUM_FACTS = ("layout", "direction", "family")
+PAIRS_FAMILY = FAMILIES[DEFAULT_FAMILY]
 # A THD kernel's compile key is its TemplateParams and compile_thd_host's
 # arguments (a dense kernel's is its whole geometry: every compiled fact): a
 # fact that reaches neither (``Fact.kernel``; a fact naming no kernel entry at
@@ -49,12 +54,12 @@ THD_SOURCES = ("TemplateParams", "compile_thd_host")
 def compiled_facts(direction: str, layout: str) -> Tuple[str, ...]:
     """The compile-key facts of a ``direction`` kernel on ``layout``, in
     declaration order: ``case.compiled_facts(direction)`` (``Fact.compiled``
-    and ``Fact.direction``), less the stratum, and for THD those its compile
-    key reaches (``THD_SOURCES``)."""
+    and ``Fact.direction``), less the stratum and the facts the sm80 family has
+    no counterpart for, and for THD those its compile key reaches (``THD_SOURCES``)."""
     out = []
     for name in declared.compiled_facts(direction):
         f = declared.FACTS[name]
-        if name in STRATUM_FACTS:
+        if name in STRATUM_FACTS or name in PAIRS_FAMILY.absent:
             continue
         if layout == "thd" and f.kernel and not any(k.split(".")[0] in THD_SOURCES for k in f.kernel):
             continue

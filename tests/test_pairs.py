@@ -28,12 +28,14 @@ STRATA_OF = [(d, lay) for d in DIRECTIONS for lay in LAYOUTS]
 def test_compile_key_facts_follow_the_declared_roles():
     """The factors are the declared compile-key facts of the direction
     (case.compiled_facts: Fact.compiled and Fact.direction), the stratum
-    aside; on THD only those its compile key reaches (TemplateParams,
-    compile_thd_host): the right band, the dense shapes and strides are not."""
+    aside, and the facts the sm80 family has no counterpart for
+    (ground.families: pack_gqa); on THD only those its compile key reaches
+    (TemplateParams, compile_thd_host): the right band, the dense shapes and
+    strides are not."""
     from properties import COMPILED_FACTS
 
     for direction in DIRECTIONS:
-        declared_facts = set(declared.compiled_facts(direction)) - set(pairs.STRATUM_FACTS)
+        declared_facts = set(declared.compiled_facts(direction)) - set(pairs.STRATUM_FACTS) - set(pairs.PAIRS_FAMILY.absent)
         assert set(pairs.compiled_facts(direction, "dense")) == declared_facts
         thd = set(pairs.compiled_facts(direction, "thd"))
         assert thd < declared_facts and not thd & {"window_right", "batch", "s_q", "s_kv", "memory", "sink_layout", "bias_batch"}
