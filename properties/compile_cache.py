@@ -184,7 +184,7 @@ import json, sys
 from kernels.source import use_kernels_source
 use_kernels_source()  # $SDPA_KERNELS_SOURCE, inherited: the same kernels as this run
 #PRELUDE
-from ground.case import FACTS, Case, Fact, runtime_facts, varied
+from ground.case import Case
 from ground.data import make_inputs, make_outputs
 from kernels import get_adapter
 case = Case.from_json(sys.argv[1])

@@ -420,3 +420,29 @@ def test_a_specialization_that_drops_a_fact_leaves_its_family_no_variant(monkeyp
     with pytest.raises(Unsupported, match="lse_log2") as refusal:
         check_compile_distinct(Case(), prepared.PreparedAdapter(rewrites=()), fact="lse_log2")
     assert refusal.value.scope == "case"
+
+
+def _run_probe_prefix(code: str, case: Case):
+    """Everything of the disk property's probe before its launch (imports,
+    Case parsing, the adapter lookup), in a fresh process as the property
+    runs it: the launch needs a GPU, its imports must not."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    prefix = code.split("\nresult =")[0].replace("#PRELUDE", "")
+    root = Path(__file__).resolve().parents[1]
+    return subprocess.run([sys.executable, "-c", prefix, case.to_json(), "prepared"], cwd=root, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("layout", ["dense", "thd"])
+def test_the_disk_probe_imports_and_parses_its_case_on_the_cpu(layout):
+    from properties import compile_cache
+
+    done = _run_probe_prefix(compile_cache._PROBE, compile_cache.DISK_CASES[layout])
+    assert done.returncode == 0, done.stderr[-2000:]
+    # power: a probe naming a name the ground no longer has fails the same way
+    planted = compile_cache._PROBE.replace("from ground.case import Case", "from ground.case import Case, no_such_name")
+    assert planted != compile_cache._PROBE
+    bad = _run_probe_prefix(planted, compile_cache.DISK_CASES[layout])
+    assert bad.returncode != 0 and "ImportError" in bad.stderr
