@@ -354,25 +354,16 @@ def prepared_backward(adapter, case: Case, inputs, o, lse, do, grads=None, *, in
         notes["thd_origin"] = {"addressing": addressing, "tokens": list(thd_origin(case, addressing))}
     # Guard bands are checked on whole allocations: a view handed from a THD origin is named by its buffer.
     whole = lambda n, t, full: full if view.get(n) is t else t  # noqa: E731
-    handed = {
-        role: t
-        for role, t in (
-            ("q", whole("q", q, inputs.q)),
-            ("k", whole("k", k, inputs.k)),
-            ("v", whole("v", v, inputs.v)),
-            ("o", whole("o", o_run, o)),
-            ("do", whole("do", do_run, do)),
-            ("lse", lse_run),
-            ("bias", inputs.bias),
-            ("sinks", inputs.sinks),
-            ("seq_q_lens", inputs.seq_q_lens),
-            ("seq_kv_lens", inputs.seq_kv_lens),
-            ("cu_q", inputs.cu_q),
-            ("cu_kv", inputs.cu_kv),
-            ("workspace", workspace),
-        )
-        if t is not None
-    }
+    handed = _handed(
+        inputs,
+        q=whole("q", q, inputs.q),
+        k=whole("k", k, inputs.k),
+        v=whole("v", v, inputs.v),
+        o=whole("o", o_run, o),
+        do=whole("do", do_run, do),
+        lse=lse_run,
+        workspace=workspace,
+    )
     handed.update({n: whole(n, t, grads[n]) for n, t in run.items()})
     return KernelResult(o, lse, box.delta, notes, handed, grads=written)
 
@@ -503,25 +494,17 @@ def wrapper_backward(adapter, case: Case, inputs, o, lse, do, grads=None, *, ini
             "tokens": [bq, bk],
             "gradients": "the returned rows placed from the origin; rows before it NaN (never handed)",
         }
-    handed = {
-        role: t
-        for role, t in (
-            ("q", inputs.q),
-            ("k", inputs.k),
-            ("v", inputs.v),
-            ("o", o),
-            ("do", do),
-            ("lse", lse),
-            ("bias", inputs.bias),
-            ("sinks", inputs.sinks),
-            ("seq_q_lens", inputs.seq_q_lens),
-            ("seq_kv_lens", inputs.seq_kv_lens),
-            ("cu_q", inputs.cu_q),
-            ("cu_kv", inputs.cu_kv),
-        )
-        if t is not None
-    }
+    handed = _handed(inputs, q=inputs.q, k=inputs.k, v=inputs.v, o=o, do=do, lse=lse)
     return KernelResult(o, lse, box.delta, notes, handed, grads=out)
+
+
+def _handed(inputs, **operands) -> Dict[str, torch.Tensor]:
+    """The buffers a backward launch was handed, by role (guard bands are
+    checked on each): the Q/K/V/O/dO/LSE (and workspace) ``operands`` as
+    handed, then the Case's metadata operands from ``inputs``; None: not handed."""
+    meta = ("bias", "sinks", "seq_q_lens", "seq_kv_lens", "cu_q", "cu_kv")
+    roles = {**operands, **{n: getattr(inputs, n) for n in meta}}
+    return {role: t for role, t in roles.items() if t is not None}
 
 
 def _at_origin(t: torch.Tensor, origin: int, tokens: int) -> torch.Tensor:
