@@ -78,6 +78,10 @@ Checks = Mapping[str, Mapping[str, Tuple[str, str]]]
 QUANTITIES = ("o", "lse")
 # The backward's gradients: a plain backward/determinism check's failure names one (detail "quantity").
 GRAD_QUANTITIES = ("dq", "dk", "dv", "dbias", "dsink")
+# Gradients only some Cases have (ground.data.make_grads allocates them): a
+# finding about one is not exercised by a Case without it, so it cannot go
+# stale in a run whose padded Cases happened to draw no bias or no sinks.
+PRODUCED_WHEN = {"dbias": lambda c: c.bias is not None and not c.is_thd, "dsink": lambda c: c.sinks}
 ACCEPTED = "accepted"  # the ``observed`` outcome of a call that returned normally
 
 
@@ -305,6 +309,8 @@ class Finding:
             return False
         if self.crash:
             return True
+        if self.quantity in PRODUCED_WHEN and not PRODUCED_WHEN[self.quantity](case):
+            return False
         if self.region in STORAGE_REGIONS:
             return STORAGE_REGIONS[self.region].applies(case)
         return self.region is None or bool(REGIONS[self.region].rows(case).any())

@@ -420,3 +420,21 @@ def test_the_dsink_sum_is_unordered_from_three_row_groups():
     thd = Case(layout="thd", q_lens=(1, 16, 0, 1), kv_lens=(63, 2, 65, 1), h_q=8, h_kv=2, sinks=True, direction="bwd", deterministic=True)
     assert f(thd) and not f(thd.replace(q_lens=(1, 0, 0, 1))) and not f(thd.replace(sinks=False))
     assert f(Case(batch=3, sinks=True)) and not f(Case(batch=2, sinks=True))
+
+
+def test_a_gradient_finding_is_exercised_only_by_cases_that_have_the_gradient():
+    """The padded-K/V dBias finding selects every padded backward Case, but
+    only one with a bias has a dBias that can fail: a run whose padded Cases
+    drew no bias must not call it stale (its dK twin stays exercised)."""
+    entries = {f.id: f for f in findings.load(str(ROOT / "known_findings.toml"), checks=CHECKS)}
+    dbias, dk = entries["bwd-dense-padded-kv-nan-dbias"], entries["bwd-dense-padded-kv-nan-dk-rows"]
+    padded = Case(batch=2, s_q=4, s_kv=8, seq_q_lens=(4, 4), seq_kv_lens=(3, 8), direction="bwd")
+    with_bias = dataclasses.replace(padded, bias="float16")
+    assert dk.exercised_by("backward_tails", padded) and dk.exercised_by("backward_tails", with_bias)
+    assert dbias.selects("backward_tails", padded) and not dbias.exercised_by("backward_tails", padded)
+    assert dbias.exercised_by("backward_tails", with_bias)
+    # a run whose only padded example had no bias: the dK twin reproduced, the dBias one is not stale
+    verdict = findings.judge("backward_tails", padded, [], entries=[dbias, dk])
+    run = [{"exercised": verdict.exercised, "findings": [dk.id]}]
+    status = {e["id"]: e["status"] for e in findings.statuses([dbias, dk], run)}
+    assert status == {dbias.id: findings.NOT_EXERCISED, dk.id: findings.REPRODUCED}
