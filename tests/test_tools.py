@@ -1,0 +1,55 @@
+"""The maintenance scripts in tools/ (most need a GPU to run) at least name
+only what the project still has: every import of one of our packages in
+them resolves on the CPU. A GPU-only script is otherwise never imported by
+the CPU test command, and a rename in the ground would first show up on a
+GPU runner."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+OURS = ("ground", "kernels", "properties", "reference", "strategies", "conformance", "reports")
+TOOLS = sorted((ROOT / "tools").glob("*.py"))
+
+
+def unresolved(source: str) -> list:
+    """(module, name) pairs of ``source``'s imports from our packages that do not resolve."""
+    missing = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            targets = [(a.name, None) for a in node.names if a.name.split(".")[0] in OURS]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.split(".")[0] in OURS:
+            targets = [(node.module, a.name) for a in node.names]
+        else:
+            continue
+        for module, name in targets:
+            try:
+                mod = importlib.import_module(module)
+            except ImportError:
+                missing.append((module, name))
+                continue
+            if name is not None and name != "*" and not hasattr(mod, name):
+                try:
+                    importlib.import_module(f"{module}.{name}")
+                except ImportError:
+                    missing.append((module, name))
+    return missing
+
+
+def test_there_are_tools_to_check():
+    assert TOOLS, "tools/ holds no scripts: drop this test with the folder"
+
+
+@pytest.mark.parametrize("path", TOOLS, ids=lambda p: p.name)
+def test_a_tool_imports_only_what_the_project_has(path):
+    assert unresolved(path.read_text()) == []
+
+
+def test_a_planted_stale_import_is_found():
+    planted = "from ground.case import Case, no_such_name\nimport kernels.no_such_module\nfrom os import path\n"
+    assert unresolved(planted) == [("ground.case", "no_such_name"), ("kernels.no_such_module", None)]
