@@ -99,11 +99,17 @@ def summarize(report: dict, i: int) -> List[str]:
     tests = ", ".join(f"{n} {k}" for k, n in t.items() if n and k != "total")
     wall = r.get("wall_seconds") or 0.0
     lines = [f"run {i}: {tests or 'no tests'} | {r['examples']} examples in {wall:.0f} s ({(r.get('examples_per_minute') or 0):.0f}/min)"]
-    floor = c.get("floor") or {}
-    ratio = f", wall / floor {floor['ratio']:.2f}" if floor.get("ratio") else ""
+    floor, keys_floor, rep = c.get("floor") or {}, c.get("keys_floor") or {}, (c.get("repeats") or {}).get("by_class") or {}
+    ratio = lambda f: f", wall / floor {f['ratio']:.2f}" if f.get("ratio") else ""  # noqa: E731
     lines.append(
-        f"  compiles {c.get('compiles')} over {c.get('compiled_keys')} keys ({c.get('repeat_compiles')} repeats), hits {c.get('hits')}; "
-        f"compile floor {floor.get('seconds', 0):.0f} s{ratio}"
+        f"  compiles {c.get('compiles')}: {c.get('artifacts', 0)} artifacts of {c.get('compiled_keys', 0)} keys, "
+        f"{c.get('unkeyed_compiles', 0)} of examples naming no key, {c.get('repeat_compiles', 0)} repeats "
+        f"({rep.get('several workers', 0)} races, {rep.get('one worker', 0)} memos lost), "
+        f"{(c.get('deliberate') or {}).get('compiles', 0)} deliberate; hits {c.get('hits')}"
+    )
+    lines.append(
+        f"  compile floor {floor.get('seconds', 0):.0f} s{ratio(floor)} ({floor.get('artifacts', 0)} artifacts); "
+        f"keys floor {keys_floor.get('seconds', 0):.0f} s{ratio(keys_floor)}"
     )
     for prop, p in sorted(report["properties"].items()):
         for q, s in sorted((p.get("ratios_by_dtype") or {}).items()):

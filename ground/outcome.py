@@ -18,6 +18,12 @@ if TYPE_CHECKING:  # annotations only: ground.case raises this module's Unsuppor
     from .case import Case
 
 
+# The notes key of an example whose compiles are deliberate (why, in words): a
+# compile check compiling on purpose where the run shares nothing (a fresh
+# cache, an sm_80 artifact); reports count them apart from the run's.
+DELIBERATE_COMPILES = "deliberate_compiles"
+
+
 @dataclass
 class Observation:
     property: str

@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from ground.case import DIRECTIONS, FACTS, LAYOUTS, Case, Fact, runtime_facts
 from ground.data import make_grad_output, make_grad_outputs, make_inputs, make_outputs
-from ground.outcome import Observation, PropertyFailure, Unsupported
+from ground.outcome import DELIBERATE_COMPILES, Observation, PropertyFailure, Unsupported
 from properties import judge, recorder
 from properties.common import accepted, device, finish, launched_buffers
 
@@ -178,6 +178,13 @@ DISK_CASES = {
     "thd": Case(layout="thd", q_lens=(3, 64), kv_lens=(65, 1), q_base=2),
 }
 
+# Why a compile check's compiles are its own, not the run's (the notes' DELIBERATE_COMPILES):
+COLD = {
+    "fresh": "compiled into a fresh, empty compiled cache on purpose",
+    "sm80": "compile_only compiles for sm_80 whatever the live device: an artifact only an sm_80 device's launches could load",
+}
+
+
 # One launch in a fresh process on the named adapter; prints its counters.
 _PROBE = """
 import json, sys
@@ -226,7 +233,7 @@ def check_disk_reuse(case: Case, adapter, *, prelude: str = "") -> Observation:
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="sdpa-disk-cache-") as where:
         first = _launch_in_new_process(case, adapter, where, prelude)
-        seen = {"first process": first}  # the Observation's notes: both processes' counters
+        seen = {"first process": first, DELIBERATE_COMPILES: COLD["fresh"]}  # the Observation's notes: both processes' counters
 
         def judged():
             if first.get("misses", 0) < 1:
@@ -251,7 +258,7 @@ def check_compiles(case: Case, adapter) -> Observation:
     recorder.begin("compiles", case)
     start = time.perf_counter()
     delta = adapter.compile_only(case)
-    return finish("compiles", case, start, lambda: {}, compile=delta.to_dict())
+    return finish("compiles", case, start, lambda: {}, compile=delta.to_dict(), notes={DELIBERATE_COMPILES: COLD["sm80"]})
 
 
 # ---------------------------------------------------------- compile distinct
@@ -513,6 +520,7 @@ def check_compile_distinct(case: Case, adapter, *, fact: str) -> Observation:
             first = adapter.compile_only(base)
             second = adapter.compile_only(other)
     notes.update(rule=rule, why=DISTINCT_RULES[rule])
+    notes[DELIBERATE_COMPILES] = COLD["fresh" if rule == "counters" else "sm80"]
     was, now = f"{fact}={getattr(base, fact)!r}", f"{fact}={getattr(other, fact)!r}"
 
     def judged():

@@ -298,26 +298,64 @@ def _compile(s: dict) -> list:
         ("h", 2, "Compile statistics"),
         ("table", ["property", "compiles", "hits", "memo hits", "THD LRU misses", "modules", "seconds", "share of example time"], rows),
     ]
-    if c.get("keys"):
+    out += _accounting(c)
+    if c.get("cache"):
+        out.append(("p", c["cache"]))
+    return out
+
+
+def _accounting(c: dict) -> list:
+    """The compile section's counts: artifacts, repeats by cause, deliberate
+    compiles and both floors, each with its definition (reports.summary)."""
+    out, floor, keys_floor = [], c.get("floor") or {}, c.get("keys_floor") or {}
+    if c.get("keys") or c.get("unkeyed_compiles"):
+        unkeyed = ", ".join(f"{k} {v}" for k, v in (c.get("unkeyed") or {}).items())
         out.append(
             (
                 "p",
-                f"{c['keys']} distinct compile keys among the examples, {c['compiled_keys']} compiled in this run"
-                f" ({c['repeat_compiles']} compiles of a key already compiled in this run).",
+                f"{c.get('keys', 0)} distinct compile keys among the examples, {c.get('compiled_keys', 0)} compiled in this run: "
+                f"{c.get('artifacts', 0)} distinct artifacts (under a key, the most compiles one example made: a backward chain is several), "
+                f"{c.get('repeat_compiles', 0)} repeats (a compile under a key beyond its artifacts); "
+                f"{c.get('unkeyed_compiles', 0)} compiles of examples naming no key{f' ({unkeyed})' if unkeyed else ''}.",
             )
         )
-    rep = c.get("repeats") or {}
-    if c.get("repeat_compiles") and rep.get("top"):
-        out.append(("p", "Repeat compiles by where they come from: " + ", ".join(f"{k} {v}" for k, v in rep["by_class"].items()) + "."))
+    if c.get("repeat_compiles"):
+        out.append(
+            (
+                "p",
+                "Repeats by cause (several workers: a race; one worker: a memo or cache entry lost): "
+                + ", ".join(f"{k} {v}" for k, v in c["repeats"]["by_class"].items())
+                + ".",
+            )
+        )
         out.append(
             (
                 "table",
-                ["key", "compiles", "examples", "workers", "properties", "class"],
-                [[t["key"][:16], t["compiles"], t["examples"], t["workers"], ", ".join(t["properties"]), t["class"]] for t in rep["top"]],
+                ["key", "compiles", "artifacts", "examples", "workers", "properties", "cause"],
+                [
+                    [t["key"][:16], t["compiles"], t["artifacts"], t["examples"], t["workers"], ", ".join(t["properties"]), t["class"]]
+                    for t in c["repeats"]["top"]
+                ],
             )
         )
-    if c.get("cache"):
-        out.append(("p", c["cache"]))
+    d = c.get("deliberate") or {}
+    if d.get("compiles"):
+        by = ", ".join(f"{k} {v}" for k, v in d["by_property"].items())
+        out.append(
+            (
+                "p",
+                f"{d['compiles']} deliberate compiles ({by}; {_fmt(d['seconds'])} s): compile checks that compile on purpose outside the run's cache, in a warm run too; no run key's work.",
+            )
+        )
+    if floor.get("seconds"):
+        ratio = lambda f: f", wall / floor {f['ratio']:.2f}" if f.get("ratio") else ""  # noqa: E731
+        out.append(
+            (
+                "p",
+                f"Compile floor {_fmt(floor['seconds'])} s{ratio(floor)} = ({c.get('artifacts', 0)} artifacts + {c.get('unkeyed_compiles', 0)} keyless compiles) x {_fmt(floor['per_compile'])} s / {floor['workers']} workers; "
+                f"keys floor {_fmt(keys_floor.get('seconds', 0.0))} s{ratio(keys_floor)}. Definitions: {floor.get('definition', '')}.",
+            )
+        )
     return out
 
 

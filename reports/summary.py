@@ -23,6 +23,7 @@ from collections import Counter, defaultdict
 from typing import Dict, List, Optional
 
 from ground.case import Case, CaseFileError
+from ground.outcome import DELIBERATE_COMPILES
 
 from .coverage import coverage
 
@@ -74,8 +75,9 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
     tests: Dict[str, dict] = {}
     failures: Dict[tuple, dict] = {}
     times, faults = [], []
-    keys_seen, compiled = set(), Counter()  # compile-key digests (kernels.prepared notes): seen / compiled how often
+    keys_seen = set()  # compile-key digests (kernels.prepared notes)
     compiling: Dict[str, list] = defaultdict(list)  # key -> (worker, property, misses) of each example that compiled under it
+    deliberate, unkeyed, deliberate_seconds = Counter(), Counter(), 0.0  # property -> compiles made on purpose / of examples naming no key
     workers: Dict[str, dict] = defaultdict(lambda: {"examples": 0, "example_seconds": 0.0, "phases": Counter(), "first": None, "last": None})
     for r in records:
         kind = r.get("kind")
@@ -110,13 +112,18 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
             w["example_seconds"] += r.get("seconds") or 0.0
             w["phases"].update(r.get("phases") or {})
             w["last"] = r.get("t_end") or w["last"]
-            key = (r.get("notes") or {}).get("compile_key")
+            notes = r.get("notes") or {}
+            key, misses = notes.get("compile_key"), int((r.get("compile") or {}).get("misses") or 0)
             if key:
                 keys_seen.add(key)
-                misses = int((r.get("compile") or {}).get("misses") or 0)
-                compiled[key] += misses
+            if notes.get(DELIBERATE_COMPILES) and misses:
+                deliberate[r["property"]] += misses
+                deliberate_seconds += (r.get("compile") or {}).get("seconds") or 0.0
+            elif key:
                 if misses:
                     compiling[key].append((r.get("shard", "?"), r["property"], misses))
+            elif misses:
+                unkeyed[r["property"]] += misses
             obs_list.append(r)
         elif kind == "collected":
             collected.update(r.get("tests", {}))
@@ -202,14 +209,8 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
         "properties": properties,
         "coverage": coverage((c for _, c in begun), session.get("environment", {}).get("adapter")),
         "compile": (comp := _compile(sum((p["compile"] for p in props.values()), Counter()), sum(p["seconds"] for p in props.values())))
-        | {
-            "keys": len(keys_seen),
-            "compiled_keys": (n_compiled := sum(1 for n in compiled.values() if n)),
-            "repeat_compiles": sum(max(0, n - 1) for n in compiled.values()),
-            "repeats": _repeats(compiling),
-            "floor": _floor(comp, n_compiled, sum(1 for w in workers.values() if w["examples"]), wall),
-            "cache": session.get("environment", {}).get("compile_cache_note"),
-        },
+        | _accounting(comp, keys_seen, compiling, unkeyed, deliberate, deliberate_seconds, sum(1 for w in workers.values() if w["examples"]), wall)
+        | {"cache": session.get("environment", {}).get("compile_cache_note")},
         "profile": _profile(workers, props),
         "slowest": [
             {
@@ -262,26 +263,69 @@ def _phases(c: Counter, example_seconds: float) -> dict:
     return out
 
 
-# Where repeat compiles come from, per key compiled more than once: one example
-# whose run compiled several artifacts under its key (a backward example with its
-# forward, a relation's second entry point), examples of several workers (two
-# processes racing for one key), or of one worker (a memo or cache miss).
-REPEAT_CLASSES = ("one example, several artifacts", "several workers", "one worker")
+# The run's compiles, told apart (tests/test_compile_cache.py pins each count):
+# - deliberate: an example that compiles on purpose outside what the run shares
+#   (its notes say why under ground.outcome.DELIBERATE_COMPILES);
+#   a warm run makes them too, and they are no run key's work.
+# - artifacts: under one compile key, the most compiles one example made (a
+#   backward example compiles a chain of kernels, its forward's too): what the
+#   key had to compile. Every further compile under the key is a repeat, by cause:
+#   several workers (the key's first compiles in a second process: a race on an
+#   empty cache) or one worker (a process compiling what it compiled before: a
+#   memo or its cache entry lost). An artifact two keys share (the forward of a
+#   backward chain and a forward example) counts under each key that compiled it.
+# - unkeyed: compiles of examples that name no compile key (contract and reuse
+#   checks): each counted as an artifact, as nothing tells their repeats apart.
+REPEAT_CLASSES = ("several workers", "one worker")
 REPEAT_TOP = 10
+FLOOR_DEFINITION = (
+    "(distinct artifacts + compiles of examples naming no key) x mean seconds per compile / workers; "
+    "the keys floor: compiled keys x mean seconds per compile / workers, one artifact per key as measured before"
+)
 
 
-def _repeats(compiling: Dict[str, list]) -> dict:
-    """Repeat compiles by class (REPEAT_CLASSES) and the keys with the most."""
-    by_class, top = Counter(), []
+def _accounting(
+    comp: dict, keys_seen: set, compiling: Dict[str, list], unkeyed: Counter, deliberate: Counter, deliberate_seconds: float, workers: int, wall
+) -> dict:
+    """The compile section's counts (the comment above says what each is)."""
+    artifacts, by_class, top = 0, Counter(), []
     for key, hits in compiling.items():
-        n, workers = sum(m for _, _, m in hits), len({w for w, _, _ in hits})
-        if n < 2:
-            continue
-        cls = REPEAT_CLASSES[0] if len(hits) == 1 else REPEAT_CLASSES[1] if workers > 1 else REPEAT_CLASSES[2]
-        by_class[cls] += n - 1
-        top.append({"key": key, "compiles": n, "examples": len(hits), "workers": workers, "properties": sorted({p for _, p, _ in hits}), "class": cls})
-    top.sort(key=lambda t: (-t["compiles"], t["key"]))
-    return {"by_class": {c: by_class[c] for c in REPEAT_CLASSES}, "top": top[:REPEAT_TOP]}
+        per_worker: Dict[str, list] = defaultdict(list)
+        for w, _, m in hits:
+            per_worker[w].append(m)
+        most = max(m for _, _, m in hits)
+        artifacts += most
+        race = sum(max(ms) for ms in per_worker.values()) - most
+        lost = sum(sum(ms) - max(ms) for ms in per_worker.values())
+        by_class[REPEAT_CLASSES[0]] += race
+        by_class[REPEAT_CLASSES[1]] += lost
+        if race or lost:
+            top.append(
+                {
+                    "key": key,
+                    "compiles": sum(m for _, _, m in hits),
+                    "artifacts": most,
+                    "examples": len(hits),
+                    "workers": len(per_worker),
+                    "properties": sorted({p for _, p, _ in hits}),
+                    "class": REPEAT_CLASSES[0] if race >= lost else REPEAT_CLASSES[1],
+                }
+            )
+    top.sort(key=lambda t: (-(t["compiles"] - t["artifacts"]), t["key"]))
+    compiled_keys = len(compiling)
+    per = comp["seconds"] / comp["compiles"] if comp.get("compiles") else 0.0
+    return {
+        "keys": len(keys_seen),
+        "compiled_keys": compiled_keys,
+        "artifacts": artifacts,
+        "unkeyed_compiles": sum(unkeyed.values()),
+        "unkeyed": dict(sorted(unkeyed.items())),
+        "repeat_compiles": sum(by_class.values()),
+        "repeats": {"by_class": {c: by_class[c] for c in REPEAT_CLASSES}, "top": top[:REPEAT_TOP]},
+        "deliberate": {"compiles": sum(deliberate.values()), "seconds": deliberate_seconds, "by_property": dict(sorted(deliberate.items()))},
+        "floor": _floor(per, artifacts + sum(unkeyed.values()), workers, wall) | {"definition": FLOOR_DEFINITION},
+        "keys_floor": _floor(per, compiled_keys, workers, wall),
+    }
 
 
 def _profile(workers: Dict[str, dict], props: Dict[str, dict]) -> dict:
@@ -316,14 +360,12 @@ def _profile(workers: Dict[str, dict], props: Dict[str, dict]) -> dict:
     }
 
 
-def _floor(comp: dict, compiled_keys: int, workers: int, wall: Optional[float]) -> dict:
-    """The compile floor: the least wall time a run that must compile its
-    ``compiled_keys`` can take on ``workers`` processes (keys x mean seconds
-    per compile / workers), and the run's wall time over it (a cold run's
-    overhead beyond compiling; a warm run compiles little, so its floor is 0)."""
-    per = comp["seconds"] / comp["compiles"] if comp.get("compiles") else 0.0
-    seconds = compiled_keys * per / workers if workers else 0.0
-    return {"seconds": seconds, "per_compile": per, "workers": workers, "ratio": (wall / seconds) if seconds and wall else None}
+def _floor(per_compile: float, artifacts: int, workers: int, wall: Optional[float]) -> dict:
+    """The least wall time a run that must compile ``artifacts`` can take on
+    ``workers`` processes (artifacts x ``per_compile`` seconds / workers), and
+    the run's wall time over it (a cold run's overhead beyond compiling)."""
+    seconds = artifacts * per_compile / workers if workers else 0.0
+    return {"seconds": seconds, "artifacts": artifacts, "per_compile": per_compile, "workers": workers, "ratio": (wall / seconds) if seconds and wall else None}
 
 
 def _compile(c: Counter, example_seconds: float = 0.0) -> dict:

@@ -16,9 +16,10 @@ import pytest
 
 import reports
 from ground.case import Case
-from ground.outcome import Observation
+from ground.outcome import DELIBERATE_COMPILES, Observation
 from kernels import cache
 from properties import recorder
+from properties.compile_cache import COLD
 from reports import shards
 
 pytest_plugins = ["pytester"]
@@ -90,12 +91,11 @@ def _shard(report_dir, run, name, observations):
     previous = recorder.open_shard(str(report_dir / shards.SHARDS / run / f"{name}-1.jsonl"))
     try:
         recorder.set_test("t.py::test_x")
-        for case, key, misses, seconds, compile_seconds in observations:
-            recorder.begin("numerics", case)
+        for case, key, misses, seconds, compile_seconds, *rest in observations:
+            prop, notes = rest if rest else ("numerics", {"compile_key": key})
+            recorder.begin(prop, case)
             recorder.observe(
-                Observation(
-                    "numerics", case, compile={"misses": misses, "hits": 1 - misses, "seconds": compile_seconds}, seconds=seconds, notes={"compile_key": key}
-                )
+                Observation(prop, case, compile={"misses": misses, "hits": int(misses == 0), "seconds": compile_seconds}, seconds=seconds, notes=notes)
             )
         recorder.set_test(None)
     finally:
@@ -109,22 +109,26 @@ def test_report_counts_keys_repeats_and_the_compile_share(tmp_path):
     _shard(tmp_path, run, "gw1", [(c, "k1", 0, 1.0, 0.01), (c, "k3", 1, 3.0, 2.0), (c, "k3", 1, 1.0, 0.99)])
     s, paths = reports.build(tmp_path, run)
     comp = s["compile"]
-    assert (comp["keys"], comp["compiled_keys"], comp["repeat_compiles"], comp["compiles"]) == (3, 3, 1, 4)
+    assert (comp["keys"], comp["compiled_keys"], comp["artifacts"], comp["repeat_compiles"], comp["compiles"]) == (3, 3, 3, 1, 4)
     assert comp["share"] == pytest.approx(7.0 / 12.0)
     md = paths["md"].read_text()
-    assert "share of example time" in md and "3 distinct compile keys" in md and "1 compiles of a key already compiled" in md
+    assert "share of example time" in md and "3 distinct compile keys" in md and "3 distinct artifacts" in md and "1 repeats" in md
     assert json.loads(paths["json"].read_text())["compile"]["repeat_compiles"] == 1
-    # k3's repeat: two examples of one worker (gw1)
-    assert comp["repeats"]["by_class"] == {"one example, several artifacts": 0, "several workers": 0, "one worker": 1}
+    # k3's repeat: two examples of one worker (gw1): a memo lost
+    assert comp["repeats"]["by_class"] == {"several workers": 0, "one worker": 1}
     assert comp["repeats"]["top"][0] | {"properties": None} == {
         "key": "k3",
         "compiles": 2,
+        "artifacts": 1,
         "examples": 2,
         "workers": 1,
         "properties": None,
         "class": "one worker",
     }
-    assert "Repeat compiles by where they come from: one example, several artifacts 0, several workers 0, one worker 1." in md
+    assert "Repeats by cause (several workers: a race; one worker: a memo or cache entry lost): several workers 0, one worker 1." in md
+    # 3 artifacts x 1.75 s per compile (7 s over 4 compiles) / 2 workers
+    assert comp["floor"]["artifacts"] == 3 and comp["floor"]["seconds"] == pytest.approx(3 * 1.75 / 2)
+    assert comp["keys_floor"]["seconds"] == pytest.approx(3 * 1.75 / 2) and "keys floor" in md
 
 
 def test_report_tells_a_race_from_an_example_with_several_artifacts(tmp_path):
@@ -132,8 +136,48 @@ def test_report_tells_a_race_from_an_example_with_several_artifacts(tmp_path):
     _shard(tmp_path, run, "gw0", [(c, "k1", 1, 3.0, 2.0), (c, "k2", 2, 3.0, 2.0)])
     _shard(tmp_path, run, "gw1", [(c, "k1", 1, 3.0, 2.0)])
     s, _ = reports.build(tmp_path, run)
-    assert s["compile"]["repeat_compiles"] == 2
-    assert s["compile"]["repeats"]["by_class"] == {"one example, several artifacts": 1, "several workers": 1, "one worker": 0}
+    comp = s["compile"]
+    # k2's two compiles in one example are its artifacts (a chain), not a repeat; k1 on gw1 is a race
+    assert (comp["artifacts"], comp["repeat_compiles"]) == (3, 1)
+    assert comp["repeats"]["by_class"] == {"several workers": 1, "one worker": 0}
+    assert comp["floor"]["artifacts"] == 3 and comp["keys_floor"]["artifacts"] == 2
+
+
+def test_a_repeated_chain_counts_its_artifacts_once(tmp_path):
+    # Planted: key k's chain is 3 artifacts. gw0 compiles it, loses its memo and
+    # compiles all 3 again; gw1 races and compiles all 3 too. The 6 further
+    # compiles are repeats (3 memo lost, 3 race), never artifacts: artifacts 3.
+    run, c = "20261203-000000-3", Case(s_q=3, s_kv=3)
+    _shard(tmp_path, run, "gw0", [(c, "k", 3, 4.0, 3.0), (c, "k", 3, 4.0, 3.0), (c, "k", 0, 1.0, 0.0)])
+    _shard(tmp_path, run, "gw1", [(c, "k", 3, 4.0, 3.0)])
+    comp = reports.build(tmp_path, run)[0]["compile"]
+    assert (comp["compiles"], comp["compiled_keys"], comp["artifacts"], comp["repeat_compiles"]) == (9, 1, 3, 6)
+    assert comp["repeats"]["by_class"] == {"several workers": 3, "one worker": 3}
+    assert comp["repeats"]["top"][0]["artifacts"] == 3 and comp["repeats"]["top"][0]["compiles"] == 9
+    assert comp["floor"]["seconds"] == pytest.approx(3 * 1.0 / 2)  # 9 s over 9 compiles, 2 workers
+
+
+def test_deliberate_and_unkeyed_compiles_are_counted_apart(tmp_path):
+    # A compile check's deliberate cold compiles (a warm run makes them too) are no
+    # run key's work and stay out of the floor; a keyless example's compiles count
+    # as artifacts of the floor, apart from the keyed ones.
+    run, c = "20261203-000000-4", Case(s_q=3, s_kv=3)
+    cold = ("disk_reuse", {DELIBERATE_COMPILES: "a fresh cache"})
+    _shard(tmp_path, run, "gw0", [(c, None, 2, 4.0, 4.0, *cold), (c, None, 1, 2.0, 2.0, "rejection", {}), (c, "k", 1, 2.0, 2.0)])
+    s, paths = reports.build(tmp_path, run)
+    comp = s["compile"]
+    assert comp["deliberate"] == {"compiles": 2, "seconds": 4.0, "by_property": {"disk_reuse": 2}}
+    assert (comp["keys"], comp["artifacts"], comp["unkeyed_compiles"], comp["unkeyed"], comp["repeat_compiles"]) == (1, 1, 1, {"rejection": 1}, 0)
+    assert comp["floor"]["artifacts"] == 2 and comp["floor"]["seconds"] == pytest.approx(2 * 2.0)  # 8 s over 4 compiles, 1 worker
+    md = paths["md"].read_text()
+    assert "2 deliberate compiles (disk_reuse 2" in md and "1 compiles of examples naming no key (rejection 1)" in md
+
+
+def test_a_warm_run_of_deliberate_compiles_has_no_floor(tmp_path):
+    run, c = "20261203-000000-5", Case(s_q=3, s_kv=3)
+    _shard(tmp_path, run, "gw0", [(c, None, 1, 2.0, 2.0, "compiles", {DELIBERATE_COMPILES: "sm_80"}), (c, "k", 0, 1.0, 0.0)])
+    comp = reports.build(tmp_path, run)[0]["compile"]
+    assert (comp["compiles"], comp["artifacts"], comp["deliberate"]["compiles"], comp["floor"]["seconds"], comp["floor"]["ratio"]) == (1, 0, 1, 0.0, None)
 
 
 # ------------------------------------------------------------ compile_reuse
@@ -379,6 +423,8 @@ def test_compile_distinct_fails_on_a_key_that_omits_a_compiled_fact(frontend, mo
     obs, failure = _distinct(WINDOWED, fact)
     assert failure is None, failure
     assert obs.outcome == "passed" and obs.notes["rule"] == mode and set(obs.notes["changed"]) == {fact}
+    # its compiles are the check's own (reports count them apart): a fresh cache under counters, else sm_80 artifacts
+    assert obs.notes[DELIBERATE_COMPILES] == COLD["fresh" if mode == "counters" else "sm80"]
     _drop_from_key(monkeypatch, argument)
     obs, failure = _distinct(WINDOWED, fact)
     assert failure is not None and failure.check == "distinct kernel", obs and obs.notes

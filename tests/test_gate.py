@@ -49,7 +49,18 @@ def test_one_run_keeps_the_junit_name():
 REPORT = {
     "tests": {"passed": 320, "failed": 1, "skipped": 22, "total": 343},
     "run": {"examples": 8000, "wall_seconds": 200.0, "examples_per_minute": 2400.0},
-    "compile": {"compiles": 600, "compiled_keys": 580, "repeat_compiles": 20, "hits": 900, "floor": {"seconds": 100.0, "ratio": 2.0}},
+    "compile": {
+        "compiles": 600,
+        "compiled_keys": 500,
+        "artifacts": 540,
+        "unkeyed_compiles": 20,
+        "repeat_compiles": 20,
+        "repeats": {"by_class": {"several workers": 15, "one worker": 5}},
+        "deliberate": {"compiles": 20},
+        "hits": 900,
+        "floor": {"seconds": 112.0, "ratio": 1.79, "artifacts": 560},
+        "keys_floor": {"seconds": 100.0, "ratio": 2.0},
+    },
     "properties": {"numerics": {"ratios_by_dtype": {"o fp16": {"p99": 0.91, "max": 0.99, "count": 1200}}}},
     "findings": {"entries": [{"id": "a", "status": "reproduced"}, {"id": "b", "status": "stale"}], "stale": ["b"]},
 }
@@ -58,7 +69,8 @@ REPORT = {
 def test_summary_names_counts_floor_ratios_and_findings():
     text = "\n".join(gate.summarize(REPORT, 1))
     assert "320 passed, 1 failed, 22 skipped" in text and "8000 examples in 200 s (2400/min)" in text
-    assert "compiles 600 over 580 keys (20 repeats)" in text and "compile floor 100 s, wall / floor 2.00" in text
+    assert "compiles 600: 540 artifacts of 500 keys, 20 of examples naming no key, 20 repeats (15 races, 5 memos lost), 20 deliberate" in text
+    assert "compile floor 112 s, wall / floor 1.79 (560 artifacts); keys floor 100 s, wall / floor 2.00" in text
     assert "numerics error/bound o fp16: p99 0.910 max 0.990 (1200 examples)" in text
     assert "1 reproduced, 1 stale; stale: b" in text
 
