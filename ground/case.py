@@ -42,8 +42,9 @@ from typing import Any, Callable, Dict, Optional, Tuple
 # The case-file schema this suite writes. A fact added later declares the
 # schema that introduced it (``fact(since=N)``, with SCHEMA_VERSION = N): files
 # of an older schema get its default, the behaviour they were recorded with.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
+from .families import DEFAULT_FAMILY, FAMILIES, FAMILY_NAMES  # noqa: E402
 from .outcome import Unsupported  # noqa: E402
 from .tables import ADAPTERS, DTYPE_SHORT, DTYPES  # noqa: E402,F401  (one definition, re-exported)
 
@@ -579,6 +580,29 @@ class Case:
         shown="shape",
         kernel=("wrapper.q_tensor", "wrapper.k_tensor", "wrapper.v_tensor", "compile_host.geometry"),
     )
+    # The kernel family (schema 5): which templates a Case is asked of (ground.families).
+    family: str = fact(
+        DEFAULT_FAMILY,
+        "the kernel family (ground.families): sm80, the SM80 prefill templates; sm90, the native Hopper D512 forward "
+        "(kernels.sm90, docs/sm90.md). A fact a family has no counterpart for keeps its default",
+        choices=FAMILY_NAMES,
+        coverage=(),
+        adapters=("sm90",),
+        since=5,
+        direction=("fwd",),
+        kernel=(),
+        no_variant=(("fwd", "the stratum itself: another family is another template, planner and compile entry (ground.families)"),),
+    )
+    pack_gqa: bool = fact(
+        False,
+        "sm90: PackGQA, 64 / (H_q / H_kv) tokens of every head of a KV group packed into one 64-row Q tile "
+        "(config_sm90.TemplateParams.pack_gqa; the ratio divides 64)",
+        coverage=(),
+        adapters=("sm90",),
+        since=5,
+        direction=("fwd",),
+        no_variant=(("fwd", "an sm90 fact: the sm80 family, whose compile keys the compile_distinct families judge, has no PackGQA"),),
+    )
     seed: int = fact(0, "seed of the tensor data (ground.data)", coverage=None, shown="seed", compiled=False)
     violation: Optional[str] = fact(None, "the contract rule this Case breaks (strategies.violations); null: a valid Case", coverage=None, compiled=None)
 
@@ -724,7 +748,9 @@ class Case:
         files never hold a value no kernel reads)."""
         sinks_only = "only with sinks (it describes the sink buffer)"
         dense_only = "dense only (the THD grid is the natural one, its host has no such operand)"
-        return (
+        absent = FAMILIES[self.family].absent if self.family in FAMILIES else {}
+        family = tuple((name, getattr(self, name) == FACTS[name].default, f"the {self.family} family has none: {why}") for name, why in absent.items())
+        return family + (
             ("sink_log2", self.sinks or not self.sink_log2, sinks_only),
             ("sink_dtype", self.sinks or self.sink_dtype == "float32", sinks_only),
             ("sink_dtype", self.is_thd or self.sink_dtype == "float32", "dense hosts take float32 sinks only (prepared_host types)"),
