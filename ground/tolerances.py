@@ -243,6 +243,54 @@ def _amax(a: torch.Tensor) -> torch.Tensor:
     return a.amax(-1) if a.shape[-1] else torch.zeros(a.shape[:-1], dtype=a.dtype, device=a.device)
 
 
+def _logit_spread(it, w: torch.Tensor, z0: torch.Tensor, vis: torch.Tensor) -> torch.Tensor:
+    """O's share of the per-key logit / ex2 errors (``w`` = P_j rho_j):
+    sum_j w_j |v_j - O|, centred on the largest key so one-hot rows stay tight."""
+    g, o, s_kv = it.group, it.o, z0.shape[-1]
+    if not s_kv:
+        return torch.zeros_like(o)
+    abs_v, abs_o = it.v.abs(), o.abs()
+    star = z0.masked_fill(~vis, -math.inf).argmax(-1, keepdim=True)
+    w_star = torch.gather(w, -1, star)
+    v_star = torch.gather(it.v.repeat_interleave(g, 1), 2, star.expand(-1, -1, -1, 1).clamp(max=s_kv - 1).expand(-1, -1, -1, o.shape[-1]))
+    return (_mm(w, abs_v, g) - w_star * v_star.abs()).clamp(min=0) + (_rowsum(w)[..., None] - w_star) * abs_o + w_star * (v_star - o).abs()
+
+
+def _pv_accumulation(it, p: torch.Tensor, vis: torch.Tensor, rescales_after) -> torch.Tensor:
+    """The P@V mma accumulation, tiles of TILE_N walked from the last, k16
+    steps in column order within a tile: every step of the row from key j's
+    on carries j's term (TC_K16_ULPS grid steps), and every rescale of the
+    accumulator after j's tile one fp32 rounding (``rescales_after``, per key)."""
+    s_kv, dev, f64 = vis.shape[-1], vis.device, p.dtype
+    if not s_kv:
+        return torch.zeros_like(it.o)
+    steps, n_tiles = -(-s_kv // MMA_K), -(-s_kv // TILE_N)
+    step_vis = _per_tile(vis, MMA_K, False, lambda x: x.any(-1))  # (..., steps)
+    per_tile_steps = TILE_N // MMA_K
+    sid = torch.arange(steps, device=dev)
+    walk = (n_tiles - 1 - sid // per_tile_steps) * per_tile_steps + sid % per_tile_steps  # walk position
+    order = torch.argsort(walk)
+    walked = step_vis[..., order].to(f64)
+    from_here = torch.flip(torch.cumsum(torch.flip(walked, [-1]), -1), [-1])  # steps at or after, in walk order
+    step_weight = from_here[..., torch.argsort(order)][..., torch.arange(s_kv, device=dev) // MMA_K]
+    return _mm(p * (TC_K16_ULPS * TC_GRID * step_weight + U32 * rescales_after), it.v.abs(), it.group)
+
+
+def _p_rounding(it, dtype: str, p, vis, gap, z0, m_k0) -> torch.Tensor:
+    """P rounded to the I/O dtype for P@V while the row sum keeps the fp32 p:
+    u sum_j P_j |v_jd|; fp16 p that may be subnormal at its tile's scale
+    (2^(log2e (z - key max)) < 2^-14, a superset while the running max is at
+    most the key max) are rounded with absolute error IO_TINY."""
+    u, tiny, g = IO_UNIT[dtype], IO_TINY[dtype], it.group
+    abs_v = it.v.abs()
+    t_p = u * _mm(p, abs_v, g)
+    if dtype == "float16":
+        sub = vis & (gap * LOG2E > -IO_NORMAL_LOG2[dtype] - RECORD_MARGIN * (1 + z0.abs() + m_k0.abs()[..., None]))
+        l_keys = _rowsum(torch.exp(-gap) * vis)
+        t_p = t_p + tiny * _mm(sub.to(p.dtype), abs_v, g) / l_keys.clamp(min=1.0)[..., None]
+    return t_p
+
+
 ROW_BLOCK = 1 << 23  # products per block of rows: bounds dot_error's memory (x 8 bytes, a few tensors)
 
 
@@ -416,7 +464,6 @@ def kernel_bounds(it, dtype: str, *, parts: bool = False) -> Dict[str, torch.Ten
         rho_os = ex2_ln + U32 * (torch.where(has_key, (sig - m_k0).clamp(min=0), zero) + lag)
 
     # ---- LSE
-    l_keys = _rowsum(torch.exp(-gap) * vis)
     lse = it.lse
     abs_lse = torch.where(torch.isfinite(lse), lse.abs(), zero)
     lse_terms = {
@@ -436,36 +483,11 @@ def kernel_bounds(it, dtype: str, *, parts: bool = False) -> Dict[str, torch.Ten
     o = it.o
     abs_o = o.abs()
     a1 = _mm(p, abs_v, g)
-    t_p = u * a1
-    if dtype == "float16":  # p that may be subnormal at its tile's scale: 2^(log2e*(z - key max)) < 2^-14
-        sub = vis & (gap * LOG2E > -IO_NORMAL_LOG2[dtype] - RECORD_MARGIN * (1 + z0.abs() + m_k0.abs()[..., None]))
-        t_p = t_p + tiny * _mm(sub.to(f64), abs_v, g) / l_keys.clamp(min=1.0)[..., None]
+    t_p = _p_rounding(it, dtype, p, vis, gap, z0, m_k0)
     # logit / ex2 errors: sum_j P_j rho_j |v_j - O|, centred on the largest key so one-hot rows stay tight
-    w = p * rho
-    star = z0.masked_fill(~vis, -math.inf).argmax(-1, keepdim=True) if s_kv else None
-    if s_kv:
-        w_star = torch.gather(w, -1, star)
-        v_star = torch.gather(it.v.repeat_interleave(g, 1), 2, star.expand(-1, -1, -1, 1).clamp(max=s_kv - 1).expand(-1, -1, -1, o.shape[-1]))
-        t_rho = (_mm(w, abs_v, g) - w_star * v_star.abs()).clamp(min=0) + (_rowsum(w)[..., None] - w_star) * abs_o + w_star * (v_star - o).abs()
-    else:
-        t_rho = torch.zeros_like(o)
-    t_rho = t_rho + (p_s * rho_s)[..., None] * abs_o
-    # P@V mma accumulation: every k16 step of the row from key j's on carries j's term
+    t_rho = _logit_spread(it, p * rho, z0, vis) + (p_s * rho_s)[..., None] * abs_o
     steps = -(-s_kv // MMA_K) if s_kv else 0
-    if s_kv:
-        step_vis = _per_tile(vis, MMA_K, False, lambda x: x.any(-1))  # (..., steps)
-        per_tile_steps = TILE_N // MMA_K
-        sid = torch.arange(steps, device=dev)
-        walk = (n_tiles - 1 - sid // per_tile_steps) * per_tile_steps + sid % per_tile_steps  # walk position
-        order = torch.argsort(walk)
-        walked = step_vis[..., order].to(f64)
-        from_here = torch.flip(torch.cumsum(torch.flip(walked, [-1]), -1), [-1])  # steps at or after, in walk order
-        inv = torch.argsort(order)
-        step_weight = from_here[..., inv][..., j // MMA_K]
-        acc_w = p * (TC_K16_ULPS * TC_GRID * step_weight + U32 * per_key(rescales_after))
-        t_acc = _mm(acc_w, abs_v, g)
-    else:
-        t_acc = torch.zeros_like(o)
+    t_acc = _pv_accumulation(it, p, vis, per_key(rescales_after) if s_kv else None)
     kappa = U32 * _rowsum(p * depth) + RCP_REL + U32
     if has_sink:
         kappa = kappa + U32 + p_s * rho_os  # O_acc * os; os's ex2 error survives with weight P_s
@@ -480,6 +502,165 @@ def kernel_bounds(it, dtype: str, *, parts: bool = False) -> Dict[str, torch.Ten
         out.update({f"o:{k}": v for k, v in o_terms.items()}, **{"o:final": u * abs_o + tiny})
         out.update({f"lse:{k}": v for k, v in lse_terms.items()})
     return out
+
+
+# ------------------------------------------------------------ the sm90 family
+# The native Hopper D512 forward (site-packages cudnn/sdpa/fwd/kernels/sm90/
+# prefill_d512_f16.py, ``pf``; _common_hopper.py, ``ch``; docs/error_model.md,
+# "The sm90 family") runs another arithmetic than the SM80 templates:
+# - S = q.k: 32 wgmma m64n64k16 steps over the 512-column tile, fp32 C
+#   (ch:63-79); columns past D_QK are zero-filled, their steps exact: dot_error
+#   as for SM80 (k16 steps, the 24-bit window is conservative for Hopper).
+# - c = fl32(fl32(scale) * fl32(log2 e)) in the kernel (pf:920): the host takes
+#   the natural, signed fp32 scale (prepared_host.py:32), so c carries three
+#   relative errors where SM80's host-side float64 product carries one.
+# - The anchor is the EXACT running extremum of the raw fp32 scores (max for a
+#   positive scale, min for a negative one: the largest logit either way,
+#   pf:531-536): no lazy threshold, no lag, every p <= 1 and l in [1, L].
+# - Narrow exponent x = S*c - anchor*c (pf:575): two products and a
+#   subtraction; the wide path (every negative scale, a positive one near fp32
+#   overflow) x = fl32((S - anchor) * f64(scale_fp32) log2 e) (pf:559-571) has
+#   one rounding and the scale's (pf:568): the narrow charge dominates it term by term.
+#   A zero scale scores every key 0 (pf:507-508): x = 0, dot = 0.
+# - alpha = ex2((old - anchor) * c) where the anchor moved (pf:573, 580); the
+#   argument is exactly 0 where it did not, and ex2.approx(+-0) = 1 (the kernel
+#   relies on it, pf:503-505): a tile costs a rescale only where its max may
+#   reach the running max.
+# - One running fp32 row sum per lane across ALL tiles: total = total * alpha
+#   + p0 + p1 + ... over the lane's 16 columns (pf:586-595), the 4 lanes
+#   meeting in 2 butterfly adds at the end (ch:112-125, pf:1034): key j goes
+#   through its tile's remaining adds plus LANE_TERMS adds per later tile.
+# - P rounded (cvt.rn, pf:598) for P@V (4 wgmma m64n256k16 steps per tile,
+#   ch:82-97), the row sum keeping fp32 p, O *= alpha before each PV (pf:666, 713).
+# - Finalization (ch:152-171): inv = rcp.approx(total); LSE = (anchor*c +
+#   lg2(total)) * fl32(LN2) (narrow) or fl32(anchor*scale + lg2(total)*ln2) in
+#   FP64 (wide); O = fl_io(acc * inv) (pf:739, 750). Sinks (ch:176-195): in
+#   FP64 peak = anchor*scale, one ex2 of fl32(|sink - peak| log2 e) scaling the
+#   smaller side, mass = total*shrink + extra, inv = shrink*rcp(mass), LSE =
+#   fl32(top + lg2(mass)*ln2). Stats in log2 units: LSE * fl32(log2 e) at the
+#   store (pf:1099-1100), as SM80.
+# The constants each charge names are SM80's (EX2_REL, LG2_ABS, RCP_REL,
+# FTZ_ABS, the tensor-core ones): the same PTX instructions (sm90_notes).
+# c = fl32(fl32(scale) fl32(log2 e)): the scale's fp32 rounding, the constant's, the product's.
+SM90_C_REL = 2 * U32 + LOG2E_F32_REL
+# The fp32 scale the FP64 paths multiply by (pf:921; ch:170, 183): its rounding, relative.
+SM90_SCALE_REL = U32
+# Per later tile: LANE_TERMS adds into the lane's running sum (pf:595).
+SM90_ADDS_PER_TILE = LANE_TERMS
+# Sinks: mass = total * shrink + extra, two fp32 roundings (ch:193).
+SM90_SINK_MASS_OPS = 2
+
+
+@timed("bounds")
+def sm90_kernel_bounds(it, dtype: str, *, parts: bool = False) -> Dict[str, torch.Tensor]:
+    """``kernel_bounds`` for the sm90 family's arithmetic (the block above):
+    same inputs, same outputs. Where it differs from SM80's: no lag and no
+    threshold replay (p <= 1, accumulators <= sum |v|); c's three roundings
+    charged on each key's gap and on the LSE's anchor term; the row-sum depth
+    LANE_TERMS per later tile; rescales only at tiles whose max may reach the
+    running max; the FP64 sink finalization; no bias or RoPE (absent facts)."""
+    u, tiny = IO_UNIT[dtype], IO_TINY[dtype]
+    z, p, g = it.logits, it.p, it.group
+    b, h, s_q, s_kv = z.shape
+    dev, f64 = z.device, z.dtype
+    vis = torch.isfinite(z)
+    zero = torch.zeros((), dtype=f64, device=dev)
+    visible = vis.sum(-1)
+    has_key = visible > 0
+    z0 = torch.where(vis, z, zero)
+    m_k = z.amax(-1) if s_kv else torch.full((b, h, s_q), -math.inf, dtype=f64, device=dev)
+    m_k0 = torch.where(has_key, m_k, zero)  # the anchor's logit (scale * the raw extremum)
+    gap = torch.where(vis, m_k0[..., None] - z0, zero)
+    has_sink = it.sink is not None
+    ks = abs(it.scale)
+    ex2_ln = -math.log1p(-EX2_REL)
+
+    # ---- per key: q.k (times |scale|), S*c and anchor*c (U32 each), their difference (U32 gap), c (gap)
+    dot = torch.where(vis, ks * dot_error(it.q, it.k, g), zero) if ks else torch.zeros_like(z0)
+    dz = dot + torch.where(vis, U32 * (z0.abs() + m_k0.abs()[..., None]) + (U32 + SM90_C_REL) * gap, zero)
+    rho = torch.where(vis, dz + ex2_ln, zero)
+
+    # ---- the walk: tiles from the last down; a rescale where the tile max may reach the running max
+    j = torch.arange(s_kv, device=dev)
+    tile = j // TILE_N
+    n_tiles = -(-s_kv // TILE_N) if s_kv else 0
+    cc = j % TILE_N
+    lane_depth = (LANE_TERMS - (2 * (cc // 8) + cc % 2)).to(f64)
+    tile_vis = _per_tile(vis, TILE_N, False, lambda x: x.any(-1)) if s_kv else vis[..., :0]
+    tiles_after = torch.cumsum(tile_vis.to(f64), -1) - tile_vis.to(f64)
+    neg_inf = torch.full((), -math.inf, dtype=f64, device=dev)
+    tile_max = _per_tile(torch.where(vis, z, neg_inf), TILE_N, -math.inf, lambda x: x.amax(-1)) if s_kv else z[..., :0]
+    prev = torch.flip(torch.cummax(torch.flip(tile_max, [-1]), -1).values, [-1]) if n_tiles else tile_max
+    prev = torch.cat([prev[..., 1:], torch.full(prev.shape[:-1] + (min(1, n_tiles),), -math.inf, dtype=f64, device=dev)], -1)[..., :n_tiles]
+    started = tile_vis & torch.isfinite(prev)
+    dz_max = _amax(dz)[..., None]
+    slack = 2 * dz_max + RECORD_MARGIN * (1 + tile_max.abs().nan_to_num(0, 0, 0) + prev.abs().nan_to_num(0, 0, 0))
+    maybe = started & (tile_max >= prev - slack)  # the kernel's tile max may reach (ties: equal) its running max
+    jump = torch.where(maybe, (tile_max - prev).nan_to_num(0, 0, 0).clamp(min=0) + 2 * dz_max, zero)
+    # alpha: ex2, its argument (the fp32 difference, the product, c), the O and row-sum multiplies
+    cost = torch.where(maybe, EX2_REL + 2 * U32 + (2 * U32 + SM90_C_REL) * jump, zero)
+    rescales_after = torch.cumsum(maybe.to(f64), -1) - maybe.to(f64)
+    alpha_after = torch.cumsum(cost, -1) - cost
+    per_key = lambda t: t[..., tile] if s_kv else t[..., :0]  # noqa: E731
+    depth = lane_depth + SM90_ADDS_PER_TILE * per_key(tiles_after) + per_key(rescales_after) + BUTTERFLY_ADDS + SM90_SINK_MASS_OPS * has_sink
+
+    # ---- the sink: its weight against the keys' (one ex2 of an fp32 argument, the peak's scale rounding)
+    p_s = it.sink_p
+    rho_s = torch.zeros_like(p_s)
+    if has_sink:
+        sig = it.sink.expand_as(p_s)
+        rho_s = ex2_ln + U32 * torch.where(has_key, (sig - m_k0).abs(), zero) + SM90_SCALE_REL * m_k0.abs()
+
+    # ---- LSE
+    lse = it.lse
+    abs_lse = torch.where(torch.isfinite(lse), lse.abs(), zero)
+    l_top = it.l.clamp(min=1.0) + has_sink  # the kernel's total or mass, relative to its anchor or the sink
+    # anchor*c (U32), c (SM90_C_REL) on the anchor term; + lg2, * fl32(LN2) (2 U32 + its constant) on
+    # |anchor term| + log l >= |LSE|; the FP64 paths charge less (the scale's rounding, one fp32 rounding)
+    top = m_k0.abs() + torch.log(l_top)
+    lse_terms = {
+        "dot": _rowsum(p * dot),
+        "logit": _rowsum(p * (rho - dot)),
+        "rescale": _rowsum(p * per_key(alpha_after)),
+        "sum": _rowsum(p * U32 * depth),
+        "sink": rho_s if has_sink else torch.zeros_like(p_s),
+        "lg2": LN2 * LG2_ABS * torch.clamp(torch.log2(l_top), min=1.0),
+        "final": (3 * U32 + SM90_C_REL + LN2_F32_REL) * top + REF64_REL * (1 + abs_lse + _rowsum(p * z0.abs())) + FTZ_ABS * visible,
+    }
+    lse_bound = SECOND_ORDER * sum(lse_terms.values())
+
+    # ---- O
+    abs_v, o = it.v.abs(), it.o
+    abs_o = o.abs()
+    t_p = _p_rounding(it, dtype, p, vis, gap, z0, m_k0)
+    t_rho = _logit_spread(it, p * rho, z0, vis) + (p_s * rho_s)[..., None] * abs_o
+    t_acc = _pv_accumulation(it, p, vis, per_key(rescales_after) if s_kv else None)
+    steps = -(-s_kv // MMA_K) if s_kv else 0
+    # the row sum's adds, rcp, acc * inv; with sinks shrink * rcp
+    kappa = U32 * _rowsum(p * depth) + RCP_REL + U32 + U32 * has_sink
+    # flush to zero: each p, each k16 step, acc * inv; an alpha or a sink shrink flushing an accumulator <= sum |v|
+    accumulators = 1 + has_sink + _rowsum(maybe.to(f64))
+    t_ftz = FTZ_ABS * (1 + steps + accumulators[..., None] * _mm(vis.to(f64), abs_v, g))
+    o_terms = {"p_round": t_p, "logit": t_rho, "accumulate": t_acc, "normalize": kappa[..., None] * abs_o + REF64_REL * _mm(p, abs_v, g), "ftz": t_ftz}
+    o_bound = SECOND_ORDER * ((1 + u) * sum(o_terms.values()) + u * abs_o + tiny)
+    out = {"o": o_bound, "lse": lse_bound, "visible": visible.to(f64)}
+    if parts:
+        out.update({f"o:{k}": v for k, v in o_terms.items()}, **{"o:final": u * abs_o + tiny})
+        out.update({f"lse:{k}": v for k, v in lse_terms.items()})
+    return out
+
+
+# Each kernel family's forward model (a function of this module, by name: a
+# test may replace it), by the Case's ``family`` fact (ground.families).
+FAMILY_BOUNDS = {"sm80": "kernel_bounds", "sm90": "sm90_kernel_bounds"}
+
+
+def bounds_for(family: str):
+    """The forward error model of a kernel family (``FAMILY_BOUNDS``)."""
+    try:
+        return globals()[FAMILY_BOUNDS[family]]
+    except KeyError:
+        raise ValueError(f"kernel family {family!r}: no error model (known: {', '.join(FAMILY_BOUNDS)})") from None
 
 
 # -------------------------------------------------------- the legacy rule

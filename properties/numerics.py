@@ -45,8 +45,8 @@ def legacy_ratios(case: Case, inputs, o, lse, o_live, lse_live) -> dict:
 
 
 def check_numerics(case: Case, adapter, *, legacy: bool = False, tails: bool = False) -> Observation:
-    """O and LSE against the float64 reference under the error model
-    (``kernel_bounds``: per O element, per LSE row); rows whose value the
+    """O and LSE against the float64 reference under the error model of the
+    Case's kernel family (``bounds_for(case.family)``: per O element, per LSE row); rows whose value the
     contract fixes (``contract_rows``) bit for bit. The input storage outside
     the live tokens is poisoned: NaN, except dense rows past the padding
     lengths, which hold FINITE_PAD (their NaN is check_tails'). ``legacy``
@@ -55,7 +55,7 @@ def check_numerics(case: Case, adapter, *, legacy: bool = False, tails: bool = F
     check_tails' with initialized outputs (NaN behind every dead input, NaN
     in the output buffers), so its checks are judged on it too and recorded
     as a tails example of their own: one launch, both properties."""
-    from ground.tolerances import kernel_bounds
+    from ground.tolerances import bounds_for
     from reference.attention import reference_for_case
 
     recorder.begin("numerics", case, **({"legacy": True} if legacy else {}))
@@ -64,7 +64,7 @@ def check_numerics(case: Case, adapter, *, legacy: bool = False, tails: bool = F
     inputs = make_inputs(case, dev, poison=True, pad_fill=FINITE_PAD)
     outputs = make_outputs(case, dev)
     result = adapter.run(case, inputs, outputs)
-    ref_o, ref_lse, model = reference_for_case(case, inputs, torch.float64, extra=lambda it: kernel_bounds(it, case.dtype))
+    ref_o, ref_lse, model = reference_for_case(case, inputs, torch.float64, extra=lambda it: bounds_for(case.family)(it, case.dtype))
     if not model:  # THD without a single Q row: no attention call, no row to judge
         model = {"o": torch.full_like(ref_o, float("nan")), "lse": torch.full_like(ref_lse, float("nan")), "visible": torch.full_like(ref_lse, float("nan"))}
     regions = row_regions(case, inputs)
