@@ -43,6 +43,9 @@ class Sm90Plant:
     o_ulps: int = 0  # O moved this many I/O ulps (away from zero) on every nonzero element
     lse_ulps: int = 0  # LSE moved this many fp32 ulps up on every finite row
     c_in_io: bool = False  # c held in the I/O dtype (a precision slip)
+    # Tails (stores into the caller's buffers, ``EmulatedSm90Adapter(store=True)``):
+    reads_dead_kv: bool = False  # K/V rows past seq_kv_len enter P@V as stored (P = 0 times the NaN poison)
+    pad_columns_written: bool = False  # the O store covers the whole row pitch (bshd_padded pad columns zeroed)
 
 
 def ex2(x: torch.Tensor, a: Arith) -> torch.Tensor:
@@ -98,7 +101,7 @@ def emulate_sm90(case, tensors, arith: Arith = Arith(), plant: Sm90Plant = Sm90P
     kv_live = torch.arange(s_kv)[None, :] < n_kv[:, None]
     qz = torch.where(q_live[:, None, :, None], q, 0.0)
     kz = torch.where(kv_live[:, None, :, None], k, 0.0).repeat_interleave(g, 1)
-    vz = torch.where(kv_live[:, None, :, None], v, 0.0).repeat_interleave(g, 1)
+    vz = (v if plant.reads_dead_kv else torch.where(kv_live[:, None, :, None], v, 0.0)).repeat_interleave(g, 1)
     scale32 = float(torch.tensor(case.softmax_scale, dtype=F32))
     c = f32(torch.tensor(scale32 * LOG2E_F32, dtype=F64))  # pf:920
     if plant.c_in_io:
@@ -181,13 +184,26 @@ class EmulatedSm90Adapter:
 
     name = "emulated-sm90"
 
-    def __init__(self, arith: Arith = Arith(), plant: Sm90Plant = Sm90Plant()):
-        self.arith, self.plant = arith, plant
+    def __init__(self, arith: Arith = Arith(), plant: Sm90Plant = Sm90Plant(), *, store: bool = False):
+        self.arith, self.plant, self.store = arith, plant, store
 
     def run(self, case, inputs, outputs=None, *, initialize_outputs=True):
+        """``store``: O and LSE written into the caller's buffers (their views),
+        as the kernel's TMA / Stats stores do; else returned as new tensors."""
+        from ground.data import body_storage
         from kernels.base import KernelResult
 
         o, lse = emulate_sm90(case, inputs.to("cpu"), self.arith, self.plant)
-        if outputs is not None and not case.has_lse:  # no Stats output: the caller's LSE buffer is untouched
-            lse = outputs[1]
-        return KernelResult(o, lse, notes={"adapter": self.name, "arith": repr(self.arith)})
+        notes = {"adapter": self.name, "arith": repr(self.arith)}
+        if outputs is None:
+            return KernelResult(o, lse, notes=notes)
+        if not self.store:
+            return KernelResult(o, lse if case.has_lse else outputs[1], notes=notes)  # no Stats: the LSE buffer untouched
+        buf_o, buf_lse = outputs
+        if self.plant.pad_columns_written:
+            body_storage(buf_o).zero_()
+        buf_o.copy_(o)
+        if case.has_lse:
+            buf_lse.copy_(lse)
+        handed = {"q": inputs.q, "k": inputs.k, "v": inputs.v, "o": buf_o, **({"lse": buf_lse} if case.has_lse else {})}
+        return KernelResult(buf_o, buf_lse, notes=notes, handed=handed)
