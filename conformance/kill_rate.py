@@ -52,6 +52,7 @@ import sys
 import time
 import traceback
 import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
@@ -61,7 +62,7 @@ from ground.outcome import Unsupported
 from ground.tables import NO_GPU
 from kernels.mutants import MUTANTS, Mutant
 from properties.matrix import BACKWARD as BACKWARD_MODULE  # the backward's families: searched by backward mutants only
-from properties.matrix import MATRIX, PARAM, SOURCE, STRATUM, TRANSFORM, Family, stratum_of
+from properties.matrix import MATRIX, PARAM, SOURCE, STRATUM, TRANSFORM, Family, in_profile, stratum_of
 
 DEFAULT_REPORT_DIR = "sdpa-report"
 FINDINGS_FILE = "known_findings.toml"
@@ -219,6 +220,27 @@ def search_strata(kind: Kind, flavors) -> List[Optional[Tuple[str, str]]]:
     return [(v["flavor"], v["dtype"]) for v in values if v["flavor"] in flavors]
 
 
+def profile_strata(kind: Kind, flavors, profile: str) -> List[Optional[Tuple[str, str]]]:
+    """``search_strata`` less those whose test ``profile`` does not run (pr: part of the matrix)."""
+    return [
+        st for st in search_strata(kind, flavors) if in_profile(profile, kind.family.test, {**kind.fixed, **({"flavor": st[0], "dtype": st[1]} if st else {})})
+    ]
+
+
+@contextmanager
+def _geometry_of(profile: str):
+    """The profile loaded while a search's strategy is built: its geometry
+    mode (strategies.geometry.PROFILE_MODES: pr's "few" rows) is read then."""
+    from hypothesis import settings
+
+    previous = settings.get_current_profile_name()
+    settings.load_profile(profile)
+    try:
+        yield
+    finally:
+        settings.load_profile(previous)
+
+
 def gate_tests(kind: Kind) -> int:
     """The pytest tests one stratum's search stands for: one per value of the
     family's transform axes (which the search draws per example)."""
@@ -294,7 +316,8 @@ def search(
     if time.perf_counter() > until:  # past the cap: skip, do not draw a single example
         state.cut = True
         return state
-    strategy = kind.strategy(flavors, adapter=adapter) if stratum is None else kind.strategy((stratum[0],), (stratum[1],), adapter=adapter)
+    with _geometry_of(profile):
+        strategy = kind.strategy(flavors, adapter=adapter) if stratum is None else kind.strategy((stratum[0],), (stratum[1],), adapter=adapter)
 
     # A derandomized profile seeds a search from its function, the same for every
     # stratum (pytest's parameters of one test draw different sequences): each
@@ -409,7 +432,9 @@ def _search_kinds(rec: dict, chosen, adapter, flavors, *, profile, deadline, t0,
 
     for kind in chosen:
         now = time.perf_counter()
-        s, strata = _Search(), search_strata(kind, flavors)
+        s, strata = _Search(), profile_strata(kind, flavors, profile)
+        if not strata:  # a test the profile does not run (properties.matrix.PROFILE_TESTS)
+            continue
         for stratum in strata:
             one = search(kind, adapter, flavors, profile=profile, until=deadline, t0=t0, check=check, stratum=stratum, scale=scale)
             s.add(one)

@@ -37,7 +37,7 @@ SHOWN = 40  # missing pairs printed per (direction, layout); --json holds them a
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--profile", default="ci", help="the Hypothesis profile whose draws are counted (default ci)")
+    p.add_argument("--profile", default="ci", help="the Hypothesis profile whose draws are counted (default ci; pr: the tests and strata it runs)")
     p.add_argument("--adapter", choices=ADAPTERS, default=DEFAULT_ADAPTER, help="the entry point the Cases are served for (default prepared)")
     p.add_argument("--seed", type=int, default=None, help="the seed of a profile that is not derandomized (nightly): draws differ per seed")
     p.add_argument("-k", dest="select", default=None, metavar="TEXT", help="only the tests whose name holds TEXT")
@@ -49,7 +49,7 @@ VIOLATING = ("rejection", "backward_rejection")
 
 
 def _families(profile: str, select: Optional[str]):
-    from properties.matrix import MATRIX
+    from properties.matrix import MATRIX, in_profile
 
     for fam in MATRIX:
         if fam.strategy is None or not ({"gpu", "compile"} & set(fam.marks)) or fam.property in VIOLATING:
@@ -57,6 +57,8 @@ def _families(profile: str, select: Optional[str]):
         if "large" in fam.marks and profile != "nightly":
             continue
         if select and select not in fam.test:
+            continue
+        if not any(in_profile(profile, fam.test, values) for values, _ in (fam.parameters() if fam.axes else [({}, "")])):
             continue
         yield fam
 
@@ -99,6 +101,7 @@ def _draw(profile: str, stub, seed: Optional[int], select: Optional[str], progre
     import pytest
 
     from conformance.testgen import matrix_test
+    from properties.matrix import in_profile
 
     out: Dict[str, list] = {}
     for fam in _families(profile, select):
@@ -112,6 +115,8 @@ def _draw(profile: str, stub, seed: Optional[int], select: Optional[str], progre
         started = time.perf_counter()
         with _recording(cases):
             for values, _ in fam.parameters() if fam.axes else [({}, "")]:
+                if not in_profile(profile, fam.test, values):
+                    continue
                 try:
                     fn(**values, **fixtures)
                 except pytest.skip.Exception:

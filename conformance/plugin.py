@@ -120,7 +120,26 @@ def large_tier_selected(config) -> bool:
     return bool(config.getoption("large", default=False)) or os.environ.get(LARGE_ENV) == "1" or asked or profile == "nightly"
 
 
+def _profile_selection(config, items) -> None:
+    """Deselect the property tests the profile does not run (properties.matrix.PROFILE_TESTS)."""
+    from properties.matrix import in_profile
+    from strategies import profiles
+
+    profile = profiles.profile_name(config.getoption("hypothesis_profile", default=None))
+    dropped = [
+        item
+        for item in items
+        if item.get_closest_marker("property") is not None
+        and not in_profile(profile, getattr(item, "originalname", item.name), getattr(getattr(item, "callspec", None), "params", {}))
+    ]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        gone = set(dropped)
+        items[:] = [item for item in items if item not in gone]
+
+
 def pytest_collection_modifyitems(config, items):
+    _profile_selection(config, items)
     if not large_tier_selected(config):
         skip = pytest.mark.skip(reason="large tier: run with --large (or -m large, $SDPA_LARGE=1, the nightly profile)")
         for item in items:

@@ -578,6 +578,44 @@ MATRIX += (
 FAMILIES: Dict[str, Family] = {f.test: f for f in MATRIX}
 assert len(FAMILIES) == len(MATRIX), "two families share a test name"
 
+# Profiles that run part of the matrix (strategies.profiles): test -> the
+# stratum ids it runs on (None: every parameter); every other property test
+# (the findings' replays too) is deselected. ``pr``, the first stage of a
+# kernel-change CI (<= 60 s cold on one GPU, 16 workers): the checks that kill
+# most per compile over the few pool rows of geometry mode "few": numerics on
+# every stratum (each forward template flavor and dtype), tails and compile
+# reuse on one stratum per flavor (their checks are of storage and keys, not
+# of the dtype's arithmetic), padding poison on two, the contract rejections; the backward on its cheapest strata, one
+# per backward kernel (bprop_d64_f16: gptoss; bprop_f16: llama), one per dtype,
+# where backward and backward_tails share their chains' compiles; no metamorphic,
+# parity, large or compile tier (deliberate compiles). docs/properties.md.
+PR_BACKWARD_STRATA = ("gptoss-fp16", "llama-bf16")
+PR_FLAVOR_STRATA = ("gptoss-fp16", "llama-bf16", "dsv3-fp16", "qwen-bf16")  # each flavor once, the dtypes alternating
+PROFILE_TESTS: Dict[str, Dict[str, Optional[Tuple[str, ...]]]] = {
+    "pr": {
+        **dict.fromkeys(("test_numerics_dense", "test_numerics_thd")),
+        **dict.fromkeys(("test_tails_thd", "test_tails_dense", "test_runtime_facts_mint_no_compile"), PR_FLAVOR_STRATA),
+        "test_padding_poison": PR_BACKWARD_STRATA,
+        **dict.fromkeys(("test_config_rejects", "test_prepared_rejects_before_compiling", "test_prepared_rejects", "test_wrapper_rejects")),
+        **dict.fromkeys(("test_backward_wrapper_rejects",)),
+        **dict.fromkeys(("test_backward_dense", "test_backward_thd", "test_backward_tails_dense", "test_backward_tails_thd"), PR_BACKWARD_STRATA),
+    }
+}
+
+
+def in_profile(profile: str, test: str, values: Mapping) -> bool:
+    """Whether ``profile`` runs the property test ``test`` with axis ``values`` (``PROFILE_TESTS``)."""
+    table = PROFILE_TESTS.get(profile)
+    if table is None:
+        return True
+    if test not in table:
+        return False
+    strata = table[test]
+    return strata is None or "flavor" not in values or STRATA_IDS[STRATA.index((values["flavor"], values["dtype"]))] in strata
+
+
+assert all(set(t) <= set(FAMILIES) and all(s is None or set(s) <= set(STRATA_IDS) for s in t.values()) for t in PROFILE_TESTS.values())
+
 
 def family(test: str) -> Family:
     return FAMILIES[test]

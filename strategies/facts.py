@@ -64,8 +64,8 @@ def dense_cases(
     if mode != "free":
         dense = dict(bias=bias, bias_dtypes=bias_dtypes, padding=padding, memory=memory, edges=edges, max_batch=max_batch, max_tokens=max_tokens)
         free = lambda f, d: dense_cases(geometry="free", **dense, **{**common, "flavors": (f,), "dtypes": (d,)})  # noqa: E731
-        pooled = geo.pooled_dense(opts, free, **dense)
-        if mode == "pool":
+        pooled = geo.pooled_dense(opts, free, few=mode == "few", **dense)
+        if mode in ("pool", "few"):
             return pooled
 
     @st.composite

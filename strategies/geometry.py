@@ -94,12 +94,15 @@ from ground.tables import STRATA, flavor_of
 from . import covering, features, pools
 
 GEOMETRY_ENV = "SDPA_GEOMETRY"
-MODES = ("pool", "free", "mixed")
+MODES = ("pool", "free", "mixed", "few")
 # Profiles whose strategies draw otherwise than from the pools alone: nightly
 # draws each example from the pools (the covering design: every feasible pair
 # of compile-key factor values meets) or from free geometry (the search for
-# geometries the pools lack), a drawn choice that shrinks toward the pools.
-PROFILE_MODES = {"nightly": "mixed"}
+# geometries the pools lack), a drawn choice that shrinks toward the pools;
+# pr from the fewest hand rows that reach every compile-key factor value of
+# the stratum's pool (``fewest``) and the covering rows: few compile keys, each
+# reused by many examples (tests/test_pr_profile.py pins the budget).
+PROFILE_MODES = {"nightly": "mixed", "pr": "few"}
 
 
 def mode(requested: Optional[str] = None) -> str:
@@ -680,15 +683,38 @@ def _covering(g, first: tuple, more: tuple, seed: int):
     return more[j - len(first)] if j >= len(first) else g
 
 
+def fewest(rows: tuple, case_of: Callable) -> tuple:
+    """The fewest of ``rows`` (a greedy set cover, ties to the simpler row)
+    whose Cases hold every compile-key factor value (ground.pairs) some row
+    holds: each template branch and shape class the pool reaches, reached
+    once. Kept in pool order, so the simplest row stays first (shrinking)."""
+    from ground.pairs import values_of
+
+    held = [set(values_of(case_of(g))) for g in rows]
+    missing, kept = set().union(*held) if held else set(), set()
+    while missing:
+        best = max(range(len(rows)), key=lambda i: (len(held[i] & missing), -i))
+        kept.add(best)
+        missing -= held[best]
+    return tuple(g for i, g in enumerate(rows) if i in kept)
+
+
 def _strata(opts: features.Common):
     return [(f, d) for f in opts.flavors for d in opts.dtypes]
 
 
-def pooled_dense(opts: features.Common, free: Callable[[str, str], st.SearchStrategy[Case]], **options) -> st.SearchStrategy[Case]:
+def _few(table: dict, case_of: Callable) -> dict:
+    """``table`` with each stratum's hand rows cut to ``fewest`` (the covering rows kept)."""
+    return {(f, d): (fewest(first, lambda g: case_of(g, f, d)), more) if first else (first, more) for (f, d), (first, more) in table.items()}
+
+
+def pooled_dense(opts: features.Common, free: Callable[[str, str], st.SearchStrategy[Case]], *, few: bool = False, **options) -> st.SearchStrategy[Case]:
     """Dense Cases whose compile-key facts come from the strata's pools
     (``options``: dense_cases' own, see ``dense_allowed``); ``free(flavor,
-    dtype)`` serves a stratum whose pool the options empty."""
+    dtype)`` serves a stratum whose pool the options empty; ``few``: the
+    hand rows cut to ``fewest``."""
     table = {(f, d): _split(tuple(g for g in dense_pool(f, d) if dense_allowed(g, f, opts, **options)), len(hand_dense_pool(f, d))) for f, d in _strata(opts)}
+    table = _few(table, lambda g, f, d: g.case(d)) if few else table
     fallback = {k: free(*k) for k, (first, _) in table.items() if not first}
 
     @st.composite
@@ -713,13 +739,21 @@ def pooled_dense(opts: features.Common, free: Callable[[str, str], st.SearchStra
 
 
 def pooled_thd(
-    opts: features.Common, free: Callable[[str, str], st.SearchStrategy[Case]], *, max_tokens: int, max_seqs: int, zeros: bool, offsets: Optional[bool]
+    opts: features.Common,
+    free: Callable[[str, str], st.SearchStrategy[Case]],
+    *,
+    max_tokens: int,
+    max_seqs: int,
+    zeros: bool,
+    offsets: Optional[bool],
+    few: bool = False,
 ) -> st.SearchStrategy[Case]:
     """THD Cases whose compile-key facts come from the strata's pools; head
     dims, lengths, offsets, the right band and the scale's magnitude free.
     ``free(flavor, dtype)`` serves a stratum whose pool the options empty
-    (varlen.thd_cases' free draw)."""
+    (varlen.thd_cases' free draw); ``few``: the hand rows cut to ``fewest``."""
     table = {(f, d): _split(tuple(g for g in thd_pool(f, d) if thd_allowed(g, opts, max_seqs=max_seqs)), len(hand_thd_pool(f, d))) for f, d in _strata(opts)}
+    table = _few(table, lambda g, f, d: g.case(f, d)) if few else table
     # every THD row of a stratum is excluded only by options no test uses
     fallback = {k: free(*k) for k, (first, _) in table.items() if not first}
 

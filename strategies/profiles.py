@@ -7,6 +7,10 @@
   the ``CI`` environment variable is set). Shape facts come from small
   per-stratum geometry pools (strategies.geometry), so GPU examples are
   cheap and numerics/tails check 3.5x/1.75x more of them.
+- ``pr``: the first stage of a kernel-change CI (<= 60 s cold on one GPU
+  with 16 workers): derandomized like ``ci``, part of the matrix
+  (properties.matrix.PROFILE_TESTS) over the pools' fewest rows (geometry
+  mode ``few``), so few compile keys, each serving many examples.
 - ``nightly``: many examples, each from the pools or over free geometry (a
   compile per free example);
   properties call ``hypothesis.target()`` on their error ratio so the
@@ -28,7 +32,7 @@ from hypothesis.errors import InvalidArgument
 
 ENV_VAR = "SDPA_HYPOTHESIS_PROFILE"
 
-MAX_EXAMPLES = {"dev": 10, "ci": 40, "nightly": 1000}
+MAX_EXAMPLES = {"dev": 10, "pr": 10, "ci": 40, "nightly": 1000}
 
 # Share of the profile's examples per property kind: GPU launches and
 # compiles are expensive, contract checks and CPU-only checks are cheap.
@@ -75,7 +79,22 @@ PROFILE_KIND_SCALE = {
     "ci": {"numerics": 3.5, "tails": 1.75, "large": 0.05, "metamorphic": 0.075},
     "dev": {"metamorphic": 0.1},
     "nightly": {"large": 0.003, "parity": 0.05, "metamorphic": 0.05, "compile_distinct": 0.005},
+    # pr (properties.matrix.PROFILE_TESTS: the tests it runs; geometry mode "few": the pools' fewest rows):
+    # numerics 30 and tails 15 examples per test over ~10 keys per stratum and layout, so each key serves
+    # several examples; compile_reuse and the backward few (a THD compile_reuse example compiles a second
+    # key; a backward key is a chain of kernels); contract tests 5 per rule.
+    "pr": {"numerics": 3.0, "tails": 1.5, "compile_reuse": 0.1, "backward": 0.3},
 }
+
+# The pr profile's compile budget, in compile slots (tests/test_pr_profile.py
+# counts them with tools/count_compile_keys.py): 60 s x 16 workers / 2.5 s per
+# compile (the H200's cold ci run: 1.84 s mean) = 384 slots if a cold run did
+# nothing but compile; that run's wall was ~1.7x its compile floor (launches,
+# references, Hypothesis, the compiles no key names), so 384 / 1.7 = 225. A
+# forward key is one compile; a backward key a chain of kernels, 3 slots (up to
+# 7 artifacts for a chain's first key, ~1.3 a key over the ci run's 306 keys).
+PR_COMPILE_SLOTS = 225
+PR_BACKWARD_KEY_SLOTS = 3
 
 # Every profile: no deadline (a kernel compile takes seconds) and no too-slow
 # health check; ``ci`` adds derandomization, ``ci``/``nightly`` print the blob.
@@ -84,6 +103,7 @@ PROFILE_SETTINGS = {
     # when $CI is set, which must not change what dev or nightly draw.
     "dev": {"derandomize": False},
     "ci": {"derandomize": True, "print_blob": True},
+    "pr": {"derandomize": True, "print_blob": True},
     "nightly": {"derandomize": False, "print_blob": True},
 }
 for _name, _extra in PROFILE_SETTINGS.items():

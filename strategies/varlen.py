@@ -51,8 +51,8 @@ def thd_cases(
     if mode != "free":
         thd = dict(max_tokens=max_tokens, max_seqs=max_seqs, zeros=zeros, offsets=offsets)
         free = lambda f, d: thd_cases(geometry="free", **thd, **{**dataclasses.asdict(opts), "flavors": (f,), "dtypes": (d,)})  # noqa: E731
-        pooled = geo.pooled_thd(opts, free, **thd)
-        if mode == "pool":
+        pooled = geo.pooled_thd(opts, free, few=mode == "few", **thd)
+        if mode in ("pool", "few"):
             return pooled
 
     @st.composite
