@@ -120,6 +120,17 @@ def test_bound_holds_on_drawn_cases(dtype, arith_name):
     assert worst["o"] > 0.1 and worst["lse"] > 0.01  # the draws exercised the bound (not all exact outputs)
 
 
+@pytest.mark.parametrize("extra", [{}, {"sinks": True}, {"scale": -0.125}, {"scale": 0.0}], ids=["positive", "sinks", "negative", "zero"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_bound_holds_on_long_rows(dtype, extra):
+    """2048 keys (32 tiles: the row sum's longest chains in the suite's CPU
+    tier) under ex2 / lg2 / rcp off by 2 ulp the wrong way, every scale path."""
+    case = Case(family="sm90", dtype=dtype, s_q=64, s_kv=2048, seed=7, **extra)
+    verdict, got = numerics(case, replace(ARITHS["adversarial"], tc_bits=0))
+    assert verdict == "passed", got.summary if verdict == "failed" else got
+    assert all(0 < r <= 1 for r in got.values())
+
+
 # Pinned Cases for the power checks: one and three KV tiles, both dtypes, sinks and a negative scale.
 PINNED = [
     Case(family="sm90", dtype=dtype, s_q=s, s_kv=s, h_q=2, h_kv=1, seed=5, **extra)
