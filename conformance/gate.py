@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
+from conformance import family_select
 from ground.outcome import Unsupported
 from ground.tables import ADAPTERS, NO_GPU
 from strategies.profiles import MAX_EXAMPLES
@@ -33,6 +34,13 @@ ROOT = Path(__file__).resolve().parent.parent  # the checkout: pytest's rootdir 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--adapter", choices=ADAPTERS, default=None, help="entry point under test (default: $SDPA_ADAPTER, else prepared)")
+    p.add_argument(
+        "--family",
+        choices=family_select.CHOICES,
+        default=None,
+        help="kernel families to judge: sm80, sm90 or all (default: $SDPA_FAMILY, else the families the GPU runs); "
+        "a family's tests beyond conformance/ (family_select.GATE_TESTS) join the run",
+    )
     p.add_argument("--sm80-compat", action="store_true", help="run the SM80 code on a newer GPU (the public wrapper needs it off SM80)")
     p.add_argument("--profile", choices=PROFILES, default="ci", help="Hypothesis profile: example counts (default ci)")
     p.add_argument("--runs", type=int, default=1, metavar="N", help="runs in a row (default 1)")
@@ -63,6 +71,13 @@ def _junit(path: Optional[str], i: int, runs: int) -> Optional[str]:
     return f"{stem}-{i}.{suffix}" if dot else f"{path}-{i}"
 
 
+def family_tests(family: Optional[str]) -> List[str]:
+    """The test paths beyond conformance/ of the families ``family`` names
+    (every family's when not given: the plugin deselects what the GPU does not run)."""
+    names = family_select.parse(family) or family_select.FAMILY_NAMES
+    return [str(ROOT / t) for name in names for t in family_select.GATE_TESTS[name]]
+
+
 def command(args, i: int, cache: Optional[str]) -> List[str]:
     """The pytest command line of run ``i``."""
     report = Path(args.report_dir).resolve() / f"run-{i}"
@@ -73,6 +88,7 @@ def command(args, i: int, cache: Optional[str]) -> List[str]:
         "-n",
         str(args.workers),
         str(ROOT / "conformance"),
+        *family_tests(args.family),
         f"--rootdir={ROOT}",
         f"--hypothesis-profile={args.profile}",
         "-p",
@@ -82,6 +98,8 @@ def command(args, i: int, cache: Optional[str]) -> List[str]:
     ]
     if args.adapter:
         cmd.append(f"--adapter={args.adapter}")
+    if args.family:
+        cmd.append(f"--family={args.family}")
     if args.sm80_compat:
         cmd.append("--sm80-compat")
     if cache:

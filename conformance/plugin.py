@@ -28,7 +28,7 @@ from typing import Optional
 
 import pytest
 
-from conformance import __version__, isolation
+from conformance import __version__, family_select, isolation
 from ground import findings
 from ground.outcome import PropertyFailure, Unsupported
 from ground.tables import ADAPTER_ENV, ADAPTERS, COMPAT_ENV, DEFAULT_ADAPTER, NO_GPU
@@ -60,6 +60,7 @@ class Run:
     paths: Optional[dict] = None
     compile_cache: Optional[str] = None  # the on-disk compiled cache every process of the run shares (kernels.cache)
     compile_cache_previous: Optional[str] = None  # the variable's value before the run set it
+    families: Optional[tuple] = None  # --family / $SDPA_FAMILY; None until the default is read off the GPU (selected_families)
 
 
 RUN = pytest.StashKey[Run]()
@@ -77,6 +78,13 @@ def pytest_addoption(parser):
         choices=ADAPTERS,
         default=None,
         help="kernel entry point to drive: prepared (the compile entry points) or wrapper (sdpa_fwd_wrapper_sm80). Default: $SDPA_ADAPTER, else prepared.",
+    )
+    g.addoption(
+        "--family",
+        choices=family_select.CHOICES,
+        default=None,
+        help="kernel families to judge (ground.families): sm80, sm90 or all. Default: $SDPA_FAMILY, else the families the GPU runs "
+        "(natively, and sm80 code on a newer GPU); without a GPU every family's CPU tiers.",
     )
     g.addoption("--sm80-compat", action="store_true", default=False, help="run the sm80 kernels on a newer GPU (sm80 code on sm_90). Also $SDPA_SM80_COMPAT=1.")
     g.addoption("--report-dir", default=None, metavar="DIR", help=f"where shards, case files and report.json/.md/.html go (default ./{DEFAULT_REPORT_DIR}).")
@@ -140,6 +148,12 @@ def _profile_selection(config, items) -> None:
 
 def pytest_collection_modifyitems(config, items):
     _profile_selection(config, items)
+    run = config.stash.get(RUN, None)
+    if run is not None:
+        try:
+            family_select.deselect(config, items, selected_families(run))
+        except ValueError as e:
+            raise pytest.UsageError(str(e)) from None
     if not large_tier_selected(config):
         skip = pytest.mark.skip(reason="large tier: run with --large (or -m large, $SDPA_LARGE=1, the nightly profile)")
         for item in items:
@@ -193,6 +207,12 @@ def _resolve(config) -> Run:
     if compat_env not in ("", "0", "1"):
         raise pytest.UsageError(f"{COMPAT_ENV}={compat_env!r}: expected 1 or 0")
     compat = bool(config.getoption("sm80_compat")) or compat_env == "1"
+    try:
+        families = family_select.parse(config.getoption("family") or os.environ.get(family_select.FAMILY_ENV), f"${family_select.FAMILY_ENV}")
+    except ValueError as e:
+        raise pytest.UsageError(str(e)) from None
+    if config.getoption("family"):
+        os.environ[family_select.FAMILY_ENV] = config.getoption("family")
     # The kernels side (mode detection, adapters) and xdist workers read the
     # environment, so the options are mirrored there.
     if config.getoption("adapter"):
@@ -222,7 +242,7 @@ def _resolve(config) -> Run:
         source = str((here / source).resolve())
     recording = not (config.option.collectonly or getattr(config.option, "help", False))
     worker = workerinput.get("workerid", "gw") if workerinput is not None else None
-    return Run(adapter, compat, report_dir, run_id, source, findings_file, worker, recording)
+    return Run(adapter, compat, report_dir, run_id, source, findings_file, worker, recording, families=families)
 
 
 def _configure_kernels(run: Run) -> None:
@@ -271,6 +291,7 @@ def _steal_work(config) -> None:
 @pytest.hookimpl(tryfirst=True)  # before pytest-timeout's: it reads the timeout method this sets (isolation.configure_test_timeout)
 def pytest_configure(config):
     config.addinivalue_line("markers", "property(name): the conformance property a test checks (report attribution)")
+    config.addinivalue_line("markers", family_select.MARKER)
     if getattr(config.option, "help", False):
         return
     _check_rootdir(config)
@@ -338,6 +359,15 @@ def adapter_label(run: Run) -> str:
     return f"{run.adapter} (sm80-compat)" if run.sm80_compat else run.adapter
 
 
+def selected_families(run: Run) -> tuple:
+    """The families the run judges: --family / $SDPA_FAMILY, else those the live GPU runs (family_select.default)."""
+    if run.families is None:
+        from kernels import environment as kenv
+
+        run.families = family_select.default(kenv.detect().capability)
+    return run.families
+
+
 def environment(run: Run) -> dict:
     """The run's facts for the header, case files and reports (cached)."""
     if run.env is None:
@@ -359,6 +389,8 @@ def environment(run: Run) -> dict:
             "header": kenv.header(adapter_label(run), e),
             "hypothesis_profile": run.hypothesis.get("profile"),
             "hypothesis_seed": run.hypothesis.get("seed"),
+            "families": "+".join(selected_families(run)),
+            "family_mode": family_select.mode(selected_families(run), e.capability),
         }
         from kernels.mutants import planted
 
@@ -386,6 +418,7 @@ def pytest_report_header(config):
         env["header"],
         f"sdpa-conformance {__version__}: report dir {casefile.display_path(run.report_dir)} | known findings {known}",
         f"hypothesis: profile {env['hypothesis_profile']} | seed: {env['hypothesis_seed']}",
+        f"sdpa-conformance: families {env['families']} | mode: {env['family_mode']}",
     ]
     iso = config.pluginmanager.get_plugin("sdpa_conformance_isolation")
     if iso is not None:

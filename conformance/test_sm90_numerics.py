@@ -23,6 +23,7 @@ from ground.tables import NO_GPU
 from properties.common import refusal_policy
 from strategies.sm90 import sm90_cases
 
+pytestmark = pytest.mark.family("sm90")  # --family selects it (conformance.family_select)
 HOPPER = (9, 0)
 
 

@@ -10,7 +10,7 @@ from ground.case import Case
 from kernels import get_adapter
 from kernels.source import Rewrite
 
-pytestmark = pytest.mark.compile
+pytestmark = [pytest.mark.compile, pytest.mark.family("sm80")]
 
 DENSE = Case(d_qk=64, d_v=64, s_q=136, s_kv=72, h_q=2, h_kv=1, memory="bshd")
 THD = Case(layout="thd", q_lens=(5, 7, 3), kv_lens=(5, 9, 1), h_q=6, h_kv=2)
