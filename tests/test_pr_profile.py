@@ -21,11 +21,10 @@ from strategies.profiles import MAX_EXAMPLES, PR_BACKWARD_KEY_SLOTS, PR_COMPILE_
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def pr_keys(tmp_path_factory):
-    out = tmp_path_factory.mktemp("pr") / "keys.json"
+def _count(out: Path, *extra: str) -> dict:
+    """tools/count_compile_keys.py's counts of the pr profile's draws."""
     done = subprocess.run(
-        [sys.executable, "tools/count_compile_keys.py", "--profile", "pr", "--json", str(out)],
+        [sys.executable, "tools/count_compile_keys.py", "--profile", "pr", "--json", str(out), *extra],
         cwd=ROOT,
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
         capture_output=True,
@@ -36,13 +35,25 @@ def pr_keys(tmp_path_factory):
     return json.loads(out.read_text())
 
 
+@pytest.fixture(scope="module")
+def pr_keys(tmp_path_factory):
+    return _count(tmp_path_factory.mktemp("pr") / "keys.json")
+
+
+def _slots(counts: dict) -> int:
+    launching = counts["launching"]
+    return launching["dense_keys"] + launching["thd_keys"] + PR_BACKWARD_KEY_SLOTS * launching["backward_keys"]
+
+
 def test_pr_compile_keys_stay_within_the_budget(pr_keys):
-    launching = pr_keys["launching"]
-    forward = launching["dense_keys"] + launching["thd_keys"]
-    slots = forward + PR_BACKWARD_KEY_SLOTS * launching["backward_keys"]
-    assert slots <= PR_COMPILE_SLOTS, (forward, launching["backward_keys"])
+    assert _slots(pr_keys) <= PR_COMPILE_SLOTS, pr_keys["launching"]
     # and every forward stratum has keys: each flavor in each dtype (numerics runs them all)
     assert set(pr_keys["keys_per_stratum"]) == {f"{f}-{d}" for f, d in STRATA}
+
+
+def test_the_budget_fails_pr_over_the_full_pools(tmp_path):
+    # planted: pr's tests over every pool row (geometry pool, not few) pass the budget
+    assert _slots(_count(tmp_path / "keys.json", "--geometry", "pool")) > PR_COMPILE_SLOTS
 
 
 def test_pr_is_a_profile_everywhere(pr_keys):
