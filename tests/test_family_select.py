@@ -72,7 +72,7 @@ def project(pytester, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(pytester.path.parent))
     profile = settings.get_current_profile_name()
     pytester.makeconftest(CONFTEST)
-    pytester.makepyfile(test_families=TESTS)
+    pytester.makepyfile(test_toy_families=TESTS)  # a name no module of the suite has (one import namespace)
     yield pytester
     settings.load_profile(profile)
 
@@ -121,7 +121,7 @@ def test_unknown_values_are_usage_errors(project, monkeypatch, args, env, messag
 
 
 def test_a_marker_naming_no_family_is_a_usage_error(project):
-    project.makepyfile(test_bad='import pytest\n\n@pytest.mark.family("sm70")\ndef test_x():\n    pass\n')
+    project.makepyfile(test_toy_bad_marker='import pytest\n\n@pytest.mark.family("sm70")\ndef test_x():\n    pass\n')
     result = _run(project)
     assert result.ret == pytest.ExitCode.USAGE_ERROR and "family marker 'sm70'" in result.stderr.str()
 
