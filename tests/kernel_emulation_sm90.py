@@ -136,7 +136,8 @@ def emulate_sm90(case, tensors, arith: Arith = Arith(), plant: Sm90Plant = Sm90P
             x = f32((s - cur[..., None]) * c_wide)
             old_x = f32((old - cur) * c_wide)
         else:  # narrow (pf:573-575)
-            x = f32(f32(s * c) - f32(cur[..., None] * c))
+            sc = s * c if arith.fma else f32(s * c)  # ptxas may contract S*c - (anchor*c) into an FFMA
+            x = f32(sc - f32(cur[..., None] * c))
             old_x = f32(f32(old - cur) * c)
         alpha = torch.where(first, torch.ones_like(cur), ex2(torch.nan_to_num(old_x), arith))
         p = torch.where(vt, ex2(torch.where(vt, x, torch.zeros_like(x)), arith), torch.zeros_like(x))
