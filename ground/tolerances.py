@@ -55,6 +55,9 @@ decision too close to call). Second-order terms are covered by SECOND_ORDER.
 ``judge.within_model`` fails any element over its bound, and fails outright
 when the model itself is not finite.
 
+The sm90 family (the native Hopper D512 forward) runs another arithmetic:
+``sm90_kernel_bounds`` below, chosen by the Case's family (``bounds_for``).
+
 A ratio ``error / bound`` (worst element) is recorded for every check; the
 report plots its distribution per quantity and dtype, and the ``nightly``
 profile steers Hypothesis toward high ratios with ``target()``. Never raise a
