@@ -9,30 +9,18 @@ small Case (fields) that reaches the mutated code: the CPU compile test
 compiles it, and it is the kind of case that should expose the bug.
 ``expected_killer`` names a property kind of ``conformance.kill_rate.KINDS``.
 ``conformance.kill_rate`` runs them; docs/mutants.md explains the results.
+``MUTANTS`` is the SM80 family's catalogue; the sm90 family's
+(kernels/mutants_sm90.py, not measured yet) is ``SM90_MUTANTS``; ``CATALOGUE``
+holds both.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Optional, Tuple
 
+from kernels.mutant import Mutant
+from kernels.mutants_sm90 import SM90_MUTANTS
 from kernels.source import Rewrite
-
-
-@dataclass(frozen=True)
-class Mutant:
-    name: str
-    bug_class: str  # a BUG_CLASSES key
-    rewrites: Tuple[Rewrite, ...]
-    expected_killer: str  # a conformance.kill_rate.KINDS name
-    why: str  # the real bug it imitates
-    probe: dict = field(default_factory=dict)  # Case fields reaching the mutated code
-    scope: str = ""  # why only one template family, when so
-
-    @property
-    def targets(self) -> Tuple[str, ...]:
-        return tuple(sorted({rw.target for rw in self.rewrites}))
-
 
 # The bug classes the catalogue covers (seen in this kernel family and its peers).
 BUG_CLASSES = {
@@ -51,6 +39,10 @@ BUG_CLASSES = {
     "output_tail": "output tail left unwritten or over-written",
     "right_band": "causal right band ignored (beyond the list: a mask-family bug)",
     "large_offsets": "an element offset computed in 32 bits (wraps past 2^31 elements)",
+    # The sm90 family's (kernels.mutants_sm90).
+    "pack_gqa": "PackGQA's packed row -> (token, head) mapping wrong",
+    "head_dim_tail": "loads or stores past the real head dim (the fixed-width D tile's tail columns)",
+    "length_clamp": "device sequence lengths clamped to the wrong envelope",
     # The schema-3 feature families.
     "rope": "fused RoPE applied at the wrong positions or convention",
     "scheduler": "a tile scheduler that drops or repeats (q tile, head, batch) work items",
@@ -574,6 +566,11 @@ MUTANTS: Tuple[Mutant, ...] = (
 ) + BWD_MUTANTS
 
 
+# The sm90 family's mutants (kernels/mutants_sm90.py; family "sm90"): not in MUTANTS,
+# the SM80 catalogue the kill harness measures, until the sm90 properties exist.
+CATALOGUE: Tuple[Mutant, ...] = MUTANTS + SM90_MUTANTS
+
+
 # Planted faults, for proving the run's fault and hang isolation
 # (conformance.isolation) on a GPU: not part of the kill-rate catalogue (a
 # fault is caught by the harness, not judged by a property). Both live in
@@ -639,6 +636,8 @@ def by_name(name: str) -> Mutant:
     for m in MUTANTS + FAULTS:
         if m.name == name:
             return m
+    if name in {m.name for m in SM90_MUTANTS}:
+        raise ValueError(f"{PLANT_ENV}={name!r}: an sm90 mutant; the SM80 adapters cannot plant it (kernels.sm90.adapter.Sm90Adapter(rewrites) does)")
     raise ValueError(f"{PLANT_ENV}={name!r}: no such mutant (catalogue: {', '.join(m.name for m in MUTANTS)}; faults: {', '.join(m.name for m in FAULTS)})")
 
 

@@ -12,7 +12,9 @@ aliases the pristine module: ``template_loader.load_template`` keys modules by
 ``(path, params)`` and digests the file bytes into ``FROST_SOURCE_DIGEST``,
 which the compile keys carry. A rewritten ``prepared_host`` gets its compile
 keys salted with its digest (its keys name the template and the call, not the
-host's own source).
+host's own source). The sm90 family (``sm90_sources``): a rewritten host or
+helper module is imported by a rewritten template under its own name, so the
+template's digest, hence every compile key, changes with it.
 """
 
 from __future__ import annotations
@@ -43,8 +45,13 @@ TARGETS = {
     "bwd_d64": "sdpa/bwd/kernels/sm80/bprop_d64_f16.py",
     "bwd_host": "sdpa/bwd/kernels/sm80/prepared_host.py",
     "bwd_spec": "sdpa/bwd/prepared_sm80.py",  # build_spec: the pointer chain's compile key and geometry
+    # The sm90 family (native Hopper D512 forward): its one template, pointer host and helpers.
+    "sm90": "sdpa/fwd/kernels/sm90/prefill_d512_f16.py",
+    "sm90_host": "sdpa/fwd/kernels/sm90/prepared_host.py",
+    "sm90_common": "sdpa/fwd/kernels/sm90/_common_hopper.py",
 }
 BACKWARD_TARGETS = ("bwd_f16", "bwd_d64", "bwd_host", "bwd_spec")
+SM90_TARGETS = ("sm90", "sm90_host", "sm90_common")
 # What a --kernels-source tree must hold to serve this suite.
 REQUIRED = ("cudnn/" + TARGETS["f16"], "cudnn/" + TARGETS["d256"])
 
@@ -204,12 +211,12 @@ def host_module(rewrites: Iterable[Rewrite] = ()):
 
 
 def rewritten_hosts() -> Tuple[object, ...]:
-    return tuple(h for key, h in _HOSTS.items() if not key.startswith("bwd:"))
+    return tuple(h for key, h in _HOSTS.items() if not key.startswith("pkg:"))
 
 
 def _package_module(target: str, path: Path, digest: str, package: str):
     """A fresh module of a rewritten file, named inside ``package`` (its imports keep working)."""
-    key = f"bwd:{target}:{digest}"
+    key = f"pkg:{target}:{digest}"
     if key not in _HOSTS:
         name = f"{package}._rewritten_{target}_{digest}"
         spec = importlib.util.spec_from_file_location(name, path)
@@ -291,3 +298,48 @@ def backward_sources(rewrites: Iterable[Rewrite] = ()):
             mods.pop("d64", None)
         else:
             mods["d64"] = had_d64
+
+
+# The sm90 template's imports of its two sibling modules (prefill_d512_f16.py:65, :67):
+# a rewritten sibling is imported under its own name, so the template's text, hence its
+# FROST_SOURCE_DIGEST and every compile key, changes with it.
+_SM90_SIBLINGS = {"sm90_host": "cudnn.sdpa.fwd.kernels.sm90.prepared_host", "sm90_common": "cudnn.sdpa.fwd.kernels.sm90._common_hopper"}
+SM90_TEMPLATE = "sm90/prefill_d512_f16.py"  # as api_dsl._load_kernel_template names it
+
+
+def sm90_template_file(rewrites: Iterable[Rewrite]) -> Optional[Path]:
+    """The rewritten sm90 template file (its siblings' rewrites imported), or None when no rewrite targets the family."""
+    rewrites = tuple(rewrites)
+    redirects = []
+    for target, module in _SM90_SIBLINGS.items():
+        hit = _rewritten_file(target, rewrites)
+        if hit is not None:
+            mod = _package_module(target, hit[0], hit[1], "cudnn.sdpa.fwd.kernels.sm90")
+            redirects.append(Rewrite("sm90", f"from {module} import ", f"from {mod.__name__} import "))
+    hit = _rewritten_file("sm90", rewrites + tuple(redirects))
+    return None if hit is None else hit[0]
+
+
+@contextmanager
+def sm90_sources(rewrites: Iterable[Rewrite] = ()):
+    """While active, the sm90 template is loaded from its rewritten source
+    wherever the kernels load it (``api_dsl._load_kernel_template``: the
+    planner's ``compile()`` and ``kernels.sm90.adapter``). No sm90 rewrites:
+    nothing changes."""
+    path = sm90_template_file(rewrites)
+    if path is None:
+        yield
+        return
+    from cudnn.frost.template_loader import load_template
+    from cudnn.sdpa.fwd import api_dsl
+
+    real = api_dsl._load_kernel_template
+
+    def load(filename, params, tag):
+        return load_template(str(path), params, tag=tag) if filename == SM90_TEMPLATE else real(filename, params, tag)
+
+    api_dsl._load_kernel_template = load
+    try:
+        yield
+    finally:
+        api_dsl._load_kernel_template = real

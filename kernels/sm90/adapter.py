@@ -31,6 +31,7 @@ from ground.tables import NO_GPU
 from kernels.base import CompileDelta, KernelResult
 from kernels.counters import measure
 from kernels.sm90.specialize import FAMILY, TAG, TEMPLATE, Sm90Specialization, plan, specialize
+from kernels.source import sm90_sources
 
 
 def template_module(params):
@@ -57,6 +58,11 @@ class Sm90Adapter:
 
     name = "sm90"
     label = "sm90 (prefill_d512_f16 via compile(); compile-only verified)"
+
+    def __init__(self, rewrites=()):
+        # kernels.source.Rewrite s of the sm90 sources (mutants): applied wherever the template is loaded.
+        self.rewrites = tuple(rewrites)
+
     supports = frozenset({"caller-outputs", "compile-only"})
     lacks = {
         "no-init": "the SM90 THD host has no output-initialisation option (rows outside a sequence are never written)",
@@ -79,7 +85,7 @@ class Sm90Adapter:
             raise ValueError(f"tamper {tamper!r}: the sm90 compile entry takes none")
         self._served(case)
         spec = specialize(case)
-        with measure() as box:
+        with sm90_sources(self.rewrites), measure() as box:
             compile_spec(spec)
         return box.delta
 
@@ -108,7 +114,7 @@ class Sm90Adapter:
         dev = torch.device("cuda", torch.cuda.current_device())
         inputs = inputs.to(dev)
         o, lse = outputs if outputs is not None else make_outputs(case, dev)
-        with measure() as box:
+        with sm90_sources(self.rewrites), measure() as box:
             api = plan(case)
             api.compile()
         api.execute(

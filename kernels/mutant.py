@@ -1,0 +1,26 @@
+"""The mutant record: a plausible bug as source rewrites of the kernels under
+test (``kernels.source.Rewrite``). The catalogue is ``kernels.mutants``
+(the SM80 family) and ``kernels.mutants_sm90`` (the sm90 family)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Tuple
+
+from kernels.source import Rewrite
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    bug_class: str  # a kernels.mutants.BUG_CLASSES key
+    rewrites: Tuple[Rewrite, ...]
+    expected_killer: str  # a conformance.kill_rate.KINDS name (sm90: the SM80 counterpart, until sm90 kinds exist)
+    why: str  # the real bug it imitates
+    probe: dict = field(default_factory=dict)  # Case fields reaching the mutated code
+    scope: str = ""  # why only one template family, when so
+    family: str = "sm80"  # the kernel family it is planted in (ground.families): which adapter and properties judge it
+
+    @property
+    def targets(self) -> Tuple[str, ...]:
+        return tuple(sorted({rw.target for rw in self.rewrites}))
