@@ -142,6 +142,8 @@ def summarize(report: dict, i: int) -> List[str]:
         + (", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none")
         + (f"; stale: {', '.join(f['stale'])}" if f.get("stale") else "")
     )
+    for g in report.get("skips") or ():  # every skipped test is a verdict not given: say why
+        lines.append(f"  skipped {g['count']}: {g['reason']}")
     return lines
 
 

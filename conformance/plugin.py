@@ -521,6 +521,13 @@ def _adapter_used(item, run: Run) -> dict:
     return {"adapter": run.adapter, "sm80_compat": run.sm80_compat}
 
 
+def _skip_reason(report) -> str:
+    """A skipped test's reason: pytest's (path, line, "Skipped: reason") tuple, else its text."""
+    longrepr = report.longrepr
+    text = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    return text.removeprefix("Skipped: ")
+
+
 def _outcome(report, so_far: Optional[str]) -> Optional[str]:
     wasxfail = hasattr(report, "wasxfail")
     if report.when in ("call", "???"):  # "???": xdist's report for a test whose worker crashed
@@ -639,6 +646,8 @@ class Recording:
         if report.failed and not st["message"]:
             crash = getattr(report.longrepr, "reprcrash", None)
             st["message"] = (crash.message if crash is not None else str(report.longrepr))[:500]
+        elif report.skipped and not hasattr(report, "wasxfail") and not st["message"]:
+            st["message"] = _skip_reason(report)[:500]
         if report.when in ("teardown", "???"):
             self._flush_test(report.nodeid)
 

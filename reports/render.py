@@ -105,6 +105,14 @@ def _run(s: dict) -> list:
     return out
 
 
+def _skips(s: dict) -> list:
+    skips = s.get("skips") or []
+    if not skips:
+        return []
+    rows = [[g["count"], g["reason"], ", ".join(g["tests"][:3]) + (f" (+{len(g['tests']) - 3} more)" if len(g["tests"]) > 3 else "")] for g in skips]
+    return [("h", 2, f"Skipped tests ({sum(g['count'] for g in skips)}), by reason"), ("table", ["tests", "reason", "which"], rows)]
+
+
 def _failures(s: dict) -> list:
     real = s["failures"]
     out = [("h", 2, f"Failures ({len(real)})")]
@@ -390,7 +398,7 @@ def _slowest(s: dict) -> list:
     return [("h", 2, "Slowest examples"), ("table", ["seconds", "compile s", "property", "outcome", "case", "test"], rows)]
 
 
-SECTIONS = (_environment, _run, _failures, _findings, _properties, _ratio_plots, _coverage, _pairs, _compile, _profile, _slowest)
+SECTIONS = (_environment, _run, _skips, _failures, _findings, _properties, _ratio_plots, _coverage, _pairs, _compile, _profile, _slowest)
 
 
 def blocks(s: dict) -> list:

@@ -206,6 +206,7 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
             "complete": bool(session),
         },
         "tests": {o: totals[o] for o in OUTCOMES} | {"total": sum(totals.values())},
+        "skips": skips_by_reason(tests),
         "properties": properties,
         "coverage": coverage((c for _, c in begun), session.get("environment", {}).get("adapter")),
         "compile": (comp := _compile(sum((p["compile"] for p in props.values()), Counter()), sum(p["seconds"] for p in props.values())))
@@ -358,6 +359,16 @@ def _profile(workers: Dict[str, dict], props: Dict[str, dict]) -> dict:
         "example_seconds": round(example_seconds, 3),
         "span_seconds": round(sum(r["span_seconds"] or 0.0 for r in rows), 3),
     }
+
+
+def skips_by_reason(tests: Dict[str, dict]) -> List[dict]:
+    """The run's skipped tests grouped by their reason, most first: a skip is
+    a verdict the run did not give, so every one is shown with why."""
+    groups: Dict[str, List[str]] = defaultdict(list)
+    for nodeid, t in tests.items():
+        if t.get("outcome") == "skipped":
+            groups[t.get("message") or "(no reason recorded)"].append(nodeid)
+    return [{"reason": r, "count": len(ids), "tests": sorted(ids)} for r, ids in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
 
 
 def _floor(per_compile: float, artifacts: int, workers: int, wall: Optional[float]) -> dict:

@@ -63,6 +63,7 @@ REPORT = {
     },
     "properties": {"numerics": {"ratios_by_dtype": {"o fp16": {"p99": 0.91, "max": 0.99, "count": 1200}}}},
     "findings": {"entries": [{"id": "a", "status": "reproduced"}, {"id": "b", "status": "stale"}], "stale": ["b"]},
+    "skips": [{"reason": "needs a GPU", "count": 20, "tests": []}, {"reason": "large tier", "count": 2, "tests": []}],
 }
 
 
@@ -73,6 +74,7 @@ def test_summary_names_counts_floor_ratios_and_findings():
     assert "compile floor 112 s, wall / floor 1.79 (560 artifacts); keys floor 100 s, wall / floor 2.00" in text
     assert "numerics error/bound o fp16: p99 0.910 max 0.990 (1200 examples)" in text
     assert "1 reproduced, 1 stale; stale: b" in text
+    assert "  skipped 20: needs a GPU\n  skipped 2: large tier" in text
 
 
 def test_no_gpu_is_a_usage_error(monkeypatch, capsys):

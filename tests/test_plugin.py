@@ -338,3 +338,32 @@ def test_findings_entries_are_validated(entry, message):
     with pytest.raises(findings.FindingsError) as e:
         findings.parse({"finding": [entry]}, "kf.toml", [7], checks=CHECKS)
     assert str(e.value).startswith("kf.toml:7: ") and message in str(e.value), str(e.value)
+
+
+def test_the_report_names_every_skipped_test_with_its_reason(project):
+    project.makepyfile(
+        test_skips="""
+import pytest
+
+def test_a():
+    pytest.skip("planted reason one")
+
+def test_b():
+    pytest.skip("planted reason one")
+
+@pytest.mark.skip(reason="planted reason two")
+def test_c():
+    pass
+
+def test_d():
+    pass
+"""
+    )
+    _run(project).assert_outcomes(passed=1, skipped=3)
+    s = _report(project)
+    assert s["skips"] == [
+        {"reason": "planted reason one", "count": 2, "tests": ["test_skips.py::test_a", "test_skips.py::test_b"]},
+        {"reason": "planted reason two", "count": 1, "tests": ["test_skips.py::test_c"]},
+    ]
+    md = (project.path / "sdpa-report" / "report.md").read_text()
+    assert "Skipped tests (3), by reason" in md and "planted reason two" in md
