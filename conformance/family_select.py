@@ -24,7 +24,10 @@ ALL = "all"
 CHOICES = FAMILY_NAMES + (ALL,)
 MARKER = "family(name): the kernel family a test judges (ground.families); --family selects"
 # The tests of a family that the gate runs besides conformance/ (the properties, the sm80 family's).
-GATE_TESTS = {"sm80": (), "sm90": ("tests/test_compile_tier_sm90.py", "tests/test_contracts_sm90.py", "tests/test_sm90_specialize.py")}
+GATE_TESTS = {
+    "sm80": (),
+    "sm90": ("tests/test_compile_tier_sm90.py", "tests/test_compile_cache_sm90.py", "tests/test_contracts_sm90.py", "tests/test_sm90_specialize.py"),
+}
 assert set(GATE_TESTS) == set(FAMILY_NAMES)
 
 

@@ -1,0 +1,72 @@
+"""The sm90 family's compile-cache properties on the CPU
+(properties.compile_cache_sm90 through Sm90Adapter.compile_only, sm_90a):
+runtime variants ask the compiled cache for nothing new, compiled variants
+for an entry of their own; each fails on a planted adapter that keys a
+runtime fact or hands a compiled variant the Case's artifact. At most nine
+compiles (~2-3 s each). Shapes no other test compiles (the compiled cache's
+memo lives as long as the process)."""
+
+import pytest
+
+from ground.case import Case
+from ground.outcome import PropertyFailure
+from kernels.sm90.adapter import Sm90Adapter
+from properties.compile_cache_sm90 import check_sm90_compile_distinct, check_sm90_compile_reuse, sm90_compiled_variants, sm90_runtime_variants
+
+pytestmark = [pytest.mark.compile, pytest.mark.family("sm90")]
+
+DENSE = Case(family="sm90", s_q=48, s_kv=80, h_q=2, h_kv=1, seq_q_lens=(40,), seq_kv_lens=(70,), scale=0.2, memory="bshd")
+THD = Case(family="sm90", layout="thd", q_lens=(9, 4), kv_lens=(6, 12), h_q=2, h_kv=1)  # compact (head-major) Stats
+
+
+@pytest.fixture(autouse=True)
+def cold_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDNN_FRONTEND_COMPILED_CACHE", str(tmp_path / "compiled"))
+
+
+@pytest.mark.parametrize("case", [DENSE, THD, THD.replace(lse_layout="token_major")], ids=["dense", "thd-head-major", "thd-token-major"])
+def test_runtime_variants_ask_for_nothing_new(case):
+    obs = check_sm90_compile_reuse(case, Sm90Adapter())
+    asked = obs.notes["new_requests"]
+    assert obs.notes["rule"] == "keys" and set(asked) == {w for w, _ in sm90_runtime_variants(case)} and not any(asked.values())
+
+
+def test_the_q_total_is_runtime_only_without_head_major_stats():
+    """The head-major Stats pitch is T_q, a compile() argument: there a new Q total is a compiled variant."""
+    token = {w for w, _ in sm90_runtime_variants(THD.replace(lse_layout="token_major"))}
+    assert "new Q total (token-major or no Stats)" in token
+    assert "new Q total (token-major or no Stats)" in {w for w, _ in sm90_runtime_variants(THD.replace(has_lse=False))}
+    assert "new Q total (token-major or no Stats)" not in {w for w, _ in sm90_runtime_variants(THD)}
+    assert "a new Q total under head-major Stats" in {w for w, _ in sm90_compiled_variants(THD)}
+
+
+@pytest.mark.parametrize("case", [DENSE, THD], ids=["dense", "thd"])
+def test_compiled_variants_ask_for_an_entry_of_their_own(case):
+    obs = check_sm90_compile_distinct(case, Sm90Adapter())
+    asked = obs.notes["new_requests"]
+    assert set(asked) == {w for w, _ in sm90_compiled_variants(case)} and all(n >= 1 for n in asked.values())
+
+
+class Planted(Sm90Adapter):
+    """Sm90Adapter with a planted key fault: ``swap(case)`` is what it compiles for ``case``."""
+
+    def __init__(self, swap):
+        super().__init__()
+        self.swap = swap
+
+    def compile_only(self, case, **kwargs):
+        return super().compile_only(self.swap(case), **kwargs)
+
+
+def test_compile_reuse_fails_a_runtime_fact_in_the_key():
+    # The data seed keyed: another seed compiles another kernel (the causal one: a real, distinct key).
+    planted = Planted(lambda c: c if c.seed == DENSE.seed else c.replace(causal=not c.causal))
+    with pytest.raises(PropertyFailure, match="new data: asked the compiled cache for 1 entries"):
+        check_sm90_compile_reuse(DENSE, planted)
+
+
+def test_compile_distinct_fails_a_compiled_fact_out_of_the_key():
+    # The sequence count dropped from the key: every THD Case gets the first Case's artifact.
+    planted = Planted(lambda c: c.replace(q_lens=c.q_lens[:2], kv_lens=c.kv_lens[:2]) if c.is_thd else c)
+    with pytest.raises(PropertyFailure, match="a new sequence count: asked the compiled cache for 0 entries of its own"):
+        check_sm90_compile_distinct(THD, planted)
