@@ -10,11 +10,12 @@ retargeted; only sm_90a compiles (sm_90 and sm_100a fail in libNVVM). On a
 machine without a Hopper device the artifact has no positional entry (as for
 the SM80 compile-only tier) and the persistent cache stores nothing.
 
-``run(case, inputs, outputs)`` launches a dense Case through the planner's own
+``run(case, inputs, outputs)`` launches a Case through the planner's own
 ``compile()`` and ``execute()`` (its native binder) on the caller's guarded
-buffers. It needs a Hopper GPU and has NOT been run on one: it is the
-smallest launch that can be checked there (docs/sm90.md); THD launches are
-refused until then.
+buffers: dense as the Case lays them out; THD with the packed buffers, the
+cumulative prefixes and a workspace the adapter allocates
+(``kernels.sm90.thd``: the arguments, checked against the plan on the CPU).
+It needs a Hopper GPU and has NOT been run on one (docs/sm90.md).
 
 The adapter is not one of ``kernels.ADAPTERS`` (the ``--adapter`` choices of
 the SM80 properties): it serves Cases of the sm90 family only
@@ -30,6 +31,7 @@ from ground.outcome import Unsupported
 from ground.tables import NO_GPU
 from kernels.base import CompileDelta, KernelResult
 from kernels.counters import measure
+from kernels.sm90 import thd
 from kernels.sm90.specialize import FAMILY, TAG, TEMPLATE, Sm90Specialization, plan, specialize
 from kernels.source import sm90_sources
 
@@ -91,8 +93,8 @@ class Sm90Adapter:
 
     # ------------------------------------------------------------- run
     def run(self, case: Case, inputs, outputs=None, *, initialize_outputs: bool = True, tamper: Optional[str] = None) -> KernelResult:
-        """Launch dense ``case`` on a Hopper GPU through the planner's compile()
-        and execute() on the caller's buffers (O, LSE written in place).
+        """Launch ``case`` (dense or THD) on a Hopper GPU through the planner's
+        compile() and execute() on the caller's buffers (O, LSE written in place).
         Unverified: written without a Hopper device to run it on."""
         import torch
 
@@ -109,14 +111,15 @@ class Sm90Adapter:
             raise Unsupported.machine(NO_GPU + f" (the {self.name} adapter can only compile_only() here)", adapter=self.name)
         if tuple(env.capability) != (9, 0):
             raise Unsupported.machine(f"the sm90 family launches on SM 9.0 only (sm_90a artifacts); this is {env.live_arch}", adapter=self.name)
-        if case.is_thd:
-            raise Unsupported("adapter", "the sm90 THD launch (caller workspace, length forms) is not written yet", adapter=self.name, what=case.describe())
         dev = torch.device("cuda", torch.cuda.current_device())
         inputs = inputs.to(dev)
         o, lse = outputs if outputs is not None else make_outputs(case, dev)
         with sm90_sources(self.rewrites), measure() as box:
-            api = plan(case)
+            api = plan(case, **(thd.PLAN_OVERRIDES if case.is_thd else {}))
             api.compile()
+        notes = {"adapter": self.name, "family": FAMILY.name, "arch": FAMILY.arch, "params": repr(api.params)}
+        if case.is_thd:
+            return self._run_thd(case, api, inputs, o, lse, box.delta, notes)
         api.execute(
             inputs.q,
             inputs.k,
@@ -130,8 +133,29 @@ class Sm90Adapter:
         )
         handed = {"q": inputs.q, "k": inputs.k, "v": inputs.v, "o": o, "lse": lse if case.has_lse else None}
         handed.update(sinks=inputs.sinks, seq_q_lens=inputs.seq_q_lens, seq_kv_lens=inputs.seq_kv_lens)
-        notes = {"adapter": self.name, "family": FAMILY.name, "arch": FAMILY.arch, "params": repr(api.params)}
         return KernelResult(o, lse, box.delta, notes, {k: t for k, t in handed.items() if t is not None})
+
+    def _run_thd(self, case: Case, api, inputs, o, lse, delta: CompileDelta, notes: dict) -> KernelResult:
+        """The THD launch on the caller's packed buffers and cu prefixes, with
+        a workspace of the plan's size at the template's alignment (not a
+        Case buffer: no guard bands). Unverified without a Hopper GPU."""
+        launch = thd.thd_launch(case, inputs, (o, lse))
+        workspace = thd.aligned_workspace(api.scratch_workspace_bytes(), api._k_mod.PREPARED_WORKSPACE_ALIGNMENT, o.device)
+        api.execute(
+            launch.q,
+            launch.k,
+            launch.v,
+            launch.o,
+            launch.lse,
+            sinks=launch.sinks,
+            seq_q_lens=launch.q_lens,
+            seq_kv_lens=launch.kv_lens,
+            scale_softmax=case.scale,
+            workspace=workspace,
+        )
+        notes.update(lens_form="cu prefixes (Q and KV)", workspace=f"{workspace.numel()} bytes, adapter-allocated")
+        handed = dict(q=launch.q, k=launch.k, v=launch.v, o=o, lse=lse if case.has_lse else None, sinks=launch.sinks, cu_q=launch.q_lens, cu_kv=launch.kv_lens)
+        return KernelResult(o, lse, delta, notes, {k: t for k, t in handed.items() if t is not None})
 
     def backward(self, case: Case, *args, **kwargs) -> KernelResult:
         raise Unsupported("adapter", "the sm90 family is forward only: no SM90 backward", adapter=self.name, what=case.describe())

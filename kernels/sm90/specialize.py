@@ -193,7 +193,12 @@ def specialize(case: Case, **overrides) -> Sm90Specialization:
     """The TemplateParams and compile arguments the kernels' planner gives
     ``case`` (``plan``). Raises the planner's ValueError / NotImplementedError
     where the Case is outside what it serves."""
-    api = plan(case, **overrides)
+    return specialization(plan(case, **overrides))
+
+
+def specialization(api) -> Sm90Specialization:
+    """What planned ``api`` (an ``SdpaFwdDslSm90`` after ``check_support``)
+    hands the template's ``compile()``: any entry point's plan, read alike."""
     return Sm90Specialization(
         params=api.params,
         batch=int(api.batch_size),
