@@ -42,6 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=None, help="the seed of a profile that is not derandomized (nightly): draws differ per seed")
     p.add_argument("-k", dest="select", default=None, metavar="TEXT", help="only the tests whose name holds TEXT")
     p.add_argument("--json", default=None, metavar="FILE", help="also write the measurement (every missing pair) here")
+    p.add_argument("--family", choices=("sm80", "sm90"), default="sm80", help="the kernel family whose pairs are counted (default sm80; a stratum)")
 
 
 # Properties whose Cases all break a contract rule: no pair to count.
@@ -136,6 +137,64 @@ def measure(profile: str = "ci", adapter: str = DEFAULT_ADAPTER, seed: Optional[
     return out
 
 
+def _recorder(cases: List):
+    def record(case):
+        cases.append(case)
+
+    return record
+
+
+def sm90_draws(profile: str = "ci", seed: Optional[int] = None) -> Dict[str, list]:
+    """test name -> the sm90 Cases its strategy (strategies.sm90) draws under
+    ``profile`` (``sm90_tests()``: the tests that draw sm90 Cases, with their
+    strategy and example count; None: the profile's max_examples)."""
+    import hypothesis
+    from hypothesis import given, settings
+
+    from strategies import load_profile
+
+    previous = hypothesis.settings.get_current_profile_name()
+    load_profile(profile)
+    try:
+        out: Dict[str, list] = {}
+        for name, (strategy, examples) in sm90_tests().items():
+            cases: List = []
+            n = examples or hypothesis.settings().max_examples
+            fn = settings(max_examples=n, database=None)(given(strategy())(_recorder(cases)))
+            (hypothesis.seed(seed)(fn) if seed is not None else fn)()
+            out[name] = cases
+        return out
+    finally:
+        hypothesis.settings.load_profile(previous)
+
+
+def sm90_tests() -> Dict[str, tuple]:
+    """test -> (strategy factory, examples or None: the profile's): the tests that draw sm90 Cases."""
+    from strategies.sm90 import sm90_cases
+
+    return {
+        # conformance/test_sm90_numerics.py, test_sm90_compile.py (Hopper GPU): dense Cases
+        "test_sm90_numerics_dense": (lambda: sm90_cases(layouts=("dense",)), None),
+        "test_sm90_tails_dense": (lambda: sm90_cases(layouts=("dense",)), None),
+        "test_sm90_runtime_facts_mint_no_compile": (lambda: sm90_cases(layouts=("dense",)), 10),
+        # tests/test_sm90_specialize.py (the CPU tier): both layouts, pool and free head dims
+        "test_the_planner_takes_every_drawn_case_as_the_case_says": (lambda: sm90_cases() | sm90_cases(head_dims="free"), 200),
+    }
+
+
+def measure_sm90(profile: str = "ci", seed: Optional[int] = None, progress=None) -> dict:
+    """The sm90 family's pair coverage (ground.pairs_sm90) of ``sm90_draws``."""
+    from ground import pairs_sm90
+
+    started = time.perf_counter()
+    drawn = sm90_draws(profile, seed)
+    if progress:
+        progress(f"sm90: {sum(map(len, drawn.values()))} examples ({time.perf_counter() - started:.1f} s)")
+    out = pairs_sm90.coverage(c for cases in drawn.values() for c in cases)
+    out.update(profile=profile, seed=seed, adapter="sm90", family="sm90", tests={name: len(cases) for name, cases in drawn.items()})
+    return out
+
+
 def lines(m: dict) -> List[str]:
     """The measurement as text: per direction and layout, feasible / drawn / missing."""
     out = [f"pair coverage: profile {m['profile']}, adapter {m['adapter']}" + (f", seed {m['seed']}" if m.get("seed") is not None else "")]
@@ -157,7 +216,11 @@ def lines(m: dict) -> List[str]:
 
 
 def run(args) -> int:
-    m = measure(args.profile, args.adapter, args.seed, args.select, progress=lambda s: print(s, file=sys.stderr))
+    say = lambda s: print(s, file=sys.stderr)  # noqa: E731
+    if getattr(args, "family", "sm80") == "sm90":
+        m = measure_sm90(args.profile, args.seed, progress=say)
+    else:
+        m = measure(args.profile, args.adapter, args.seed, args.select, progress=say)
     print("\n".join(lines(m)))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:

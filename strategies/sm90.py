@@ -20,16 +20,24 @@ one head, D 64, no mask, no features. The envelope, as the planner
 
 Each dense geometry is a compile (~2 s), so the shape pools are small: the
 compile tier reuses what it compiled.
+
+Half the draws (the switch shrinks to off) take a row of a pairwise covering
+design instead (``covering_rows``: ground.pairs_sm90.covering_rows over the
+family's compile-key factors, rows the planner takes), so every feasible
+pair of factor values meets in some row (``sdpa-conformance pairs --family
+sm90``); a row gets its data seed drawn.
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Optional, Sequence, Tuple
 
 from hypothesis import strategies as st
 
 from ground.case import DTYPES, LSE_LAYOUTS, Case
 from ground.families import FAMILIES
+from ground.pairs_sm90 import covering_rows as _covering
 
 from . import pools
 from .features import length_lists, maybe, seed, thd_offset
@@ -88,6 +96,30 @@ def _options(draw, thd: bool) -> dict:
     return out
 
 
+def planner_takes(case: Case) -> bool:
+    """The planner's refusal the factors' exclusions cannot state (three
+    facts): an unpadded bottom-right or windowed dense Case keeps S_q <= S_kv
+    (check_support, api_dsl.py:5282-5288). tests/test_pairs_sm90.py plans every row."""
+    return case.is_thd or case.seq_kv_lens is not None or not (case.bottom_right or case.window_left >= 0) or case.s_q <= case.s_kv
+
+
+@lru_cache(maxsize=None)
+def covering_rows(layout: str) -> Tuple[Case, ...]:
+    """The covering design's rows of ``layout`` (module doc)."""
+    return _covering(layout, planner_takes)
+
+
+def _rows(layout: str, dtypes, head_dims: str, windows: bool, pack_gqa: Optional[bool]) -> Tuple[Case, ...]:
+    """The rows within the strategy's options (a fixed list: nothing drawn is filtered)."""
+
+    def fits(c: Case) -> bool:
+        free = head_dims == "free" or (c.d_qk, c.d_v) in HEAD_DIM_PAIRS
+        band = windows or (c.window_left < 0 and c.window_right < 0)
+        return c.dtype in dtypes and free and band and (pack_gqa is None or c.pack_gqa == pack_gqa)
+
+    return tuple(c for c in covering_rows(layout) if fits(c))
+
+
 def sm90_cases(
     *,
     layouts: Sequence[str] = ("dense", "thd"),
@@ -141,6 +173,9 @@ def sm90_cases(
                 lens = lambda s: draw(st.lists(st.integers(0, s), min_size=batch, max_size=batch).map(tuple))  # noqa: E731
                 facts.update(seq_q_lens=lens(s_q), seq_kv_lens=lens(s_kv))
         facts.update(_options(draw, thd))
-        return Case(seed=seed(draw), **facts)
+        case = Case(seed=seed(draw), **facts)
+        # Drawn last, so the free Case stays the simplest example (shrinking shortens the choices).
+        rows = _rows(layout, dtypes, head_dims, windows, pack_gqa)
+        return draw(st.sampled_from(rows)).replace(seed=case.seed) if rows and draw(st.booleans()) else case
 
     return draw_case()
