@@ -403,6 +403,21 @@ RELATIONS: Dict[str, Relation] = {
         ),
     )
 }
+# The relations exact for the sm90 family's template (cudnn/sdpa/fwd/kernels/sm90/prefill_d512_f16.py), and
+# why; the rest are SM80 statements (seq_perm and position need the sm90 THD launch, entry the SM80 wrapper).
+_PF = "prefill_d512_f16.py"
+SM90_EXACT: Dict[str, str] = {
+    "batch_perm": f"a work item's operands are sliced at (batch, head) ({_PF}:336) and its lengths read at [batch] "
+    f"({_PF}:812-846), its masks from those alone ({_PF}:484-487); the LPT schedulers only reorder work items",
+    "head_perm": f"a Q head reads K/V head head // qh_per_kh (PackGQA: its packed group) ({_PF}:871) and its own sink; "
+    "a row's softmax and P@V read no other row, so moving Q heads with their KV group moves every operand of a head",
+    "isolation": "no work item reads another batch entry's rows; K/V rows past a padding length are masked to P = 0 "
+    "(finite values only, as for SM80: 0 x finite = 0), Q rows past it are not judged",
+    "v_pow2": f"V enters only P@V (P in the I/O dtype, {_PF}:669, :717): p * v * 2^k is exact, the fp32 accumulation "
+    f"and the 1/l rescale ({_PF}:739) scale with it; LSE and the sink term never read V",
+    "determinism": "no atomics and no split-KV (the planner refuses split_kv): each output element is computed by one work item in a fixed order",
+}
+assert set(SM90_EXACT) <= set(RELATIONS)
 DENSE_RELATIONS = tuple(n for n, r in RELATIONS.items() if "dense" in r.layouts)
 THD_RELATIONS = tuple(n for n, r in RELATIONS.items() if "thd" in r.layouts)
 
@@ -426,6 +441,11 @@ def check_metamorphic(case: Case, adapter, *, relation: str) -> Observation:
     point cannot express, is refused (``Unsupported``, scope "case": no
     verdict) before anything is recorded."""
     rel = RELATIONS[relation]
+    exact = rel.exact
+    if case.family == "sm90":
+        if relation not in SM90_EXACT:
+            raise Unsupported.case(f"relation {relation!r} is not one the sm90 family keeps exactly (SM90_EXACT)", adapter=getattr(adapter, "name", None))
+        exact = SM90_EXACT[relation]
     if relation == "entry":
         _expressible(case, other_adapter(adapter))
     if not rel.moves(case):  # no verdict: a test draws a Case the relation moves
@@ -445,7 +465,7 @@ def check_metamorphic(case: Case, adapter, *, relation: str) -> Observation:
     r2 = (p.other or adapter).run(p.case, p.inputs, out2)
     variation = {"relation": relation, **p.notes}
     said = ", ".join(f"{k}={v}" for k, v in p.notes.items())
-    notes = {**r1.notes, "variation": variation, "second": r2.notes, "second_compile": r2.compile.to_dict(), "exact": rel.exact}
+    notes = {**r1.notes, "variation": variation, "second": r2.notes, "second_compile": r2.compile.to_dict(), "exact": exact}
     # Failures name the first Case (the case file replays both launches from it); the elements listed are the
     # second launch's, located in its layout: where that moved the rows (a repacking), no region is named.
     regions = row_regions(case, p.inputs) if p.case == case else None
