@@ -2,10 +2,15 @@
 
     python -m conformance.kill_rate --jobs 16                    (a CUDA GPU; the defaults)
     python -m conformance.kill_rate --examples-scale 10          (a long control search)
+    python -m conformance.kill_rate --family sm90                (a Hopper GPU: the sm90 catalogue)
     python -m conformance.kill_rate --list                       (any machine)
 
 Every mutant of ``kernels.mutants.MUTANTS`` (and the control: no rewrites)
-runs in its own process on ``PreparedAdapter(rewrites=...)``. For each
+runs in its own process on ``PreparedAdapter(rewrites=...)``; with
+``--family sm90`` (or ``all``) those of ``kernels.mutants_sm90`` and their
+control on ``Sm90Adapter(rewrites=...)`` (SM 9.0 only), searched by the sm90
+kinds of ``conformance.kill_sm90`` (each family's mutants by its own kinds).
+Without --family the SM80 catalogue runs, as it always has. For each
 property kind of ``KINDS`` in order (derived from the test matrix,
 properties.matrix; the mutant's expected killer first), a
 Hypothesis search over the strategies the pytest tests use (flavors
@@ -35,9 +40,9 @@ A refusal (``ground.outcome.Unsupported``) is no verdict, never a kill: one
 of scope "case" rejects its example (not counted as drawn), any other stops
 the search unjudged (the worker records it as a harness error).
 Writes mutants.json and mutants.md to --report-dir.
-Exit: 0 control survived, no mutant incomplete, no harness error and kill
+Exit: 0 every control survived, no mutant incomplete, no harness error and kill
 rate >= --goal; 1 otherwise (or --list finds a stale mutant); 2 bad
-arguments or no CUDA GPU.
+arguments, no CUDA GPU, or (sm90 selected) no Hopper GPU.
 """
 
 from __future__ import annotations
@@ -57,7 +62,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
+from conformance.kill_sm90 import PENDING, SM90_KINDS, hopper_refusal
 from ground.case import Case
+from ground.families import DEFAULT_FAMILY, FAMILY_NAMES
 from ground.outcome import Unsupported
 from ground.tables import NO_GPU
 from kernels.mutants import MUTANTS, SM90_MUTANTS, Mutant
@@ -67,6 +74,16 @@ from properties.matrix import MATRIX, PARAM, SOURCE, STRATUM, TRANSFORM, Family,
 DEFAULT_REPORT_DIR = "sdpa-report"
 FINDINGS_FILE = "known_findings.toml"
 CONTROL = Mutant("control", "control", (), "", "No rewrites: the installed kernels. Must survive every property.")
+CONTROL_SM90 = Mutant("control_sm90", "control", (), "", "No rewrites: the installed sm90 kernels. Must survive every sm90 property.", family="sm90")
+CONTROLS = {"sm80": CONTROL, "sm90": CONTROL_SM90}  # per family (--family): the control its catalogue runs with
+assert set(CONTROLS) == set(FAMILY_NAMES)
+
+
+def catalogue_of(family: str) -> Tuple[Mutant, ...]:
+    """The mutants of ``family`` (read when called: tests plant their own)."""
+    return {"sm80": MUTANTS, "sm90": SM90_MUTANTS}[family]
+
+
 FAMILY_FLAVORS = {
     "f16": ("gptoss", "llama", "dsv3"),
     "d256": ("qwen",),
@@ -97,6 +114,11 @@ class Kind:
     name: str
     family: Family
     fixed: dict = field(default_factory=dict)
+    family_name = DEFAULT_FAMILY  # the kernel family it judges (conformance.kill_sm90: the sm90 kinds)
+
+    @property
+    def backward(self) -> bool:
+        return self.family.module == BACKWARD_MODULE
 
     @property
     def examples(self) -> str:  # the example budget kind of strategies.profiles
@@ -128,6 +150,29 @@ class Kind:
 
         return st.tuples(*(st.sampled_from(a.values) for a in drawn), base).map(checked)
 
+    def check(self, case: Case, adapter):
+        """The property the pytest test of this kind calls."""
+        return self.family.check(case, adapter, self.fixed)
+
+    def strata(self, flavors) -> List[Optional[Tuple[str, str]]]:
+        axes = [a for a in self.family.axes if a.role == STRATUM]
+        if not axes:
+            return [None]
+        values = [dict(zip(axes[0].args, v)) for v in axes[0].values]
+        return [(v["flavor"], v["dtype"]) for v in values if v["flavor"] in flavors]
+
+    def tests(self) -> int:
+        n = 1
+        for axis in self.family.axes:
+            n *= len(axis.values) if axis.role == TRANSFORM else 1
+        return n
+
+    def runs_in(self, profile: str, stratum: Optional[Tuple[str, str]]) -> bool:
+        return in_profile(profile, self.family.test, {**self.fixed, **({"flavor": stratum[0], "dtype": stratum[1]} if stratum else {})})
+
+    def nodeid(self, case: Case, drawn: Optional[dict] = None) -> str:
+        return self.family.nodeid({**stratum_of(case), **self.fixed, **(drawn or {})})
+
 
 def derive_kinds(families: Sequence[Family]) -> Tuple[Kind, ...]:
     """The searches of ``families``, in their order: one per value of the
@@ -142,19 +187,20 @@ def derive_kinds(families: Sequence[Family]) -> Tuple[Kind, ...]:
     return tuple(kinds)
 
 
-KINDS: Tuple[Kind, ...] = derive_kinds(MATRIX)
+# The SM80 family's searches (the matrix'), then the sm90 family's (conformance.kill_sm90).
+KINDS: Tuple[Kind, ...] = derive_kinds(MATRIX) + SM90_KINDS
 KIND_NAMES = tuple(k.name for k in KINDS)
 
 
 def node_id(kind: Kind, case: Case, drawn: Optional[dict] = None) -> str:
     """The pytest node id of the test parameter ``kind`` searched ``case``
     in (``drawn``: the transform-axis values it was drawn with)."""
-    return kind.family.nodeid({**stratum_of(case), **kind.fixed, **(drawn or {})})
+    return kind.nodeid(case, drawn)
 
 
 def searched(mutant: Mutant, kinds: Sequence[str] = KIND_NAMES, *, explicit: bool = False) -> List[Kind]:
     """The kinds of ``kinds`` a run of ``mutant`` searches, in order (its
-    expected killer first, then the matrix order). The
+    expected killer first, then the matrix order): its own family's only. The
     large tier's (gigabytes per example) only for the mutant that names one
     as its expected killer; the backward's only for mutants of the backward's
     files and the forward's only for the others, unless named so; the control (the pristine kernels must pass every
@@ -163,11 +209,13 @@ def searched(mutant: Mutant, kinds: Sequence[str] = KIND_NAMES, *, explicit: boo
     backward_mutant = any(t.startswith("bwd_") for t in mutant.targets)
 
     def wanted(k: Kind) -> bool:
-        if explicit or k.name == mutant.expected_killer or mutant.name == CONTROL.name:
+        if k.family_name != mutant.family:  # the other family's kernels: a mutant cannot reach them
+            return False
+        if explicit or k.name == mutant.expected_killer or mutant.bug_class == CONTROL.bug_class:
             return True
         # A mutant of the backward's files cannot change a forward launch, nor the reverse:
         # searching the other direction would only spend its budget.
-        if (k.family.module == BACKWARD_MODULE) != backward_mutant:
+        if k.backward != backward_mutant:
             return False
         return k.examples != LARGE_BUDGET
 
@@ -177,7 +225,10 @@ def searched(mutant: Mutant, kinds: Sequence[str] = KIND_NAMES, *, explicit: boo
 
 
 def flavors_for(mutant: Mutant) -> Tuple[str, ...]:
-    """Flavors served by the files the mutant rewrites (all for the control)."""
+    """Flavors served by the files the mutant rewrites (all for the control;
+    none for the sm90 family, which has no flavors)."""
+    if mutant.family != DEFAULT_FAMILY:
+        return ()
     touched = {f for t in (mutant.targets or ("host",)) for f in FAMILY_FLAVORS[t]}
     return tuple(f for f in FAMILY_FLAVORS["host"] if f in touched)
 
@@ -202,7 +253,7 @@ def change_line(mutant: Mutant) -> str:
 # ---------------------------------------------------------------- search
 def check_property(kind: Kind, case: Case, adapter):
     """The property the pytest test of ``kind`` calls."""
-    return kind.family.check(case, adapter, kind.fixed)
+    return kind.check(case, adapter)
 
 
 def search_strata(kind: Kind, flavors) -> List[Optional[Tuple[str, str]]]:
@@ -213,18 +264,12 @@ def search_strata(kind: Kind, flavors) -> List[Optional[Tuple[str, str]]]:
     over eight strata would see an eighth of what the gate checks (the H200
     table of 2026-12-03: 40 numerics_dense draws held one RoPE row past a KV
     tile and no LPT-L2 split)."""
-    axes = [a for a in kind.family.axes if a.role == STRATUM]
-    if not axes:
-        return [None]
-    values = [dict(zip(axes[0].args, v)) for v in axes[0].values]
-    return [(v["flavor"], v["dtype"]) for v in values if v["flavor"] in flavors]
+    return kind.strata(flavors)
 
 
 def profile_strata(kind: Kind, flavors, profile: str) -> List[Optional[Tuple[str, str]]]:
     """``search_strata`` less those whose test ``profile`` does not run (pr: part of the matrix)."""
-    return [
-        st for st in search_strata(kind, flavors) if in_profile(profile, kind.family.test, {**kind.fixed, **({"flavor": st[0], "dtype": st[1]} if st else {})})
-    ]
+    return [st for st in search_strata(kind, flavors) if kind.runs_in(profile, st)]
 
 
 @contextmanager
@@ -244,10 +289,7 @@ def _geometry_of(profile: str):
 def gate_tests(kind: Kind) -> int:
     """The pytest tests one stratum's search stands for: one per value of the
     family's transform axes (which the search draws per example)."""
-    n = 1
-    for axis in kind.family.axes:
-        n *= len(axis.values) if axis.role == TRANSFORM else 1
-    return n
+    return kind.tests()
 
 
 def planned_examples(profile: str, kind: Kind, scale: float = 1.0) -> int:
@@ -385,12 +427,13 @@ def run_mutant(
     returns its verdict record. Each kind draws its planned example count per
     stratum; ``budget_s`` only caps the mutant's wall clock (a search it cuts
     makes the verdict ``incomplete``, unless a failure was found)."""
-    from kernels.source import StaleMutant
+    from kernels.source import StaleMutant, check_rewrites
 
     t0 = time.perf_counter()
     rec = {
         "name": mutant.name,
         "bug_class": mutant.bug_class,
+        "family": mutant.family,
         "targets": list(mutant.targets),
         "expected_killer": mutant.expected_killer,
         "change": change_line(mutant),
@@ -410,9 +453,13 @@ def run_mutant(
         "examples_scale": examples_scale,
         "kinds": [],
     }
-    if adapter_factory is None:
+    if adapter_factory is None and mutant.family == "sm90":
+        from kernels.sm90.adapter import Sm90Adapter as adapter_factory
+    elif adapter_factory is None:
         from kernels.prepared import PreparedAdapter as adapter_factory
     try:
+        if mutant.family == "sm90":  # Sm90Adapter applies its rewrites only when it compiles: stale is stale here
+            check_rewrites(mutant.rewrites)
         adapter = adapter_factory(rewrites=mutant.rewrites)
     except StaleMutant as e:
         return rec | {"verdict": "stale", "error": str(e), "wall_s": round(time.perf_counter() - t0, 1)}
@@ -522,6 +569,7 @@ def _worker(mutant: Mutant, opts: dict, out) -> None:
         rec = {
             "name": mutant.name,
             "bug_class": mutant.bug_class,
+            "family": mutant.family,
             "targets": list(mutant.targets),
             "expected_killer": mutant.expected_killer,
             "why": mutant.why,
@@ -580,6 +628,7 @@ def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print) ->
                     records[name] = {
                         "name": name,
                         "bug_class": m.bug_class,
+                        "family": m.family,
                         "targets": list(m.targets),
                         "verdict": verdict,
                         "error": why,
@@ -639,9 +688,20 @@ def control_problem(control: Optional[dict]) -> Optional[str]:
     return f"the control (no rewrites) {what}{case}: {detail} -- the suite is not green on the installed kernels (fix it or add a known finding), so mutant verdicts mean nothing"
 
 
-def exit_code(t: dict, control: Optional[dict], goal: float) -> int:
+def controls_problem(controls) -> Optional[str]:
+    """Why the run is invalid because of a control (a record or a list of
+    them, one per family; None: every one survived)."""
+    if controls is None or isinstance(controls, dict):
+        return control_problem(controls)
+    problems = [(c["name"], control_problem(c)) for c in controls]
+    bad = [f"{name}: {p}" if len(controls) > 1 else p for name, p in problems if p]
+    return "; ".join(bad) or None
+
+
+def exit_code(t: dict, control, goal: float) -> int:
+    """``control``: the control's record, or the list of the families' controls."""
     # An incomplete mutant fails the run: on a faster machine it might have been killed or survived.
-    ok = control_problem(control) is None and not t["harness_error"] and not t["incomplete"] and t["kill_rate"] is not None and t["kill_rate"] >= goal
+    ok = controls_problem(control) is None and not t["harness_error"] and not t["incomplete"] and t["kill_rate"] is not None and t["kill_rate"] >= goal
     return 0 if ok else 1
 
 
@@ -679,10 +739,13 @@ def render_markdown(doc: dict) -> str:
         f"**{kill_rate_line(t, run['goal'])}**",
         "",
     ]
-    problem = control_problem(doc.get("control"))
+    controls = doc.get("controls") or ([doc["control"]] if doc.get("control") else [])
+    lines += [f"- {f}: {kill_rate_line(ft, run['goal'])}" for f, ft in (doc.get("tally_by_family") or {}).items()]
+    lines += [""] if doc.get("tally_by_family") else []
+    problem = controls_problem(controls)
     lines += [f"**INVALID RUN**: {problem}", ""] if problem else []
     lines += ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    for r in ([doc["control"]] if doc.get("control") else []) + doc["mutants"]:
+    for r in controls + doc["mutants"]:
         case = r.get("first_case") if r["verdict"] == "error" else r.get("case")
         text = Case.from_dict(case).describe() if case else (r.get("error") or "-")
         text += " (shrinking stopped by the cap)" if r.get("shrink_capped") else ""
@@ -720,7 +783,14 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument(
         "--list", action="store_true", help="print the catalogue and check every rewrite applies exactly once (no GPU needed); exit 1 if one is stale"
     )
-    p.add_argument("--only", metavar="NAME[,NAME]", default=None, help="run only these mutants")
+    p.add_argument("--only", metavar="NAME[,NAME]", default=None, help="run only these mutants (of the --family catalogues)")
+    p.add_argument(
+        "--family",
+        choices=FAMILY_NAMES + ("all",),
+        default=None,
+        help="kernel families whose catalogue runs, each with its control: sm80 (kernels/mutants.py), sm90 (kernels/mutants_sm90.py: "
+        "a Hopper GPU) or all (default: sm80; --list: all)",
+    )
     p.add_argument("--properties", metavar="KIND[,KIND]", default=None, help=f"property kinds to search, in this order: {', '.join(KIND_NAMES)} (default: all)")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="mutants run at once, one process each (default: the number of CPUs)")
     p.add_argument("--profile", default="ci", help="Hypothesis profile of strategies.profiles (default: ci)")
@@ -759,6 +829,15 @@ def _names(raw: Optional[str], known: Sequence[str], what: str) -> Optional[List
     return names
 
 
+def selected_families(family: Optional[str], *, listing: bool = False) -> Tuple[str, ...]:
+    """The families --family names; not given: the SM80 family for a run (the
+    measured catalogue; the sm90 one needs a Hopper GPU and is asked for by
+    name), every family for --list (which needs no GPU)."""
+    if family is None:
+        return FAMILY_NAMES if listing else (DEFAULT_FAMILY,)
+    return FAMILY_NAMES if family == "all" else (family,)
+
+
 def _validate(args) -> dict:
     from strategies.profiles import profile_name
 
@@ -768,11 +847,20 @@ def _validate(args) -> dict:
         profile = profile_name(args.profile)
     except ValueError as e:
         raise Usage(str(e)) from None
-    waiting = sorted({m.name for m in SM90_MUTANTS} & {n.strip() for n in (args.only or "").split(",")})
-    if waiting and not args.list:
-        raise Usage(f"--only: {waiting[0]} is an sm90 mutant; its kill rate waits for the sm90 properties (docs/mutants.md)")
-    only = _names(args.only, [m.name for m in MUTANTS + (SM90_MUTANTS if args.list else ())], "--only: mutant")
+    families = selected_families(args.family, listing=args.list)
+    catalogue = tuple(m for f in families for m in catalogue_of(f))
+    asked = {n.strip() for n in (args.only or "").split(",")}
+    elsewhere = [m for f in FAMILY_NAMES if f not in families for m in catalogue_of(f) if m.name in asked]
+    if elsewhere:
+        raise Usage(f"--only: {elsewhere[0].name} is an {elsewhere[0].family} mutant: run it with --family {elsewhere[0].family} (or all)")
+    only = _names(args.only, [m.name for m in catalogue], "--only: mutant")
+    pending = [n.strip() for n in (args.properties or "").split(",") if n.strip() in PENDING]
+    if pending:
+        raise Usage(f"--properties: {pending[0]} cannot run yet: {PENDING[pending[0]]}")
     kinds = _names(args.properties, KIND_NAMES, "--properties: kind") or list(KIND_NAMES)
+    unsearched = [f for f in families if not any(k.family_name == f for k in KINDS if k.name in kinds)]
+    if unsearched and not args.list:  # its mutants would all "survive" a search of nothing
+        raise Usage(f"--properties: no kind of the {unsearched[0]} family (its kinds: {', '.join(k.name for k in KINDS if k.family_name == unsearched[0])})")
     found = args.known_findings or next(
         (str(p) for p in (Path.cwd() / FINDINGS_FILE, Path(__file__).resolve().parents[1] / FINDINGS_FILE) if p.is_file()), None
     )
@@ -785,7 +873,9 @@ def _validate(args) -> dict:
         except findings.FindingsError as e:
             raise Usage(str(e)) from None
     return {
-        "mutants": [m for m in MUTANTS + (SM90_MUTANTS if args.list else ()) if only is None or m.name in only],
+        "families": families,
+        "controls": [CONTROLS[f] for f in families],
+        "mutants": [m for m in catalogue if only is None or m.name in only],
         "kinds": kinds,
         "explicit": args.properties is not None,
         "profile": profile,
@@ -803,8 +893,9 @@ def list_catalogue(mutants: Sequence[Mutant], out=print) -> int:
             state = "ok"
         except StaleMutant as e:
             state, stale = f"STALE: {e}", stale + 1
-        waits = " (sm90: not measured yet, killer is the SM80 counterpart)" if m.family == "sm90" else ""
-        out(f"{m.name:<30} {m.bug_class:<18} {'/'.join(m.targets):<9} killer {m.expected_killer:<16} {state}{waits}\n    {change_line(m)}")
+        waits = " (sm90: --family sm90 on a Hopper GPU; kill rate not measured yet)" if m.family == "sm90" else ""
+        pending = f" (killer not runnable yet: {PENDING[m.expected_killer]})" if m.expected_killer in PENDING else ""
+        out(f"{m.name:<32} {m.bug_class:<18} {'/'.join(m.targets):<11} killer {m.expected_killer:<27} {state}{waits}{pending}\n    {change_line(m)}")
     out(f"{len(mutants)} mutants, {stale} stale")
     return 1 if stale else 0
 
@@ -820,7 +911,11 @@ def main(args) -> int:
             use_kernels_source(args.kernels_source)
         import torch
 
-        if not torch.cuda.is_available():
+        capability = torch.cuda.get_device_capability() if torch.cuda.is_available() else None
+        why = hopper_refusal(capability) if "sm90" in v["families"] else None  # sm_90a artifacts: no other GPU launches them
+        if why:
+            raise Unsupported.machine(f"{why} (--list works anywhere)")
+        if capability is None:
             raise Unsupported.machine(NO_GPU + " (--list works anywhere)")
     except Usage as e:
         print(f"sdpa-conformance mutants: error: {e}", file=sys.stderr)
@@ -844,14 +939,16 @@ def main(args) -> int:
         "log_dir": str(log_dir),
         "threads": max(1, (os.cpu_count() or 1) // args.jobs),
     }
+    controls = v["controls"]
     print(
-        f"{len(v['mutants'])} mutants + control, {args.jobs} jobs, profile {v['profile']} example counts x{args.examples_scale:g}, "
+        f"{len(v['mutants'])} mutants + {len(controls)} control{'s' if len(controls) > 1 else ''} (family {', '.join(v['families'])}), {args.jobs} jobs, profile {v['profile']} example counts x{args.examples_scale:g}, "
         f"cap {args.budget_s:g} s each, kinds {', '.join(v['kinds'])}"
     )
-    records = run_all([CONTROL] + v["mutants"], opts, args.jobs)
-    control, mutant_records = records[0], records[1:]
+    records = run_all(controls + v["mutants"], opts, args.jobs)
+    control_records, mutant_records = records[: len(controls)], records[len(controls) :]
     t = tally(mutant_records)
     run = {
+        "families": list(v["families"]),
         "profile": v["profile"],
         "examples_scale": args.examples_scale,
         "budget_s": args.budget_s,
@@ -864,10 +961,14 @@ def main(args) -> int:
         "mode": env.mode,
         "versions": env.versions,
     }
-    doc = {"run": run, "control": control, "mutants": mutant_records, "tally": t, "valid": control_problem(control) is None}
+    problem = controls_problem(control_records)
+    doc = {"run": run, "control": control_records[0], "controls": control_records, "mutants": mutant_records, "tally": t, "valid": problem is None}
+    if len(v["families"]) > 1:  # each family's own rate too: one catalogue's power says nothing of the other's
+        doc["tally_by_family"] = {f: tally([r for r in mutant_records if r.get("family", DEFAULT_FAMILY) == f]) for f in v["families"]}
     js, md = write_reports(doc, args.report_dir)
     print(kill_rate_line(t, args.goal))
-    problem = control_problem(control)
+    for f, ft in (doc.get("tally_by_family") or {}).items():
+        print(f"  {f}: {kill_rate_line(ft, args.goal)}")
     if problem:
         print(f"INVALID RUN: {problem}", file=sys.stderr)
     if t["incomplete"]:
@@ -875,7 +976,7 @@ def main(args) -> int:
     if t["harness_error"]:
         print(f"harness errors in {t['harness_error']} worker(s): see {log_dir}", file=sys.stderr)
     print(f"{js}\n{md}")
-    return exit_code(t, control, args.goal)
+    return exit_code(t, control_records, args.goal)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -323,7 +323,9 @@ def _main(argv, capsys):
 def test_list_checks_the_catalogue(capsys, monkeypatch):
     code, out, _ = _main(["--list"], capsys)
     assert code == 0 and f"{len(catalogue.CATALOGUE)} mutants, 0 stale" in out and all(m.name in out for m in catalogue.CATALOGUE)
-    assert out.count("sm90: not measured yet") == len(catalogue.SM90_MUTANTS)
+    assert out.count("sm90: --family sm90 on a Hopper GPU; kill rate not measured yet") == len(catalogue.SM90_MUTANTS)
+    code, out, _ = _main(["--list", "--family", "sm80"], capsys)
+    assert code == 0 and f"{len(MUTANTS)} mutants, 0 stale" in out and "sm90_" not in out
     monkeypatch.setattr(M, "MUTANTS", MUTANTS + (Mutant("gone", "bias", (Rewrite("d256", "no such text", "x"),), "numerics_dense", "w"),))
     code, out, _ = _main(["--list", "--only", "gone,lse_in_log2_units"], capsys)
     assert code == 1 and "STALE" in out and "2 mutants, 1 stale" in out
@@ -333,7 +335,10 @@ def test_list_checks_the_catalogue(capsys, monkeypatch):
     "argv",
     [
         ["--only", "nope"],
-        ["--only", "sm90_lse_in_log2_units"],  # an sm90 mutant: its kill rate waits for the sm90 properties
+        ["--only", "sm90_lse_in_log2_units"],  # an sm90 mutant: --family sm90 runs it
+        ["--family", "sm90", "--only", "lse_in_log2_units"],  # and an SM80 one the SM80 family
+        ["--family", "sm90", "--properties", "numerics_dense"],  # no kind of its family: its mutants would search nothing
+        ["--properties", "sm90_numerics_large_offsets"],  # a kind that cannot run yet (conformance.kill_sm90.PENDING)
         ["--properties", "numerics"],
         ["--goal", "1.5"],
         ["--jobs", "0"],
@@ -353,7 +358,10 @@ def test_without_a_gpu_exit_2(capsys):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
     code, _, err = _main(["--only", "lse_in_log2_units"], capsys)
-    assert code == 2 and M.NO_GPU in err
+    assert code == 2 and M.NO_GPU in err and "Hopper" not in err
+    for family in ("sm90", "all"):
+        code, _, err = _main(["--family", family], capsys)
+        assert code == 2 and M.NO_GPU in err and "need a Hopper GPU (SM 9.0)" in err
 
 
 def test_node_ids_name_the_collected_tests(tmp_path):
@@ -376,6 +384,8 @@ def test_node_ids_name_the_collected_tests(tmp_path):
             "conformance/test_large.py",
             "conformance/test_metamorphic.py",
             "conformance/test_backward.py",
+            "conformance/test_sm90_numerics.py",
+            "conformance/test_sm90_compile.py",
         ],
         capture_output=True,
         text=True,
@@ -402,8 +412,15 @@ def test_node_ids_name_the_collected_tests(tmp_path):
         "backward_tails_thd_noinit",
         "backward_compile_reuse_dense",
         "backward_compile_reuse_thd",
+        "sm90_numerics_dense",
+        "sm90_numerics_thd",
+        "sm90_tails_dense",
+        "sm90_compile_reuse_dense",
     ]
     for kind in M.KINDS:
+        if kind.family_name == "sm90":  # one test each (the compile entry's parameter)
+            assert M.node_id(kind, Case(family="sm90")) in collected, M.node_id(kind, Case(family="sm90"))
+            continue
         drawn_axes = [a for a in kind.family.axes if a.role == TRANSFORM]
         for flavor, (dq, dv) in FLAVOR_ENVELOPES.items():
             for dtype in ("float16", "bfloat16"):
