@@ -119,7 +119,8 @@ def parser() -> argparse.ArgumentParser:
         "its example count per stratum (times --examples-scale), so a verdict means the same on every "
         "machine and --jobs; --budget-s only caps a mutant's wall clock. Report per mutant killed/error/"
         "survived/incomplete (the cap stopped it)/stale with each kind's examples drawn / planned, and "
-        "the kill rate. The unmutated control must fully survive. Arguments as python -m conformance.kill_rate.",
+        "the kill rate. The unmutated control must fully survive. --family sm90 (or all) runs the sm90 catalogue "
+        "(kernels/mutants_sm90.py) and its control on a Hopper GPU. Arguments as python -m conformance.kill_rate.",
     )
     mutants.add_arguments(m)
     from conformance import gate
