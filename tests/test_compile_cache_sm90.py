@@ -70,3 +70,32 @@ def test_compile_distinct_fails_a_compiled_fact_out_of_the_key():
     planted = Planted(lambda c: c.replace(q_lens=c.q_lens[:2], kv_lens=c.kv_lens[:2]) if c.is_thd else c)
     with pytest.raises(PropertyFailure, match="a new sequence count: asked the compiled cache for 0 entries of its own"):
         check_sm90_compile_distinct(THD, planted)
+
+
+class CompileLaunch(Sm90Adapter):
+    """A stand-in launch on the CPU: run() compiles as the planner's compile() does (the template's lru
+    kept, unlike compile_only) and writes nothing."""
+
+    def run(self, case, inputs, outputs=None, **kwargs):
+        from kernels.base import KernelResult
+        from kernels.counters import measure
+        from kernels.sm90.adapter import template_module
+        from kernels.sm90.specialize import specialize
+
+        spec = specialize(case)
+        args, kw = spec.compile_args()
+        with measure() as box:  # what the planner's compile() calls (api_dsl.py:5338-5339): the template's lru first
+            template_module(spec.params).compile(*args, **kw)
+        return KernelResult(outputs[0], outputs[1], box.delta, {"adapter": "compile-launch"}, {})
+
+
+def test_the_launched_variant_asks_the_cache_whatever_the_process_compiled(monkeypatch):
+    """Launch mode forgets the template's lru before each launch: the Case (compiled by the tests above) still
+    asks for its entry, and its runtime variants for nothing new. Needs a device for nothing: no kernel runs."""
+    import torch
+
+    from properties import compile_cache_sm90
+
+    monkeypatch.setattr(compile_cache_sm90, "device", lambda: torch.device("cpu"))
+    obs = check_sm90_compile_reuse(DENSE, CompileLaunch(), launch=True)
+    assert obs.notes["case_requests"] == 1 and not any(obs.notes["new_requests"].values())
