@@ -26,7 +26,13 @@ MARKER = "family(name): the kernel family a test judges (ground.families); --fam
 # The tests of a family that the gate runs besides conformance/ (the properties, the sm80 family's).
 GATE_TESTS = {
     "sm80": (),
-    "sm90": ("tests/test_compile_tier_sm90.py", "tests/test_compile_cache_sm90.py", "tests/test_contracts_sm90.py", "tests/test_sm90_specialize.py"),
+    "sm90": (
+        "tests/test_compile_tier_sm90.py",
+        "tests/test_compile_cache_sm90.py",
+        "tests/test_pairs_sm90.py",
+        "tests/test_contracts_sm90.py",
+        "tests/test_sm90_specialize.py",
+    ),
 }
 assert set(GATE_TESTS) == set(FAMILY_NAMES)
 
