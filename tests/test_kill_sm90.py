@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from conformance import kill_rate as M
-from conformance.kill_sm90 import PENDING, SM90_KINDS
+from conformance.kill_sm90 import PENDING, SM90_KINDS, hopper_refusal
 from ground.case import Case
 from ground.outcome import Observation, PropertyFailure
 from kernels.mutants import SM90_MUTANTS, Mutant
@@ -190,3 +190,26 @@ def test_a_planted_sm90_mutant_reaches_the_property_through_its_kernel():
     rec = M.run_mutant(mutant, check=compiles, profile="ci", kinds=("sm90_numerics_dense",))
     assert rec["verdict"] == "killed" and rec["killed_by"] == "sm90_numerics_dense" and Case.from_dict(rec["case"]) == first[0], rec
     assert keys[mutant.rewrites] and not keys[()] & keys[mutant.rewrites]
+
+
+@pytest.mark.compile
+def test_the_sm90_kinds_call_the_real_properties(monkeypatch):
+    """Through the harness' own check (kind.check): sm90_compile_reuse_dense
+    run as its CPU tier (compile_only: launch=False) judges the control's
+    draws with the real property, which survives; the launched kinds are
+    refused off a Hopper GPU (a refusal is no verdict, never a kill: it
+    stops the run, as the worker records)."""
+    import dataclasses
+
+    from ground.outcome import Unsupported
+
+    reuse = next(k for k in SM90_KINDS if k.name == "sm90_compile_reuse_dense")
+    assert reuse.params == {"launch": True}  # the GPU test's; here its CPU tier
+    monkeypatch.setattr(M, "KINDS", tuple(dataclasses.replace(k, params={"launch": False}) if k is reuse else k for k in M.KINDS))
+    rec = M.run_mutant(M.CONTROL_SM90, profile="ci", kinds=(reuse.name,), examples_scale=0.2)  # 2 draws
+    assert rec["verdict"] == "survived" and rec["kinds"][0]["examples"] == rec["kinds"][0]["planned"] == 2, rec
+    import torch
+
+    if hopper_refusal(torch.cuda.get_device_capability() if torch.cuda.is_available() else None):  # on a Hopper GPU it would launch
+        with pytest.raises(Unsupported, match="SM 9.0|no CUDA GPU"):
+            M.run_mutant(M.CONTROL_SM90, profile="ci", kinds=("sm90_numerics_dense",))
