@@ -14,8 +14,9 @@ kernels' own plan (``Sm90Specialization.key``), and:
   ``scale_mode``), dense padding-length values within the declared arrays
   (the arrays' presence is compiled: ``seq_*_lens_present``), THD K/V lengths
   and capacity, THD Q lengths at the same Q total;
-- compiled (a request of its own): any TemplateParams field, dense S_q, S_kv
-  and batch (the dense grid is compile-time), the THD sequence count.
+- compiled (a request of its own): any TemplateParams field (the causal
+  flag and the scale's sign here), dense S_q, S_kv and batch (the dense grid
+  is compile-time), the THD sequence count.
 
 The THD Q total is runtime except where it is a stride: head-major Stats
 ((H, T_q): ``lse_layout`` compact or padded) have head stride T_q, and the
@@ -75,6 +76,8 @@ def sm90_compiled_variants(case: Case) -> Iterator[Tuple[str, Case]]:
     more = {n: getattr(case, n) + getattr(case, n)[-1:] for n in ("seq_q_lens", "seq_kv_lens") if getattr(case, n) is not None}
     yield "a new dense batch", case.replace(batch=case.batch + 1, **more)
     yield "the other causal flag", case.replace(causal=not case.causal, bottom_right=False, window_right=-1)
+    if case.softmax_scale != 0:  # scale_mode: the sign is compiled, the magnitude is not
+        yield "the other scale sign", case.replace(scale=-case.softmax_scale)
 
 
 def _keeps_key(case: Case, variant: Case) -> bool:

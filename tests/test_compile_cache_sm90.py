@@ -2,7 +2,7 @@
 (properties.compile_cache_sm90 through Sm90Adapter.compile_only, sm_90a):
 runtime variants ask the compiled cache for nothing new, compiled variants
 for an entry of their own; each fails on a planted adapter that keys a
-runtime fact or hands a compiled variant the Case's artifact. At most nine
+runtime fact or hands a compiled variant the Case's artifact. Nine
 compiles (~2-3 s each). Shapes no other test compiles (the compiled cache's
 memo lives as long as the process)."""
 
