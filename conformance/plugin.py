@@ -61,6 +61,7 @@ class Run:
     compile_cache: Optional[str] = None  # the on-disk compiled cache every process of the run shares (kernels.cache)
     compile_cache_previous: Optional[str] = None  # the variable's value before the run set it
     families: Optional[tuple] = None  # --family / $SDPA_FAMILY; None until the default is read off the GPU (selected_families)
+    env_before: dict = field(default_factory=dict)  # the mirrored variables' values before the run (None: unset)
 
 
 RUN = pytest.StashKey[Run]()
@@ -211,14 +212,14 @@ def _resolve(config) -> Run:
         families = family_select.parse(config.getoption("family") or os.environ.get(family_select.FAMILY_ENV), f"${family_select.FAMILY_ENV}")
     except ValueError as e:
         raise pytest.UsageError(str(e)) from None
-    if config.getoption("family"):
-        os.environ[family_select.FAMILY_ENV] = config.getoption("family")
     # The kernels side (mode detection, adapters) and xdist workers read the
-    # environment, so the options are mirrored there.
-    if config.getoption("adapter"):
-        os.environ[ADAPTER_ENV] = adapter
-    if compat:
-        os.environ[COMPAT_ENV] = "1"
+    # environment, so the options are mirrored there for the run, and the
+    # previous values come back at its end (an in-process run, e.g. pytester,
+    # must leave nothing to the tests and subprocesses after it).
+    mirrored = {family_select.FAMILY_ENV: config.getoption("family"), ADAPTER_ENV: config.getoption("adapter") and adapter, COMPAT_ENV: "1" if compat else None}
+    mirrored = {k: v for k, v in mirrored.items() if v}
+    env_before = {k: os.environ.get(k) for k in mirrored}
+    os.environ.update(mirrored)
 
     here = Path(config.invocation_params.dir)
     workerinput = getattr(config, "workerinput", None)
@@ -242,7 +243,7 @@ def _resolve(config) -> Run:
         source = str((here / source).resolve())
     recording = not (config.option.collectonly or getattr(config.option, "help", False))
     worker = workerinput.get("workerid", "gw") if workerinput is not None else None
-    return Run(adapter, compat, report_dir, run_id, source, findings_file, worker, recording, families=families)
+    return Run(adapter, compat, report_dir, run_id, source, findings_file, worker, recording, families=families, env_before=env_before)
 
 
 def _configure_kernels(run: Run) -> None:
@@ -565,6 +566,11 @@ class Recording:
         from kernels import cache
 
         cache.restore(self.run.compile_cache_previous)
+        for name, value in self.run.env_before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         if self.run.recording:
             recorder.close_shard(previous_recorder)
 

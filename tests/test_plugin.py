@@ -6,6 +6,7 @@ failure is excused, strict by default, subset runs, malformed files)."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch  # noqa: F401 - imported before the in-process runs: pytester's module snapshot must keep it (a C extension cannot be imported twice)
@@ -367,3 +368,22 @@ def test_d():
     ]
     md = (project.path / "sdpa-report" / "report.md").read_text()
     assert "Skipped tests (3), by reason" in md and "planted reason two" in md
+
+
+def test_a_run_leaves_the_environment_as_it_found_it(project, monkeypatch):
+    """The options mirrored into the environment for the run's processes
+    (--family, --adapter, --sm80-compat) are put back when it ends: an
+    in-process run (pytester, an IDE) must not change what the tests and
+    subprocesses after it select."""
+    from conformance.family_select import FAMILY_ENV
+    from ground.tables import ADAPTER_ENV, COMPAT_ENV
+
+    monkeypatch.delenv(FAMILY_ENV, raising=False)
+    monkeypatch.setenv(ADAPTER_ENV, "prepared")
+    monkeypatch.delenv(COMPAT_ENV, raising=False)
+    project.makepyfile(test_env="def test_x():\n    pass\n")
+    seen = {}
+    result = _run(project, "--family", "sm90", "--adapter", "wrapper", "--sm80-compat")
+    assert result.ret in (0, 5), result.stdout.str()[-2000:]  # ran (or deselected everything): not a usage error
+    seen.update({k: os.environ.get(k) for k in (FAMILY_ENV, ADAPTER_ENV, COMPAT_ENV)})
+    assert seen == {FAMILY_ENV: None, ADAPTER_ENV: "prepared", COMPAT_ENV: None}
