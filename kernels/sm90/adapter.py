@@ -55,6 +55,30 @@ def compile_spec(spec: Sm90Specialization):
     return mod.compile(*args, **kwargs)
 
 
+def hopper_launch(adapter, case: Case, inputs, outputs, *, tamper: Optional[str], initialize_outputs: bool, entry: str):
+    """What every sm90 launch checks and prepares, on either entry point: no
+    tamper, outputs initialized (the family has no no-init mode), a Hopper
+    (SM 9.0) device; then the inputs on it and the caller's (or fresh) O and
+    Stats. Returns (inputs, o, lse)."""
+    import torch
+
+    from ground.data import make_outputs
+    from kernels.environment import detect
+
+    if tamper is not None:
+        raise ValueError(f"tamper {tamper!r}: {entry} takes none")
+    if not initialize_outputs:
+        raise Unsupported.lacking(adapter.name, "no-init", case.describe(), adapter.lacks["no-init"])
+    env = detect()
+    if env.capability is None:
+        raise Unsupported.machine(NO_GPU + f" (the {adapter.name} adapter can only compile_only() here)", adapter=adapter.name)
+    if tuple(env.capability) != (9, 0):
+        raise Unsupported.machine(f"{entry} launches on SM 9.0 only (sm_90a artifacts); this is {env.live_arch}", adapter=adapter.name)
+    dev = torch.device("cuda", torch.cuda.current_device())
+    o, lse = outputs if outputs is not None else make_outputs(case, dev)
+    return inputs.to(dev), o, lse
+
+
 class Sm90Adapter:
     """The sm90 family's compile entry point (see the module doc)."""
 
@@ -96,24 +120,8 @@ class Sm90Adapter:
         """Launch ``case`` (dense or THD) on a Hopper GPU through the planner's
         compile() and execute() on the caller's buffers (O, LSE written in place).
         Unverified: written without a Hopper device to run it on."""
-        import torch
-
-        from ground.data import make_outputs
-        from kernels.environment import detect
-
         self._served(case)
-        if tamper is not None:
-            raise ValueError(f"tamper {tamper!r}: the sm90 adapter takes none")
-        if not initialize_outputs:
-            raise Unsupported.lacking(self.name, "no-init", case.describe(), self.lacks["no-init"])
-        env = detect()
-        if env.capability is None:
-            raise Unsupported.machine(NO_GPU + f" (the {self.name} adapter can only compile_only() here)", adapter=self.name)
-        if tuple(env.capability) != (9, 0):
-            raise Unsupported.machine(f"the sm90 family launches on SM 9.0 only (sm_90a artifacts); this is {env.live_arch}", adapter=self.name)
-        dev = torch.device("cuda", torch.cuda.current_device())
-        inputs = inputs.to(dev)
-        o, lse = outputs if outputs is not None else make_outputs(case, dev)
+        inputs, o, lse = hopper_launch(self, case, inputs, outputs, tamper=tamper, initialize_outputs=initialize_outputs, entry="the sm90 family")
         with sm90_sources(self.rewrites), measure() as box:
             api = plan(case, **(thd.PLAN_OVERRIDES if case.is_thd else {}))
             api.compile()

@@ -32,10 +32,9 @@ from typing import Callable, Optional, Tuple
 
 from ground.case import Case
 from ground.outcome import Unsupported
-from ground.tables import NO_GPU
 from kernels.base import CompileDelta, KernelResult
 from kernels.counters import measure
-from kernels.sm90.adapter import compile_spec
+from kernels.sm90.adapter import compile_spec, hopper_launch
 from kernels.sm90.specialize import FAMILY, SCHED_POLICY, _desc, planning_device, specialization, specialize
 from kernels.source import sm90_sources
 
@@ -204,25 +203,10 @@ class Sm90WrapperAdapter:
     def run(self, case: Case, inputs, outputs=None, *, initialize_outputs: bool = True, tamper: Optional[str] = None) -> KernelResult:
         """Call the wrapper on the caller's inputs on a Hopper GPU and copy its
         O/Stats into the caller's buffers. Unverified without a Hopper GPU."""
-        import torch
         from cudnn.sdpa.fwd.api_dsl import sdpa_fwd_wrapper_dsl_sm90
 
-        from ground.data import make_outputs
-        from kernels.environment import detect
-
         self._served(case)
-        if tamper is not None:
-            raise ValueError(f"tamper {tamper!r}: the sm90 wrapper takes none")
-        if not initialize_outputs:
-            raise Unsupported.lacking(self.name, "no-init", case.describe(), self.lacks["no-init"])
-        env = detect()
-        if env.capability is None:
-            raise Unsupported.machine(NO_GPU + f" (the {self.name} adapter can only compile_only() here)", adapter=self.name)
-        if tuple(env.capability) != (9, 0):
-            raise Unsupported.machine(f"{ENTRY} launches on SM 9.0 only (sm_90a artifacts); this is {env.live_arch}", adapter=self.name)
-        dev = torch.device("cuda", torch.cuda.current_device())
-        x = inputs.to(dev)
-        o, lse = outputs if outputs is not None else make_outputs(case, dev)
+        x, o, lse = hopper_launch(self, case, inputs, outputs, tamper=tamper, initialize_outputs=initialize_outputs, entry=ENTRY)
         args, kwargs = wrapper_call(case, x)
         with sm90_sources(self.rewrites), measure() as box:  # the wrapper plans, compiles and launches in one call
             got = sdpa_fwd_wrapper_dsl_sm90(*args, **kwargs)
