@@ -25,19 +25,10 @@ from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Tupl
 
 from .case import Case
 from .families import FAMILIES
-from .pairs import OTHER, Exclusion, Factor, Pair, Value, text
+from .pairs import OTHER, Exclusion, Factor, Pair, Value, _heads, _sign, text  # the sm80 factors' classes, shared
 
 FAMILY = FAMILIES["sm90"]
 LAYOUTS = ("dense", "thd")
-
-
-def _sign(c: Case) -> str:
-    s = c.softmax_scale
-    return "positive" if s > 0 else "negative" if s < 0 else "zero"
-
-
-def _heads(c: Case) -> str:
-    return "MHA" if c.h_q == c.h_kv else "MQA" if c.h_kv == 1 else "GQA"
 
 
 def _dims(c: Case) -> str:
