@@ -81,6 +81,11 @@ class Factor:
     default: str  # the value of a Case with the facts at their defaults
 
 
+def window_factor(name: str, width: int) -> Tuple[Tuple[str, ...], Callable[[Case], str], Callable[[Case, str], Case]]:
+    """A band fact as a factor: (values, of, realize), "on" realized as ``width``."""
+    return ("off", "on"), (lambda c: "on" if getattr(c, name) >= 0 else "off"), (lambda c, v: c.replace(**{name: width if v == "on" else -1}))
+
+
 def _sign(c: Case) -> str:
     s = c.softmax_scale
     return "positive" if s > 0 else "negative" if s < 0 else "zero"
@@ -140,20 +145,8 @@ _CLASS_ROWS = (
         lambda c: "several" if c.is_thd and len(c.q_lens) > 1 else "one",
         lambda c, v: c if not c.is_thd else c.replace(q_lens=(1,), kv_lens=(1,)) if v == "one" else c.replace(q_lens=(2, 1), kv_lens=(1, 2)),
     ),
-    (
-        "window_left",
-        ("window_left",),
-        ("off", "on"),
-        lambda c: "on" if c.window_left >= 0 else "off",
-        lambda c, v: c.replace(window_left=16 if v == "on" else -1),
-    ),
-    (
-        "window_right",
-        ("window_right",),
-        ("off", "on"),
-        lambda c: "on" if c.window_right >= 0 else "off",
-        lambda c, v: c.replace(window_right=5 if v == "on" else -1),
-    ),
+    ("window_left", ("window_left",), *window_factor("window_left", 16)),
+    ("window_right", ("window_right",), *window_factor("window_right", 5)),
     ("seq_q_lens", ("seq_q_lens",), *_lens("seq_q_lens", "s_q")),
     ("seq_kv_lens", ("seq_kv_lens",), *_lens("seq_kv_lens", "s_kv")),
     (

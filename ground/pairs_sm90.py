@@ -25,7 +25,7 @@ from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Tupl
 
 from .case import Case
 from .families import FAMILIES
-from .pairs import OTHER, Exclusion, Factor, Pair, Value, _heads, _sign, text  # the sm80 factors' classes, shared
+from .pairs import OTHER, Exclusion, Factor, Pair, Value, _heads, _sign, text, window_factor  # the sm80 factors' classes, shared
 
 FAMILY = FAMILIES["sm90"]
 LAYOUTS = ("dense", "thd")
@@ -49,22 +49,8 @@ def _bool(name: str) -> Tuple[Tuple[str, ...], Any, Any]:
 _ROWS = (
     ("dtype", ("dtype_qkv",), ("dtype",), FAMILY.dtypes, lambda c: c.dtype, lambda c, v: c.replace(dtype=v)),
     ("causal", ("causal",), ("causal",), *_bool("causal")),
-    (
-        "window_left",
-        ("window_left",),
-        ("window_left",),
-        ("off", "on"),
-        lambda c: "on" if c.window_left >= 0 else "off",
-        lambda c, v: c.replace(window_left=16 if v == "on" else -1),
-    ),
-    (
-        "window_right",
-        ("window_right",),
-        ("window_right",),
-        ("off", "on"),
-        lambda c: "on" if c.window_right >= 0 else "off",
-        lambda c, v: c.replace(window_right=4 if v == "on" else -1),
-    ),
+    ("window_left", ("window_left",), ("window_left",), *window_factor("window_left", 16)),
+    ("window_right", ("window_right",), ("window_right",), *window_factor("window_right", 4)),
     ("bottom_right", ("bottom_right",), ("bottom_right",), *_bool("bottom_right")),
     ("has_lse", ("has_lse",), ("has_lse",), *_bool("has_lse")),
     ("lse_log2", ("stats_log2",), ("lse_log2",), *_bool("lse_log2")),
