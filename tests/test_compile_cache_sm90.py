@@ -28,7 +28,9 @@ def cold_cache(tmp_path, monkeypatch):
 def test_runtime_variants_ask_for_nothing_new(case):
     obs = check_sm90_compile_reuse(case, Sm90Adapter())
     asked = obs.notes["new_requests"]
-    assert obs.notes["rule"] == "keys" and set(asked) == {w for w, _ in sm90_runtime_variants(case)} and not any(asked.values())
+    # Requests are the frontend's keys, or the recorded entries where the cache records them (a GPU machine).
+    assert obs.notes["case_requests"] >= 1 and obs.notes["rule"] in ("keys", "entries")
+    assert set(asked) == {w for w, _ in sm90_runtime_variants(case)} and not any(asked.values())
 
 
 def test_the_q_total_is_runtime_only_without_head_major_stats():

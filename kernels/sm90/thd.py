@@ -49,8 +49,16 @@ class ThdLaunch:
 
 def stats_argument(lse):
     """The rank-2 form of the caller's (H, T_q) Stats view the binder
-    classifies: head-major (unit token stride) as is, token-major as (T, H)."""
-    return lse if lse.stride(1) == 1 else lse.T
+    classifies: token-major as (T, H); head-major (unit token stride) as
+    (H, head stride). The binder requires a head-major buffer to span H_q
+    whole head strides ("head-major lse_tensor observed storage must hold
+    H_q*head_stride elements", the native binder behind ``execute``), so a
+    head-padded view (H, T_q) of (H, pitch) storage is handed as the
+    (H, pitch) rows it lies in: the same storage, the pitch padding inside
+    the guard bands (the kernel must leave it untouched)."""
+    if lse.stride(1) != 1:
+        return lse.T
+    return lse.as_strided((lse.shape[0], max(lse.shape[1], lse.stride(0))), lse.stride())
 
 
 def thd_launch(case: Case, inputs, outputs) -> ThdLaunch:
@@ -86,7 +94,7 @@ def binding_problems(api, spec, launch: ThdLaunch) -> List[str]:
     (token, head) strides, row span and dtype, the Stats packing and strides,
     the lengths' form and count, the sinks. [] where they agree."""
     import torch
-    from cudnn.sdpa.fwd.prepared import _packed_role_layout, _ragged_lse_layout
+    from cudnn.sdpa.fwd.prepared import _packed_role_layout, _ragged_lse_layout, facts_of_tensor
 
     out = []
     descs = dict(q=api.q_desc, k=api.k_desc, v=api.v_desc, o=api.o_desc)
@@ -117,6 +125,9 @@ def binding_problems(api, spec, launch: ThdLaunch) -> List[str]:
                 out.append(f"lse: head-major {head_major} != planned {api.thd_stats_head_major}")
             if (0, hs, ss) != spec.lse_stride:
                 out.append(f"lse: strides (0, {hs}, {ss}) != compiled {spec.lse_stride}")
+            span = facts_of_tensor(t).span
+            if head_major and span < api.h_q * hs:  # the native binder's rule (stats_argument)
+                out.append(f"lse: spans {span} elements; head-major Stats must span H_q*head_stride = {api.h_q * hs}")
         if t.dtype != torch.float32:
             out.append(f"lse: dtype {t.dtype} is not float32")
     counts = dict(q_lens=api.batch_size + int(api.cu_seq_q_lens), kv_lens=api.batch_size + int(api.cu_seq_kv_lens))
