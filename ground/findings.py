@@ -17,7 +17,8 @@ judge every check of an example (a failing check does not stop the others).
 
 The rule. A finding excuses a check failure iff
 
-1. it selects the example: the same property; its Case facts (``when``)
+1. it selects the example: the same property; the same kernel family
+   (``when.family``, else the default family sm80); its Case facts (``when``)
    hold; for a contract finding, the Case breaks its ``rule`` at its
    ``entry`` point;
 2. it names the same check (and quantity);
@@ -59,6 +60,7 @@ import torch
 
 from . import contracts
 from .case import FACTS, Case, CaseFileError, coerce_fact
+from .families import DEFAULT_FAMILY, FAMILIES
 from .tables import ADAPTERS, FLAVORS, TILE_M, TILE_N, flavor_of, off_envelope
 
 # ------------------------------------------------------------------- checks
@@ -124,6 +126,21 @@ def _live_rows_loading_padded_kv(case: Case) -> torch.Tensor:
     return _dense_rows(case, lambda t, b: (t < q_len[b]) & reaches_padding[b])
 
 
+def _q_tiles_loading_padded_kv(case: Case) -> torch.Tensor:
+    """Dense rows, live or padded, of the Q tiles that start below seq_q_len[b]
+    (the tiles that run: a Q tile wholly past it visits no KV tile) in the
+    batch entries whose last KV tile reaches past seq_kv_len[b]. A Q tile holds
+    tile_m / (the PackGQA head ratio) tokens (ground.families)."""
+    if case.seq_kv_lens is None:
+        return _dense_rows(case, lambda t, b: torch.zeros(case.batch, case.s_q, dtype=torch.bool))
+    fam = FAMILIES[case.family]
+    tile_m, tile_n = fam.tile
+    tokens = tile_m // (case.h_q // case.h_kv) if case.pack_gqa else tile_m
+    kv_len, q_len = torch.tensor(case.seq_kv_lens), torch.tensor(case.q_lengths())
+    reaches_padding = (kv_len > 0) & (kv_len < case.s_kv) & (kv_len % tile_n != 0)
+    return _dense_rows(case, lambda t, b: (t // tokens * tokens < q_len[b]) & reaches_padding[b])
+
+
 def _thd_lse_past_compact_zeroing(case: Case) -> torch.Tensor:
     """THD rows (h, t) of a "padded" LSE whose element h * pitch + t lies at or
     past H * T_q: the compact (H, T_q) extent the host's initialisation zeroes."""
@@ -145,6 +162,12 @@ REGIONS: Dict[str, Region] = {
         f"(TILE_N = {TILE_N}) reaches past seq_kv_len[b] into the padding: 0 < seq_kv_len[b] < S_KV "
         f"and seq_kv_len[b] % {TILE_N} != 0",
         _live_rows_loading_padded_kv,
+    ),
+    "q_tiles_loading_padded_kv": Region(
+        "dense output rows, live or padded, of the Q tiles that start below seq_q_len[b] (tile_m tokens, tile_m / ratio "
+        "under PackGQA: the family's tile) in the batch entries whose last KV tile reaches past seq_kv_len[b] into the "
+        "padding: 0 < seq_kv_len[b] < S_KV and seq_kv_len[b] % tile_n != 0",
+        _q_tiles_loading_padded_kv,
     ),
     "thd_lse_past_compact_zeroing": Region(
         "THD LSE rows (h, t) of a head-padded Stats layout whose element h * pitch + t lies past the first H * T_q "
@@ -285,6 +308,11 @@ class Finding:
     race: bool = False
 
     @property
+    def family(self) -> str:
+        """The kernel family the finding is about: its ``when.family``, else the default family."""
+        return self.when.get("family", DEFAULT_FAMILY)
+
+    @property
     def crash(self) -> bool:
         """A crash finding: excuses nothing; the tests steer around its region."""
         return self.check == CRASH
@@ -295,6 +323,8 @@ class Finding:
         one this finding is about (a crash finding without a property: every
         property that launches its entry point)."""
         if property != self.property and not (self.crash and self.property is None):
+            return False
+        if case.family != self.family:
             return False
         if self.rule is not None and case.violation != self.rule:
             return False

@@ -101,6 +101,35 @@ def test_the_kv_region_is_the_live_rows_behind_a_padded_last_kv_tile():
     assert not findings.REGIONS["live_rows_loading_padded_kv"].rows(Case(layout="thd", q_lens=(3,), kv_lens=(5,), kv_slack=4)).any()
 
 
+# The sm90 failure as the H200 showed it: B=2, S_q=65, one live row per entry; every row of the first
+# Q tile NaN (the live row and 63 padded ones), the second tile (row 64) written 0.
+SM90_KV_CASE = Case(family="sm90", batch=2, s_q=65, s_kv=64, h_q=4, h_kv=2, seq_q_lens=(1, 1), seq_kv_lens=(1, 1))
+
+
+def test_a_finding_judges_its_own_family_only():
+    """An SM80 finding (no ``when.family``) never excuses an sm90 failure, nor the sm90 one an SM80 failure."""
+    sm90, sm80 = BY_ID["sm90-dense-padded-kv-rows-nan"], BY_ID["dense-padded-kv-rows-nan"]
+    assert sm90.family == "sm90" and sm80.family == "sm80"
+    first_tile = _rows(SM90_KV_CASE, (slice(None), slice(None), slice(0, 64)))
+    assert sm90.excuses(_nan_failure(SM90_KV_CASE, first_tile))
+    live = _rows(SM90_KV_CASE, (slice(None), slice(None), 0))
+    assert not sm80.excuses(_nan_failure(SM90_KV_CASE, live)) and not sm80.exercised_by("tails", SM90_KV_CASE)
+    sm80_case = SM90_KV_CASE.replace(family="sm80")
+    assert not sm90.excuses(_nan_failure(sm80_case, live)) and sm80.excuses(_nan_failure(sm80_case, live))
+
+
+def test_the_sm90_region_is_every_row_of_the_q_tiles_that_visit_the_padded_kv_tile():
+    sm90 = BY_ID["sm90-dense-padded-kv-rows-nan"]
+    region = findings.REGIONS["q_tiles_loading_padded_kv"].rows(SM90_KV_CASE)
+    assert region[:, :, :64].all() and not region[:, :, 64:].any()  # the second Q tile starts past seq_q_len
+    assert not sm90.excuses(_nan_failure(SM90_KV_CASE, _rows(SM90_KV_CASE, (0, 0, 64))))  # a row of a tile that never ran
+    # PackGQA: a Q tile holds 64 / ratio tokens (here 32), so the tile past seq_q_len starts at token 32.
+    packed = findings.REGIONS["q_tiles_loading_padded_kv"].rows(SM90_KV_CASE.replace(pack_gqa=True))
+    assert packed[:, :, :32].all() and not packed[:, :, 32:].any()
+    for lens, hit in (((0,), False), ((63,), True), ((64,), False)):  # the last KV tile reaches the padding or not
+        assert bool(findings.REGIONS["q_tiles_loading_padded_kv"].rows(SM90_KV_CASE.replace(batch=1, seq_q_lens=(1,), seq_kv_lens=lens)).any()) is hit
+
+
 def test_exercised_means_the_described_failure_can_occur_on_the_case():
     q = BY_ID["dense-padded-q-rows-nan"]
     assert q.exercised_by("tails", Q_CASE)
