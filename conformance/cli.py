@@ -347,7 +347,7 @@ def repro(args) -> int:
     import kernels
     from ground import findings
 
-    adapter = kernels.get_adapter(adapter_name)
+    adapter = kernels.get_adapter(adapter_name, family=case.family)
     _bound(args.timeout, prop)
     try:
         with findings.applied([]):  # repro applies no findings: it shows every discrepancy

@@ -30,6 +30,7 @@ import pytest
 
 from conformance import __version__, family_select, isolation
 from ground import findings
+from ground.families import DEFAULT_FAMILY, FAMILY_NAMES
 from ground.outcome import PropertyFailure, Unsupported
 from ground.tables import ADAPTER_ENV, ADAPTERS, COMPAT_ENV, DEFAULT_ADAPTER, NO_GPU
 from properties import CHECKS, recorder
@@ -392,6 +393,8 @@ def environment(run: Run) -> dict:
             "hypothesis_seed": run.hypothesis.get("seed"),
             "families": "+".join(selected_families(run)),
             "family_mode": family_select.mode(selected_families(run), e.capability),
+            # A case file of another family records its own mode ("native sm90"), not the SM80 code's.
+            "family_modes": {n: family_select.mode((n,), e.capability) for n in FAMILY_NAMES if n != DEFAULT_FAMILY},
         }
         from kernels.mutants import planted
 
@@ -517,8 +520,10 @@ def _adapter_used(item, run: Run) -> dict:
     """The adapter the test actually drove: a fixture value that is one
     (tests may ask for a specific entry point), else the run's --adapter."""
     for value in getattr(item, "funcargs", {}).values():
-        if getattr(value, "name", None) in ADAPTERS and callable(getattr(value, "run", None)):
-            return {"adapter": value.name, "sm80_compat": bool(getattr(value, "sm80_compat", False))}
+        value = value[0] if isinstance(value, tuple) and value else value  # an (adapter, projection) fixture
+        entry = getattr(value, "entry", getattr(value, "name", None))  # another family's adapter names its entry point
+        if entry in ADAPTERS and callable(getattr(value, "run", None)):
+            return {"adapter": entry, "sm80_compat": bool(getattr(value, "sm80_compat", False))}
     return {"adapter": run.adapter, "sm80_compat": run.sm80_compat}
 
 

@@ -32,9 +32,10 @@ FILES = sorted(glob.glob(os.path.join(ROOT, "findings", "*.json")))
 
 
 def _param(path):
-    """A case file's test id; one that needs a GPU (``needs_gpu``) is a gpu test."""
-    _, doc = load_case_file(path)
-    return pytest.param(path, id=os.path.basename(path)[:-5], marks=[pytest.mark.gpu] if doc.get("needs_gpu", True) else [])
+    """A case file's test id; one that needs a GPU (``needs_gpu``) is a gpu test; it judges its Case's family (--family)."""
+    case, doc = load_case_file(path)
+    marks = [pytest.mark.family(case.family)] + ([pytest.mark.gpu] if doc.get("needs_gpu", True) else [])
+    return pytest.param(path, id=os.path.basename(path)[:-5], marks=marks)
 
 
 @pytest.mark.parametrize("path", [_param(p) for p in FILES])
@@ -53,7 +54,7 @@ def test_finding_reproduces_exactly(path, request):
         return
     # The entry point as recorded (the wrapper off SM80 in its compatibility mode, as the run had it).
     options = {"sm80_compat": True} if doc.get("sm80_compat") else {}
-    check, adapter, params = PROPERTIES[doc["property"]].check, get_adapter(doc["adapter"], **options), doc["params"]
+    check, adapter, params = PROPERTIES[doc["property"]].check, get_adapter(doc["adapter"], family=case.family, **options), doc["params"]
 
     tries = RACE_TRIES if any(f.race for f in entries) else 1  # a race: its case file is a near-certain shape, tried a few times
     failure = _first_failure(lambda: check(case, adapter, **params), tries)

@@ -99,7 +99,7 @@ def write(
         "params": params or {},
         "adapter": env.get("adapter"),
         "sm80_compat": env.get("sm80_compat", False),
-        "mode": env.get("mode"),
+        "mode": (env.get("family_modes") or {}).get(case.get("family"), env.get("mode")),
         "kernels_source": env.get("kernels_source"),
         "versions": env.get("versions", {}),
         "gpu": env.get("gpu"),

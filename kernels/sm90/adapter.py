@@ -83,6 +83,7 @@ class Sm90Adapter:
     """The sm90 family's compile entry point (see the module doc)."""
 
     name = "sm90"
+    entry = "prepared"  # the entry-point name (kernels.FAMILY_ADAPTERS) case files record
     label = "sm90 (prefill_d512_f16 via compile(); compile-only verified)"
 
     def __init__(self, rewrites=()):

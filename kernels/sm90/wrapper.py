@@ -152,6 +152,7 @@ class Sm90WrapperAdapter:
     """The sm90 family's public wrapper (see the module doc)."""
 
     name = "sm90-wrapper"
+    entry = "wrapper"  # the entry-point name (kernels.FAMILY_ADAPTERS) case files record
     label = f"sm90-wrapper ({ENTRY}; compile-only verified)"
     supports = frozenset({"compile-only"})
     lacks = {

@@ -1,0 +1,58 @@
+"""Entry points per kernel family: ``kernels.get_adapter(name, family=...)``
+gives each family's own adapter for the same entry-point names, a failing
+example's case file records the entry point the test drove (an sm90 fixture
+included) and its family's mode, and repro / the finding replays rebuild that
+adapter from the file. Runs on any machine (nothing launches)."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+import kernels
+from conformance.plugin import _adapter_used
+from ground.case import Case
+from ground.families import FAMILY_NAMES
+from ground.tables import ADAPTERS
+from reports import casefile
+
+CLASSES = {
+    ("sm80", "prepared"): "PreparedAdapter",
+    ("sm80", "wrapper"): "WrapperAdapter",
+    ("sm90", "prepared"): "Sm90Adapter",
+    ("sm90", "wrapper"): "Sm90WrapperAdapter",
+}
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+@pytest.mark.parametrize("name", sorted(ADAPTERS))
+def test_every_family_serves_every_entry_point_name(family, name):
+    adapter = kernels.get_adapter(name, family=family)
+    assert type(adapter).__name__ == CLASSES[family, name]
+    assert getattr(adapter, "entry", adapter.name) == name  # what a case file records
+
+
+def test_a_native_family_ignores_the_compat_option_and_an_unknown_family_is_refused():
+    assert type(kernels.get_adapter("wrapper", family="sm90", sm80_compat=True)).__name__ == "Sm90WrapperAdapter"
+    with pytest.raises(ValueError, match="unknown kernel family 'sm100'"):
+        kernels.get_adapter("prepared", family="sm100")
+
+
+def test_the_case_file_names_the_entry_point_an_sm90_fixture_drove():
+    run = SimpleNamespace(adapter="prepared", sm80_compat=False)
+    wrapper = kernels.get_adapter("wrapper", family="sm90")
+    item = SimpleNamespace(funcargs={"entry": (wrapper, lambda c: c), "case": Case(family="sm90")})
+    assert _adapter_used(item, run) == {"adapter": "wrapper", "sm80_compat": False}
+    assert _adapter_used(SimpleNamespace(funcargs={"sm90": kernels.get_adapter("prepared", family="sm90")}), run)["adapter"] == "prepared"
+    assert _adapter_used(SimpleNamespace(funcargs={}), SimpleNamespace(adapter="wrapper", sm80_compat=True)) == {"adapter": "wrapper", "sm80_compat": True}
+
+
+def test_a_case_file_records_its_own_familys_mode(tmp_path):
+    env = {"mode": "sm80 code on sm_90", "family_modes": {"sm90": "native sm90"}, "adapter": "prepared"}
+    modes = {}
+    for family in FAMILY_NAMES:
+        path = casefile.write(tmp_path, property="tails", case=Case(family=family).to_dict(), params={}, summary="x", environment=env)
+        modes[family] = json.loads(path.read_text())["mode"]
+    assert modes == {"sm80": "sm80 code on sm_90", "sm90": "native sm90"}
