@@ -13,7 +13,9 @@ kernels' own plan (``Sm90Specialization.key``), and:
 - runtime (no new request): the data seed, the scale's magnitude (its sign is
   ``scale_mode``), dense padding-length values within the declared arrays
   (the arrays' presence is compiled: ``seq_*_lens_present``), THD K/V lengths
-  and capacity, THD Q lengths at the same Q total;
+  and capacity (with a window, the longest K/V length kept: the planner
+  declares the longest sequences as S_q / S_kv and drops a window at or past
+  S_q + S_kv, a TemplateParams change), THD Q lengths at the same Q total;
 - compiled (a request of its own): any TemplateParams field (the causal
   flag and the scale's sign here), dense S_q, S_kv and batch (the dense grid
   is compile-time), the THD sequence count.
@@ -52,10 +54,15 @@ def sm90_runtime_variants(case: Case) -> Iterator[Tuple[str, Case]]:
     if case.softmax_scale != 0:
         yield "new scale of the same sign", case.replace(scale=case.softmax_scale * 1.75)
     if case.is_thd:
-        yield "new K/V lengths and capacity", case.replace(kv_lens=tuple(n + 3 for n in case.kv_lens), kv_slack=case.kv_slack + 2)
-        if len(case.q_lens) > 1 and case.q_lens[0] > 0:  # one token moved between sequences: the Q total kept
-            moved = (case.q_lens[0] - 1, case.q_lens[1] + 1, *case.q_lens[2:])
-            yield "new Q lengths, same Q total", case.replace(q_lens=moved)
+        # The planner declares the longest sequences as S_q / S_kv and drops a window at or past
+        # S_q + S_kv (api_dsl.py:5266-5270): with a window, the longest K/V length is kept.
+        longest = max(case.kv_lens) if case.window_left >= 0 or case.window_right >= 0 else -1
+        kv_lens = tuple(n if n == longest else (max(0, n - 1) if longest >= 0 else n + 3) for n in case.kv_lens)
+        yield "new K/V lengths and capacity", case.replace(kv_lens=kv_lens, kv_slack=case.kv_slack + 2)
+        if len(case.q_lens) > 1 and (case.q_lens[0] != case.q_lens[1] if longest >= 0 else case.q_lens[0] > 0):
+            # One token moved between the first two sequences (with a window: the two swapped, the longest kept).
+            first = (case.q_lens[1], case.q_lens[0]) if longest >= 0 else (case.q_lens[0] - 1, case.q_lens[1] + 1)
+            yield "new Q lengths, same Q total", case.replace(q_lens=(*first, *case.q_lens[2:]))
         if q_total_is_runtime(case):
             yield "new Q total (token-major or no Stats)", case.replace(q_lens=tuple(n + 1 for n in case.q_lens), q_slack=case.q_slack + 3)
     else:

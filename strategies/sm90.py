@@ -18,18 +18,28 @@ one head, D 64, no mask, no features. The envelope, as the planner
 - THD: no first offsets (``absent`` in the family), the natural scheduler.
 - no bias, RoPE, L2 budget, base-2 / strided / half sinks, int64 prefixes.
 
-Each dense geometry is a compile (~2 s), so the shape pools are small: the
-compile tier reuses what it compiled.
+Each dense geometry is a compile (the shape is a ``compile()`` argument:
+~2 s on the CPU, 6-14 s under 16 concurrent compiles on a GPU host), so the
+geometry mode (``strategies.geometry.mode``: the profile's) decides where
+the compile-key facts come from:
 
-Half the draws (the switch shrinks to off) take a row of a pairwise covering
-design instead (``covering_rows``: ground.pairs_sm90.covering_rows over the
-family's compile-key factors, rows the planner takes), so every feasible
-pair of factor values meets in some row (``sdpa-conformance pairs --family
-sm90``); a row gets its data seed drawn.
+- ``pool`` and ``few`` (``ci``, ``dev``, ``pr``): always a row of a pairwise
+  covering design (``covering_rows``: ground.pairs_sm90.covering_rows over the
+  family's compile-key factors, rows the planner takes), so every feasible
+  pair of factor values meets in some row (``sdpa-conformance pairs --family
+  sm90``) and a run compiles at most the rows; the runtime facts of the row
+  are drawn (``_runtime``: the data seed, the scale's magnitude, dense
+  padding-length values, THD K/V lengths up to the row's longest and the
+  K/V capacity, THD Q lengths permuted): facts the compile key leaves out
+  (properties.compile_cache_sm90 judges exactly that).
+- ``mixed`` (``nightly``): a row half the time (the switch shrinks to the
+  free draw), free geometry otherwise.
+- ``free``: free geometry, a compile per example.
 """
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from typing import Optional, Sequence, Tuple
 
@@ -39,6 +49,7 @@ from ground.case import DTYPES, LSE_LAYOUTS, Case
 from ground.families import FAMILIES
 from ground.pairs_sm90 import covering_rows as _covering
 
+from . import geometry as geo
 from . import pools
 from .features import length_lists, maybe, seed, thd_offset
 
@@ -49,6 +60,8 @@ HEAD_DIM_PAIRS: Tuple[Tuple[int, int], ...] = ((64, 64), (128, 128), (8, 8), (19
 LENGTHS = (1, 64, 65, 17, 128, 129)
 BATCHES = (1, 2)
 SCHEDULERS = FAMILY.schedulers
+# Scale magnitudes a row's scale takes (its sign is compiled), everyday first.
+MAGNITUDES = tuple(dict.fromkeys(abs(s) for s in pools.SCALES + pools.NASTY_SCALES if s))
 
 
 def _head_dims(draw, mode: str) -> Tuple[int, int]:
@@ -109,6 +122,23 @@ def covering_rows(layout: str) -> Tuple[Case, ...]:
     return _covering(layout, planner_takes)
 
 
+# Hand rows before the covering rows, simplest first: a pooled draw shrinks to
+# row 0, the plain dense (or THD) Case, then the plain causal and padded ones.
+HAND_ROWS = {
+    "dense": (
+        Case(family=FAMILY.name),
+        Case(family=FAMILY.name, causal=True),
+        Case(family=FAMILY.name, s_q=64, s_kv=64, seq_q_lens=(40,), seq_kv_lens=(40,)),
+    ),
+    "thd": (Case(family=FAMILY.name, layout="thd", q_lens=(1,), kv_lens=(1,)), Case(family=FAMILY.name, layout="thd", q_lens=(1,), kv_lens=(1,), causal=True)),
+}
+
+
+def pool_rows(layout: str) -> Tuple[Case, ...]:
+    """The rows a pooled draw takes: the hand rows, then the covering design's."""
+    return HAND_ROWS[layout] + covering_rows(layout)
+
+
 def _rows(layout: str, dtypes, head_dims: str, windows: bool, pack_gqa: Optional[bool]) -> Tuple[Case, ...]:
     """The rows within the strategy's options (a fixed list: nothing drawn is filtered)."""
 
@@ -117,7 +147,32 @@ def _rows(layout: str, dtypes, head_dims: str, windows: bool, pack_gqa: Optional
         band = windows or (c.window_left < 0 and c.window_right < 0)
         return c.dtype in dtypes and free and band and (pack_gqa is None or c.pack_gqa == pack_gqa)
 
-    return tuple(c for c in covering_rows(layout) if fits(c))
+    return tuple(c for c in pool_rows(layout) if fits(c))
+
+
+def _kv_lengths(draw, n: int, longest: int) -> Tuple[int, ...]:
+    """``n`` K/V lengths of at most ``longest``, one of them ``longest`` (a drawn place)."""
+    lens = draw(st.lists(st.integers(0, longest), min_size=n, max_size=n))
+    lens[draw(st.integers(0, n - 1))] = longest
+    return tuple(lens)
+
+
+def _runtime(draw, row: Case) -> Case:
+    """``row`` with its runtime facts drawn (module doc): its compile key kept."""
+    facts = {"seed": seed(draw)}
+    if row.softmax_scale != 0 and draw(st.booleans()):  # scale_mode is the sign: the magnitude is runtime
+        facts["scale"] = math.copysign(draw(st.sampled_from(MAGNITUDES)), row.softmax_scale)
+    if row.is_thd:
+        # The Q total can be a stride (head-major Stats), and the planner declares the longest
+        # sequence of each side as S_q / S_kv, dropping a window at or past S_q + S_kv
+        # (api_dsl.py:5266-5270): the Q lengths are permuted, the K/V lengths keep their longest.
+        facts["q_lens"] = tuple(draw(st.permutations(row.q_lens)))
+        facts["kv_lens"] = _kv_lengths(draw, len(row.kv_lens), max(row.kv_lens))
+        facts["kv_slack"] = thd_offset(draw, None)
+    elif row.seq_q_lens is not None:
+        lens = lambda s: tuple(draw(st.lists(st.integers(0, s), min_size=row.batch, max_size=row.batch)))  # noqa: E731
+        facts.update(seq_q_lens=lens(row.s_q), seq_kv_lens=lens(row.s_kv))
+    return row.replace(**facts)
 
 
 def sm90_cases(
@@ -129,6 +184,7 @@ def sm90_cases(
     pack_gqa: Optional[bool] = None,
     max_tokens: int = 512,
     max_seqs: int = pools.THD_MAX_SEQS,
+    geometry: Optional[str] = None,
 ) -> st.SearchStrategy[Case]:
     """Valid sm90 Cases (``family="sm90"``).
 
@@ -136,7 +192,9 @@ def sm90_cases(
     head_dims: "pool" (``HEAD_DIM_PAIRS``: compiles recur) or "free" (any
     multiples of 8 up to 512). windows: left windows and right bands.
     pack_gqa: None draws it (dense), True forces it (dense only), False
-    forbids it. max_tokens / max_seqs: THD live tokens per side, sequences."""
+    forbids it. max_tokens / max_seqs: THD live tokens per side, sequences.
+    geometry: the geometry mode (module doc; default the profile's, and
+    "free" with ``head_dims="free"``, which no row holds)."""
     layouts, dtypes = tuple(layouts), tuple(dtypes)
     if not layouts or set(layouts) - {"dense", "thd"}:
         raise ValueError(f"option 'layouts': {layouts} not within ('dense', 'thd')")
@@ -173,9 +231,16 @@ def sm90_cases(
                 lens = lambda s: draw(st.lists(st.integers(0, s), min_size=batch, max_size=batch).map(tuple))  # noqa: E731
                 facts.update(seq_q_lens=lens(s_q), seq_kv_lens=lens(s_kv))
         facts.update(_options(draw, thd))
-        case = Case(seed=seed(draw), **facts)
-        # Drawn last, so the free Case stays the simplest example (shrinking shortens the choices).
-        rows = _rows(layout, dtypes, head_dims, windows, pack_gqa)
-        return draw(st.sampled_from(rows)).replace(seed=case.seed) if rows and draw(st.booleans()) else case
+        return Case(seed=seed(draw), **facts)
 
+    @st.composite
+    def draw_row(draw) -> Case:
+        rows = _rows(draw(st.sampled_from(layouts)), dtypes, head_dims, windows, pack_gqa)
+        return _runtime(draw, draw(st.sampled_from(rows))) if rows else draw(draw_case())
+
+    mode = geo.mode(geometry or ("free" if head_dims == "free" else None))
+    if mode in ("pool", "few"):
+        return draw_row()
+    if mode == "mixed":  # the free draw first: the choice shrinks to it
+        return st.one_of(draw_case(), draw_row())
     return draw_case()

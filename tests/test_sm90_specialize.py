@@ -175,10 +175,30 @@ def test_thd_head_major_stats_pitch_is_in_the_compile_key():
 
 
 def test_the_simplest_case_is_the_plain_dense_one():
-    plain = find(sm90_cases(), lambda c: True, settings=settings(**FIXED))
-    assert plain == Case(family="sm90")
-    causal = find(sm90_cases(), lambda c: c.causal, settings=settings(**FIXED))
-    assert causal == Case(family="sm90", causal=True)
+    """Under the pools (row 0 is a hand row) and over free geometry alike."""
+    for mode in ("pool", "free"):
+        plain = find(sm90_cases(geometry=mode), lambda c: c.layout == "dense", settings=settings(**FIXED))
+        assert plain == Case(family="sm90"), mode
+        causal = find(sm90_cases(geometry=mode), lambda c: c.causal, settings=settings(**FIXED))
+        assert causal == Case(family="sm90", causal=True), mode
+
+
+def test_pooled_draws_keep_their_rows_compile_keys():
+    """A pooled Case is a row with runtime facts drawn: its compile key is the row's, so a run compiles at most the rows."""
+    from strategies.sm90 import pool_rows
+
+    keys = {compile_key(r) for layout in ("dense", "thd") for r in pool_rows(layout)}
+    # Runtime facts do vary: padding lengths and scale magnitudes no row holds.
+    row_lens = {r.seq_q_lens for r in pool_rows("dense")}
+    for varied in (lambda c: c.seq_q_lens not in row_lens, lambda c: c.scale is not None and abs(c.scale) not in (0.0, 0.125)):
+        assert compile_key(find(sm90_cases(geometry="pool"), varied, settings=settings(max_examples=300, **FIXED))) in keys
+
+    @settings(max_examples=60, **FIXED)
+    @given(sm90_cases(geometry="pool"))
+    def every(case):
+        assert compile_key(case) in keys
+
+    every()
 
 
 @pytest.mark.parametrize("bad", [dict(layouts=("paged",)), dict(dtypes=("float32",)), dict(head_dims="any"), dict(pack_gqa=True)])
