@@ -21,6 +21,7 @@ An adapter declares what it can be asked for beyond a plain launch in
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import FrozenSet, Optional, Protocol, Tuple
 
@@ -30,6 +31,11 @@ from ground.case import Case
 from ground.data import CaseTensors
 from ground.outcome import Unsupported
 from ground.tables import CAPABILITIES
+
+
+def key_digest(key: tuple) -> str:
+    """A short stable name of a compile key (an observation's ``compile_key``: reports count distinct keys)."""
+    return hashlib.sha1(repr(key).encode()).hexdigest()[:12]
 
 
 @dataclass(frozen=True)

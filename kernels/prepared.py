@@ -9,7 +9,6 @@ wrappers' contract checks in between. See kernels/README.md.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
 from contextlib import contextmanager
 from typing import Callable, List, Optional
@@ -23,7 +22,7 @@ from ground.phases import timed
 from ground.tables import NO_GPU
 from kernels.arch import COMPILE_ONLY_ARCH, compile_arch
 from kernels.backward import compile_only_backward, prepared_backward
-from kernels.base import CompileDelta, KernelResult
+from kernels.base import CompileDelta, KernelResult, key_digest
 from kernels.counters import adapter_memo, measure
 from kernels.specialize import specialize
 
@@ -186,11 +185,6 @@ def _dense_key(spec, geometry) -> tuple:
 
 def _thd_key(case: Case, spec, initialize_outputs: bool) -> tuple:
     return ("thd", spec.flavor, spec.params, case.h_q, case.h_kv, case.n_seq, spec.swa_window, bool(initialize_outputs), thd_host_args(case))
-
-
-def key_digest(key: tuple) -> str:
-    """A short stable name of a compile key (reports count distinct keys)."""
-    return hashlib.sha1(repr(key).encode()).hexdigest()[:12]
 
 
 def _qk_width(d_qk: int) -> int:

@@ -29,10 +29,10 @@ from typing import Optional
 from ground.case import Case
 from ground.outcome import Unsupported
 from ground.tables import NO_GPU
-from kernels.base import CompileDelta, KernelResult
+from kernels.base import CompileDelta, KernelResult, key_digest
 from kernels.counters import measure
 from kernels.sm90 import thd
-from kernels.sm90.specialize import FAMILY, TAG, TEMPLATE, Sm90Specialization, plan, specialize
+from kernels.sm90.specialize import FAMILY, TAG, TEMPLATE, Sm90Specialization, plan, specialization, specialize
 from kernels.source import sm90_sources
 
 
@@ -126,7 +126,13 @@ class Sm90Adapter:
         with sm90_sources(self.rewrites), measure() as box:
             api = plan(case, **(thd.PLAN_OVERRIDES if case.is_thd else {}))
             api.compile()
-        notes = {"adapter": self.name, "family": FAMILY.name, "arch": FAMILY.arch, "params": repr(api.params)}
+        notes = {
+            "adapter": self.name,
+            "family": FAMILY.name,
+            "arch": FAMILY.arch,
+            "params": repr(api.params),
+            "compile_key": key_digest(specialization(api).key),
+        }
         if case.is_thd:
             return self._run_thd(case, api, inputs, o, lse, box.delta, notes)
         api.execute(

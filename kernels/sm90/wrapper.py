@@ -32,7 +32,7 @@ from typing import Callable, Optional, Tuple
 
 from ground.case import Case
 from ground.outcome import Unsupported
-from kernels.base import CompileDelta, KernelResult
+from kernels.base import CompileDelta, KernelResult, key_digest
 from kernels.counters import measure
 from kernels.sm90.adapter import compile_spec, hopper_launch
 from kernels.sm90.specialize import FAMILY, SCHED_POLICY, _desc, planning_device, specialization, specialize
@@ -217,6 +217,7 @@ class Sm90WrapperAdapter:
             "adapter": self.name,
             "family": FAMILY.name,
             "arch": FAMILY.arch,
+            "compile_key": key_digest(self.specialize(case).key),  # the wrapper's own plan of the Case (planned again: no launch)
             "outputs": f"{ENTRY}'s own O (BSHD storage) and compact Stats, copied into the caller's buffers after the call; "
             "the kernel never wrote the caller's output buffers",
         }
