@@ -238,12 +238,12 @@ PLANTED = """    softcap: bool = fact(
         False,
         "planted: logits soft-capped by 30 tanh(s / 30) before the softmax (TemplateParams.has_softcap)",
         adapters=("prepared",),
-        since=5,
+        since=6,
         direction=("fwd",),
         feature=True,
         kernel=("TemplateParams.has_softcap",),
     )
-    pdl: bool = fact(False, "planted: programmatic dependent launch (a launch attribute)", since=5, compiled=False, feature=True)
+    pdl: bool = fact(False, "planted: programmatic dependent launch (a launch attribute)", since=6, compiled=False, feature=True)
 """
 REALISED = '''
 
@@ -296,7 +296,7 @@ out = {
     "refused_on_bwd": "'softcap'" in (Case(direction="bwd", softcap=True).structural_problem() or ""),
     "unexpressible": "'softcap'" in (Case(softcap=True).unexpressible("wrapper") or ""),
     "describe": "softcap" in Case(softcap=True).describe(),
-    "old_files_read": Case.from_dict({k: v for k, v in Case().to_dict().items() if FACTS[k].since <= 4}, 4) == Case(),
+    "old_files_read": Case.from_dict({k: v for k, v in Case().to_dict().items() if FACTS[k].since <= 5}, 5) == Case(),
 }
 print("PROBE " + json.dumps(out))
 """
@@ -307,7 +307,8 @@ def _plant(root: Path) -> list:
     schema bump) and its realisation, nothing else. Returns the files touched."""
     case_py = root / "ground" / "case.py"
     text = case_py.read_text()
-    text = re.sub(r"^SCHEMA_VERSION = 4$", "SCHEMA_VERSION = 5", text, count=1, flags=re.M)
+    text, bumped = re.subn(r"^SCHEMA_VERSION = 5$", "SCHEMA_VERSION = 6", text, count=1, flags=re.M)
+    assert bumped == 1, "the plant bumps the current schema: update it with SCHEMA_VERSION"
     anchor = "    scale: Optional[float] = fact("
     assert text.count(anchor) == 1
     case_py.write_text(text.replace(anchor, PLANTED + anchor))
@@ -356,7 +357,7 @@ def test_every_list_picks_the_planted_fact_up(planted):
     done = _run(root, "-c", PROBE)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     probe = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("PROBE "))[len("PROBE ") :])
-    assert probe.pop("schema") == 5 and probe.pop("generic") == ["softcap", "pdl"]
+    assert probe.pop("schema") == 6 and probe.pop("generic") == ["softcap", "pdl"]
     assert [k for k, ok in probe.items() if not ok] == []
 
 
