@@ -19,6 +19,7 @@ far beyond any length or offset). See GUARD_* below for the sizes.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
@@ -156,8 +157,13 @@ def guard_bits(t: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, int]:
         raise ValueError(f"a {tuple(t.shape)} {t.dtype} tensor with no guard bands (not made by ground.data.guarded)")
     g, n, _ = bands
     whole = bits_of(flat_storage(t))
-    expected = bits_of(torch.tensor([sentinel(t.dtype)], dtype=t.dtype)).item()
-    return whole[:g], whole[g + n :], int(expected)
+    return whole[:g], whole[g + n :], _sentinel_bits(t.dtype)
+
+
+@functools.cache
+def _sentinel_bits(dtype: torch.dtype) -> int:
+    """The bits a band element of a ``dtype`` buffer holds (once per dtype: every judged buffer asks)."""
+    return int(bits_of(torch.tensor([sentinel(dtype)], dtype=dtype)).item())
 
 
 def body_storage(t: torch.Tensor) -> torch.Tensor:
