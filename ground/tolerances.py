@@ -230,7 +230,7 @@ def _grid(m: torch.Tensor) -> torch.Tensor:
     """The alignment grid of a pass whose largest magnitude is ``m`` (also one
     fp32 ulp of ``m``): 2^(floor(log2 m) - 23); 0 where m == 0."""
     _, e = torch.frexp(m)  # m = f * 2^e, f in [0.5, 1): floor(log2 m) = e - 1
-    return torch.where(m > 0, torch.ldexp(torch.ones_like(m), (e - TC_WINDOW_BITS).to(torch.int32)), torch.zeros_like(m))
+    return torch.where(m > 0, torch.ldexp(torch.ones_like(m), (e - TC_WINDOW_BITS).to(torch.int32)), 0.0)
 
 
 def _lost(a: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
@@ -239,7 +239,8 @@ def _lost(a: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
     if a.shape[-1] == 0:
         return torch.zeros_like(grid)
     g = grid.to(a.dtype)[..., None]  # 0 when it underflows fp32: then the whole term counts
-    return torch.where(g > 0, torch.fmod(a, torch.where(g > 0, g, torch.ones_like(g))), a).to(grid.dtype).sum(-1)  # fmod is exact
+    pos = g > 0
+    return torch.where(pos, torch.fmod(a, torch.where(pos, g, 1.0)), a).to(grid.dtype).sum(-1)  # fmod is exact
 
 
 def _amax(a: torch.Tensor) -> torch.Tensor:
@@ -356,17 +357,19 @@ def dot_error(q: torch.Tensor, k: torch.Tensor, group: int) -> torch.Tensor:
             m1, m2 = _amax(a1).to(q.dtype), _amax(a2).to(q.dtype)
             c = acc.abs() + err
             c_term = (acc != 0).to(q.dtype)  # the accumulator is exact before the first step
-            g1 = _grid(torch.maximum(c, torch.maximum(m1, m2)))
+            m12, end_abs, mid_abs = torch.maximum(m1, m2), end.abs(), mid.abs()
+            # The grids that do not wait on each other are read in one _grid call (elementwise: the
+            # same values; a launch each costs more than the work on the GPU).
+            g1, ga = _grid(torch.stack((torch.maximum(c, m12), torch.maximum(c, m1))))
             r1 = _lost(a, g1) + c_term * g1
-            one = r1 + _grid(end.abs() + err + r1)
-            ga = _grid(torch.maximum(c, m1))
             ra = _lost(a1, ga) + c_term * ga
-            ea = ra + _grid(mid.abs() + err + ra)
-            gb = _grid(torch.maximum(mid.abs() + err + ea, m2))
+            u1, ua = _grid(torch.stack((end_abs + err + r1, mid_abs + err + ra)))
+            one = r1 + u1
+            ea = ra + ua
+            gb = _grid(torch.maximum(mid_abs + err + ea, m2))
             rb = _lost(a2, gb) + gb
-            two = ea + rb + _grid(end.abs() + err + ea + rb)
-            live = torch.maximum(m1, m2) > 0
-            err = err + torch.where(live, torch.maximum(one, two), torch.zeros_like(one))
+            two = ea + rb + _grid(end_abs + err + ea + rb)
+            err = err + torch.where(m12 > 0, torch.maximum(one, two), 0.0)
             acc = end
         out[:, :, r0 : r0 + block] = err
     return out.view(q.shape[0], q.shape[1], q.shape[2], s_kv)

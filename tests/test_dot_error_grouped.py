@@ -1,0 +1,111 @@
+"""ground.tolerances.dot_error reads the grids that do not wait on each other
+in one call (fewer GPU launches per k16 step): its bound must be the per-grid
+formula's bit for bit. The per-grid formula is kept here as the oracle, and
+both run on the q/k of drawn Cases (through the float64 reference, as
+kernel_bounds sees them) and on adversarial operands (zeros, subnormal and
+overflowing products, a head dim that is not a multiple of the k16 step)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+
+from ground import tolerances as T
+from ground.data import make_inputs
+from reference.attention import reference_for_case
+from strategies import dense_cases, thd_cases
+
+
+def _grid(m):
+    _, e = torch.frexp(m)
+    return torch.where(m > 0, torch.ldexp(torch.ones_like(m), (e - T.TC_WINDOW_BITS).to(torch.int32)), torch.zeros_like(m))
+
+
+def _lost(a, grid):
+    if a.shape[-1] == 0:
+        return torch.zeros_like(grid)
+    g = grid.to(a.dtype)[..., None]
+    return torch.where(g > 0, torch.fmod(a, torch.where(g > 0, g, torch.ones_like(g))), a).to(grid.dtype).sum(-1)
+
+
+def per_grid_dot_error(q, k, group):
+    """dot_error as it read each grid on its own (the oracle)."""
+    b, h_kv, s_kv, d = k.shape
+    qg = q.reshape(b, h_kv, -1, d)
+    rows = qg.shape[2]
+    out = torch.zeros(qg.shape[:3] + (s_kv,), dtype=q.dtype, device=q.device)
+    kt = k.transpose(-1, -2)
+    block = max(1, T.ROW_BLOCK // max(1, s_kv * T.MMA_K))
+    k32 = kt.abs().to(torch.float32)
+    for r0 in range(0, rows, block):
+        qb = qg[:, :, r0 : r0 + block]
+        q32 = qb.abs().to(torch.float32)
+        err = torch.zeros(qb.shape[:3] + (s_kv,), dtype=q.dtype, device=q.device)
+        acc = torch.zeros_like(err)
+        for c0 in range(0, d, T.MMA_K):
+            c1 = min(d, c0 + T.TC_HALF)
+            a = q32[..., c0 : c0 + T.MMA_K][..., :, None, :] * k32[..., c0 : c0 + T.MMA_K, :].transpose(-1, -2)[..., None, :, :]
+            a1, a2 = a[..., : c1 - c0], a[..., c1 - c0 :]
+            mid = acc + torch.matmul(qb[..., c0:c1], kt[..., c0:c1, :])
+            end = mid + torch.matmul(qb[..., c1 : c0 + T.MMA_K], kt[..., c1 : c0 + T.MMA_K, :])
+            m1, m2 = T._amax(a1).to(q.dtype), T._amax(a2).to(q.dtype)
+            c = acc.abs() + err
+            c_term = (acc != 0).to(q.dtype)
+            g1 = _grid(torch.maximum(c, torch.maximum(m1, m2)))
+            r1 = _lost(a, g1) + c_term * g1
+            one = r1 + _grid(end.abs() + err + r1)
+            ga = _grid(torch.maximum(c, m1))
+            ra = _lost(a1, ga) + c_term * ga
+            ea = ra + _grid(mid.abs() + err + ra)
+            gb = _grid(torch.maximum(mid.abs() + err + ea, m2))
+            rb = _lost(a2, gb) + gb
+            two = ea + rb + _grid(end.abs() + err + ea + rb)
+            live = torch.maximum(m1, m2) > 0
+            err = err + torch.where(live, torch.maximum(one, two), torch.zeros_like(one))
+            acc = end
+        out[:, :, r0 : r0 + block] = err
+    return out.view(q.shape[0], q.shape[1], q.shape[2], s_kv)
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a.view(torch.int64), b.view(torch.int64))
+
+
+def _agree_on(case) -> None:
+    seen = []
+    reference_for_case(case, make_inputs(case, "cpu"), torch.float64, extra=lambda it: seen.append(it) or {})
+    for it in seen:  # none for a THD Case without a Q row (nothing to bound)
+        assert same_bits(T.dot_error(it.q, it.k, it.group), per_grid_dot_error(it.q, it.k, it.group))
+
+
+SETTINGS = dict(max_examples=15, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+
+
+@settings(**SETTINGS)
+@given(dense_cases(max_tokens=160, max_heads=4))
+def test_grouped_grids_agree_bit_for_bit_dense(case):
+    _agree_on(case)
+
+
+@settings(**SETTINGS)
+@given(thd_cases(max_tokens=300, max_heads=2))
+def test_grouped_grids_agree_bit_for_bit_thd(case):
+    _agree_on(case)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("d", [8, 40, 64, 72])
+def test_grouped_grids_agree_bit_for_bit_on_adversarial_operands(dtype, d):
+    gen = torch.Generator().manual_seed(d)
+    q = torch.randn(2, 4, 9, d, generator=gen).to(dtype)
+    k = torch.randn(2, 2, 11, d, generator=gen).to(dtype)
+    q[0, 0, 0] = 0  # a zero row: its steps are exact
+    k[0, 0, :, : d // 2] = 0  # zero halves of a step
+    tiny, huge = torch.finfo(dtype).tiny / 8, torch.finfo(dtype).max
+    q[1, 1, 2] = tiny  # subnormal operands
+    k[1, 1, 3] = tiny
+    q[0, 3, 4, :8] = huge  # fp32 products past fp32's range (bfloat16) or at its top
+    k[0, 1, 5, :8] = huge
+    q64, k64 = q.to(torch.float64), k.to(torch.float64)
+    assert same_bits(T.dot_error(q64, k64, 2), per_grid_dot_error(q64, k64, 2))
