@@ -38,10 +38,14 @@ _SINK: ContextVar[Optional[List[PropertyFailure]]] = ContextVar("judge_sink", de
 
 @contextmanager
 def collecting():
-    """Within the block, failing checks are appended to the yielded list instead of raised."""
+    """Within the block, failing checks are appended to the yielded list
+    instead of raised; deferred checks (``_fail_if``) are settled when the
+    block ends, each failure in its place."""
     token = _SINK.set([])
     try:
-        yield _SINK.get()
+        sink = _SINK.get()
+        yield sink
+        _settle(sink)
     finally:
         _SINK.reset(token)
 
@@ -51,6 +55,38 @@ def _fail(failure: PropertyFailure) -> None:
     if sink is None:
         raise failure
     sink.append(failure)
+
+
+class _Deferred:
+    """A check whose verdict, the 0-d bool tensor ``flag``, is read at the end
+    of ``collecting()`` with every other one in a single host sync (a GPU wait
+    per check is most of a passing example's judging); ``build()`` makes its
+    failure."""
+
+    __slots__ = ("flag", "build")
+
+    def __init__(self, flag: torch.Tensor, build: Callable[[], PropertyFailure]):
+        self.flag, self.build = flag, build
+
+
+def _fail_if(flag: torch.Tensor, build: Callable[[], PropertyFailure], defer: bool) -> None:
+    """Fail with ``build()`` where ``flag`` holds: at once, or (``defer``,
+    inside ``collecting()``) when the block ends. A deferred check must judge
+    tensors nothing writes before the block ends."""
+    sink = _SINK.get()
+    if sink is not None and defer:
+        sink.append(_Deferred(flag, build))
+    elif bool(flag):
+        _fail(build())
+
+
+def _settle(sink: list) -> None:
+    deferred = [x for x in sink if isinstance(x, _Deferred)]
+    if not deferred:
+        return
+    held = iter(torch.stack([x.flag.to(deferred[0].flag.device) for x in deferred]).tolist())
+    sink[:] = [x if not isinstance(x, _Deferred) else (x.build() if next(held) else None) for x in sink]
+    sink[:] = [x for x in sink if x is not None]
 
 
 # ----------------------------------------------------------------- locating
@@ -175,21 +211,23 @@ def within_model(property: str, case: Case, quantity: str, got, ref, bound, live
     return worst
 
 
-def exactly(property: str, case: Case, quantity: str, got, want, where, what: str, regions=None, *, check: Optional[str] = None) -> None:
-    """Assert ``got`` equals ``want`` bit for bit on ``where`` (NaN == NaN)."""
+def exactly(property: str, case: Case, quantity: str, got, want, where, what: str, regions=None, *, check: Optional[str] = None, defer: bool = False) -> None:
+    """Assert ``got`` equals ``want`` bit for bit on ``where`` (NaN == NaN).
+    ``defer``: settled at the end of ``collecting()`` (``_fail_if``)."""
     g, w = got.to(torch.float64), want.to(torch.float64)
     bad = where & ~((g == w) | (torch.isnan(g) & torch.isnan(w)))
-    if bool(bad.any()):
-        _fail(
-            PropertyFailure(
-                property,
-                case,
-                f"{quantity.upper()}: {int(bad.sum())} element(s) of {what} differ from the contract",
-                {"quantity": quantity, "what": what, "count": int(bad.sum()), "worst": worst_elements(case, quantity, got, want, bad, regions)},
-                check=check or what,
-                where=bad,
-            )
+
+    def failure() -> PropertyFailure:
+        return PropertyFailure(
+            property,
+            case,
+            f"{quantity.upper()}: {int(bad.sum())} element(s) of {what} differ from the contract",
+            {"quantity": quantity, "what": what, "count": int(bad.sum()), "worst": worst_elements(case, quantity, got, want, bad, regions)},
+            check=check or what,
+            where=bad,
         )
+
+    _fail_if(bad.any(), failure, defer)
 
 
 def raises_contract(property: str, case: Case, call: Callable[[], object], exc_type, fragment: str, *, check: str = "rejects") -> Optional[BaseException]:
