@@ -1,0 +1,48 @@
+"""Deferred checks (judge.exactly(defer=True)) are settled in one host sync
+when judge.collecting() ends: a failing one is kept in its place among the
+eager failures, a passing one leaves nothing, and outside collecting() it
+raises at once like any check."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ground.case import Case
+from ground.outcome import PropertyFailure
+from properties import judge
+
+CASE = Case(s_q=3, s_kv=5)
+
+
+def _check(name: str, bad: bool, defer: bool) -> None:
+    got = torch.tensor([1.0, float("nan"), 3.0])
+    want = got.clone()
+    if bad:
+        want[2] = 4.0
+    judge.exactly("tails", CASE, "o", got, want, torch.ones(3, dtype=torch.bool), name, check=name, defer=defer)
+
+
+def test_deferred_failures_keep_their_place_and_passes_leave_nothing():
+    with judge.collecting() as failures:
+        _check("first deferred", True, True)
+        _check("eager", True, False)
+        _check("passing deferred", False, True)
+        _check("last deferred", True, True)
+        assert len(failures) == 4  # nothing is read before the block ends
+    assert [f.check for f in failures] == ["first deferred", "eager", "last deferred"]
+    assert failures[0].detail["count"] == 1 and failures[0].where.tolist() == [False, False, True]
+    assert failures[0].summary == failures[1].summary.replace("eager", "first deferred")
+
+
+def test_a_deferred_check_outside_collecting_raises_at_once():
+    with pytest.raises(PropertyFailure, match="1 element"):
+        _check("alone", True, True)
+    _check("alone", False, True)
+
+
+def test_nothing_is_settled_when_the_judging_raises():
+    with pytest.raises(RuntimeError), judge.collecting() as failures:
+        _check("deferred", True, True)
+        raise RuntimeError("a suite bug")
+    assert len(failures) == 1 and not isinstance(failures[0], PropertyFailure)
