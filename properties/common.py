@@ -99,7 +99,7 @@ def finish(name: str, case: Case, start: float, run, *, entry: Optional[str] = N
 
     entry = entry if entry is not None else _ENTRY.get()
     obs = Observation(name, case, **fields)
-    with judge.collecting() as failures, phases.phase("judge"):
+    with phases.phase("judge"), judge.collecting() as failures:  # deferred checks settle inside "judge"
         try:
             obs.ratios = run() or {}
         except PropertyFailure as failure:
