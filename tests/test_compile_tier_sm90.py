@@ -1,11 +1,13 @@
 """The sm90 family's CPU compile tier: Sm90Adapter.compile_only plans a Case
 with the kernels' own planner and compiles the D512 template for sm_90a
 (no GPU, no CUDA call), and the counters see a compile for each new compile
-key and none for a runtime variant. Six compiles in all (~2-3 s each).
+key and none for a runtime variant. Seven compiles in all (~2-3 s each).
 
 Shapes are ones no other test compiles (the compiled cache's memo lives as
 long as the process), so an expected miss cannot be a hit left by another
-test. What a Hopper GPU would run is unverified here (docs/sm90.md)."""
+test; a template module (one per TemplateParams) may have been loaded by
+one, so module counts are bounded, not pinned. The launches are the GPU
+properties' (conformance/test_sm90_*.py)."""
 
 import pytest
 
@@ -65,7 +67,8 @@ def cold_cache(tmp_path, monkeypatch):
 def test_dense_compiles_once_per_compile_key():
     adapter = Sm90Adapter()
     first = adapter.compile_only(DENSE)
-    assert first.misses == 1 and first.modules == 1 and first.compiled and first.seconds > 0
+    # A template module is loaded once per TemplateParams per process: an earlier test may have loaded it.
+    assert first.misses == 1 and first.modules <= 1 and first.compiled and first.seconds > 0
     runtime = DENSE.replace(seed=9, scale=0.3)  # data and the scale's magnitude: launch arguments
     assert compile_key(runtime) == compile_key(DENSE)
     again = adapter.compile_only(runtime)
@@ -73,13 +76,13 @@ def test_dense_compiles_once_per_compile_key():
     causal = DENSE.replace(causal=True)  # a compiled fact: TemplateParams.causal
     assert compile_key(causal) != compile_key(DENSE)
     other = adapter.compile_only(causal)
-    assert other.misses == 1 and other.modules == 1
+    assert other.misses == 1 and other.modules <= 1
 
 
 def test_thd_compiles_once_per_sequence_count_and_stats_pitch():
     adapter = Sm90Adapter()
     first = adapter.compile_only(THD)
-    assert first.misses == 1 and first.modules == 1
+    assert first.misses == 1 and first.modules <= 1
     # The K/V side of the pack (lengths, capacity) is runtime: no compile.
     again = adapter.compile_only(THD.replace(kv_lens=(1, 2, 30), kv_slack=5, seed=4))
     assert again.misses == 0 and again.modules == 0 and again.memo_hits == 1
@@ -107,3 +110,15 @@ def test_compile_only_refuses_what_is_not_the_sm90_forward():
         adapter.compile_only(DENSE, tamper="mask")
     with pytest.raises(NotImplementedError, match="D_QK=60"):
         adapter.compile_only(DENSE.replace(d_qk=60))  # the planner's refusal, before compiling
+
+
+def test_a_template_module_an_earlier_test_loaded_changes_no_verdict():
+    """What the H200 gate's warm run met: the Case's template module already loaded in the worker (one per
+    TemplateParams): its first compile still misses once, and loads no module."""
+    from kernels.sm90.adapter import template_module
+    from kernels.sm90.specialize import specialize
+
+    case = DENSE.replace(s_q=203)  # a shape no other test compiles, the TemplateParams of DENSE
+    template_module(specialize(case).params)
+    first = Sm90Adapter().compile_only(case)
+    assert first.misses == 1 and first.modules == 0 and first.compiled
