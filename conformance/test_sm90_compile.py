@@ -20,6 +20,7 @@ pytestmark = pytest.mark.family("sm90")
 
 
 @pytest.mark.gpu
+@pytest.mark.property("compile_reuse")
 @settings(deadline=None, max_examples=10)
 @given(case=sm90_cases(layouts=("dense",)))
 def test_sm90_runtime_facts_mint_no_compile(sm90, case):  # noqa: F811

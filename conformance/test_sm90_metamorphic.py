@@ -20,6 +20,7 @@ pytestmark = pytest.mark.family("sm90")
 
 
 @pytest.mark.gpu
+@pytest.mark.property("metamorphic")
 @pytest.mark.parametrize("relation", sorted(SM90_EXACT))
 @settings(deadline=None)
 @given(case=sm90_cases(layouts=("dense",)))

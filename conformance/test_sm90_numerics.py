@@ -86,6 +86,7 @@ def _judged(check, case, adapter, **kw):
 
 
 @pytest.mark.gpu
+@pytest.mark.property("numerics")
 @settings(deadline=None)
 @given(case=sm90_cases(layouts=("dense",)))
 def test_sm90_numerics_dense(entry, case):
@@ -98,6 +99,7 @@ def test_sm90_numerics_dense(entry, case):
 
 
 @pytest.mark.gpu
+@pytest.mark.property("tails")
 @settings(deadline=None)
 @given(case=sm90_cases(layouts=("dense",)))
 def test_sm90_tails_dense(entry, case):
@@ -111,6 +113,7 @@ def test_sm90_tails_dense(entry, case):
 
 
 @pytest.mark.gpu
+@pytest.mark.property("numerics")
 @settings(deadline=None)
 @given(case=sm90_cases(layouts=("thd",)))
 def test_sm90_numerics_thd(sm90, case):
