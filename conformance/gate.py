@@ -116,7 +116,9 @@ def summarize(report: dict, i: int) -> List[str]:
     t, r, c = report["tests"], report["run"], report["compile"]
     tests = ", ".join(f"{n} {k}" for k, n in t.items() if n and k != "total")
     wall = r.get("wall_seconds") or 0.0
-    lines = [f"run {i}: {tests or 'no tests'} | {r['examples']} examples in {wall:.0f} s ({(r.get('examples_per_minute') or 0):.0f}/min)"]
+    fams = r.get("examples_by_family") or {}
+    per = f" ({', '.join(f'{n} {k}' for k, n in fams.items())})" if len(fams) > 1 else ""
+    lines = [f"run {i}: {tests or 'no tests'} | {r['examples']} examples{per} in {wall:.0f} s ({(r.get('examples_per_minute') or 0):.0f}/min)"]
     floor, keys_floor, rep = c.get("floor") or {}, c.get("keys_floor") or {}, (c.get("repeats") or {}).get("by_class") or {}
     ratio = lambda f: f", wall / floor {f['ratio']:.2f}" if f.get("ratio") else ""  # noqa: E731
     lines.append(

@@ -23,6 +23,7 @@ from collections import Counter, defaultdict
 from typing import Dict, List, Optional
 
 from ground.case import Case, CaseFileError
+from ground.families import DEFAULT_FAMILY
 from ground.outcome import DELIBERATE_COMPILES
 
 from .coverage import coverage
@@ -75,7 +76,8 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
     tests: Dict[str, dict] = {}
     failures: Dict[tuple, dict] = {}
     times, faults = [], []
-    keys_seen = set()  # compile-key digests (kernels.prepared notes)
+    keys_seen = set()  # compile-key digests (the adapters' notes)
+    by_family: Counter = Counter()  # examples per kernel family
     compiling: Dict[str, list] = defaultdict(list)  # key -> (worker, property, misses) of each example that compiled under it
     deliberate, unkeyed, deliberate_seconds = Counter(), Counter(), 0.0  # property -> compiles made on purpose / of examples naming no key
     workers: Dict[str, dict] = defaultdict(lambda: {"examples": 0, "example_seconds": 0.0, "phases": Counter(), "first": None, "last": None})
@@ -84,6 +86,7 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
         if kind == "begin":
             p = props[r["property"]]
             p["examples"] += 1
+            by_family[(r.get("case") or {}).get("family") or DEFAULT_FAMILY] += 1
             test_props[r.get("test")].add(r["property"])
             last_begin[r.get("test")] = r
             case = _case(r["case"])
@@ -99,9 +102,12 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
             elif r.get("outcome") == "failed":
                 failed_obs[(r.get("test"), r["property"])] += 1
             dtype = DTYPE_LABELS.get((r.get("case") or {}).get("dtype"), "?")
+            # Another family's ratios keep their own rows ("o fp16 sm90"): its error model is its own.
+            fam = (r.get("case") or {}).get("family") or DEFAULT_FAMILY
+            label = f"{dtype}" if fam == DEFAULT_FAMILY else f"{dtype} {fam}"
             for quantity, ratio in (r.get("ratios") or {}).items():
                 p["ratios"][quantity].append(float(ratio))
-                p["by_dtype"][f"{quantity} {dtype}"].append(float(ratio))
+                p["by_dtype"][f"{quantity} {label}"].append(float(ratio))
             for k, v in (r.get("compile") or {}).items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
                     p["compile"][k] += v
@@ -200,6 +206,7 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
         "run": {
             "wall_seconds": wall,
             "examples": examples,
+            "examples_by_family": dict(sorted(by_family.items())),
             "examples_per_minute": (60.0 * examples / wall) if wall else None,
             "exitstatus": session.get("exitstatus"),
             "shards": sorted({r["shard"] for r in records if "shard" in r}),

@@ -92,3 +92,16 @@ def test_unknown_choices_exit_2(bad):
     with pytest.raises(SystemExit) as e:
         _args(*bad)
     assert e.value.code == 2
+
+
+def test_summary_splits_examples_and_ratios_by_family():
+    report = {
+        **REPORT,
+        "run": {**REPORT["run"], "examples_by_family": {"sm80": 7600, "sm90": 400}},
+        "properties": {
+            "numerics": {"ratios_by_dtype": {"o fp16": {"p99": 0.91, "max": 0.99, "count": 1200}, "o fp16 sm90": {"p99": 0.5, "max": 0.6, "count": 80}}}
+        },
+    }
+    text = "\n".join(gate.summarize(report, 1))
+    assert "8000 examples (7600 sm80, 400 sm90) in 200 s" in text
+    assert "numerics error/bound o fp16 sm90: p99 0.500 max 0.600 (80 examples)" in text

@@ -333,3 +333,20 @@ def test_faults_are_listed_with_their_repro(tmp_path):
         {"fault": "hang", "nodeid": "t.py::test_a", "message": "no verdict within 5 s", "repro": "sdpa-conformance repro x.json", "worker": "gw0", "pid": 2}
     ]
     assert "Processes ended by a fault (1)" in paths["md"].read_text() and "hang: t.py::test_a (gw0, pid 2): no verdict within 5 s" in paths["html"].read_text()
+
+
+def test_merge_counts_examples_and_splits_ratios_by_family():
+    """Another family's examples and error/bound ratios keep rows of their own (its error model is its own)."""
+    from reports.summary import merge
+
+    def records(family, ratio):
+        case = Case(family=family).to_dict()
+        return [
+            {"kind": "begin", "property": "numerics", "test": "t", "case": case, "t": 0.0},
+            {"kind": "obs", "property": "numerics", "test": "t", "case": case, "outcome": "passed", "ratios": {"o": ratio}},
+        ]
+
+    s = merge(records("sm80", 0.5) + records("sm90", 0.25) + records("sm90", 0.75))
+    assert s["run"]["examples_by_family"] == {"sm80": 1, "sm90": 2}
+    by = s["properties"]["numerics"]["ratios_by_dtype"]
+    assert by["o fp16"]["count"] == 1 and by["o fp16 sm90"]["count"] == 2 and by["o fp16 sm90"]["max"] == 0.75
