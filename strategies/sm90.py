@@ -124,13 +124,22 @@ def covering_rows(layout: str) -> Tuple[Case, ...]:
 
 # Hand rows before the covering rows, simplest first: a pooled draw shrinks to
 # row 0, the plain dense (or THD) Case, then the plain causal and padded ones.
+# The last of each layout reach what the covering rows (small, mostly one
+# sequence) seldom do: Q lengths past S_kv (S_q > S_kv, padded: the Q length's
+# clamp is S_q) and several sequences whose Q and K/V origins differ, past a
+# tile edge (each sequence's K/V read from its own cu_seqlens_kv origin).
 HAND_ROWS = {
     "dense": (
         Case(family=FAMILY.name),
         Case(family=FAMILY.name, causal=True),
         Case(family=FAMILY.name, s_q=64, s_kv=64, seq_q_lens=(40,), seq_kv_lens=(40,)),
+        Case(family=FAMILY.name, batch=2, s_q=129, s_kv=64, seq_q_lens=(129, 100), seq_kv_lens=(64, 30)),
     ),
-    "thd": (Case(family=FAMILY.name, layout="thd", q_lens=(1,), kv_lens=(1,)), Case(family=FAMILY.name, layout="thd", q_lens=(1,), kv_lens=(1,), causal=True)),
+    "thd": (
+        Case(family=FAMILY.name, layout="thd", q_lens=(1,), kv_lens=(1,)),
+        Case(family=FAMILY.name, layout="thd", q_lens=(1,), kv_lens=(1,), causal=True),
+        Case(family=FAMILY.name, layout="thd", q_lens=(5, 70, 9), kv_lens=(12, 3, 80), h_q=2, h_kv=1),
+    ),
 }
 
 
@@ -170,7 +179,9 @@ def _runtime(draw, row: Case) -> Case:
         facts["kv_lens"] = _kv_lengths(draw, len(row.kv_lens), max(row.kv_lens))
         facts["kv_slack"] = thd_offset(draw, None)
     elif row.seq_q_lens is not None:
-        lens = lambda s: tuple(draw(st.lists(st.integers(0, s), min_size=row.batch, max_size=row.batch)))  # noqa: E731
+        # Each entry any length, or the whole declared length (an unpadded entry: past S_kv where S_q > S_kv).
+        length = lambda s: st.one_of(st.integers(0, s), st.just(s))  # noqa: E731
+        lens = lambda s: tuple(draw(st.lists(length(s), min_size=row.batch, max_size=row.batch)))  # noqa: E731
         facts.update(seq_q_lens=lens(row.s_q), seq_kv_lens=lens(row.s_kv))
     return row.replace(**facts)
 
