@@ -62,6 +62,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
+from conformance import family_select
 from conformance.kill_sm90 import PENDING, SM90_KINDS, hopper_refusal
 from ground.case import Case
 from ground.families import DEFAULT_FAMILY, FAMILY_NAMES
@@ -893,7 +894,7 @@ def list_catalogue(mutants: Sequence[Mutant], out=print) -> int:
             state = "ok"
         except StaleMutant as e:
             state, stale = f"STALE: {e}", stale + 1
-        waits = " (sm90: --family sm90 on a Hopper GPU; kill rate not measured yet)" if m.family == "sm90" else ""
+        waits = " (sm90: --family sm90 on a Hopper GPU)" if m.family == "sm90" else ""
         pending = f" (killer not runnable yet: {PENDING[m.expected_killer]})" if m.expected_killer in PENDING else ""
         out(f"{m.name:<32} {m.bug_class:<18} {'/'.join(m.targets):<11} killer {m.expected_killer:<27} {state}{waits}{pending}\n    {change_line(m)}")
     out(f"{len(mutants)} mutants, {stale} stale")
@@ -958,7 +959,8 @@ def main(args) -> int:
         "known_findings": v["findings"],
         "wall_s": round(time.time() - start, 1),
         "gpu": env.gpu,
-        "mode": env.mode,
+        # The families' modes ("native sm90"), not the SM80 code's alone.
+        "mode": family_select.mode(tuple(v["families"]), env.capability) if v["families"] != (DEFAULT_FAMILY,) else env.mode,
         "versions": env.versions,
     }
     problem = controls_problem(control_records)

@@ -10,7 +10,7 @@ compiles it, and it is the kind of case that should expose the bug.
 ``expected_killer`` names a property kind of ``conformance.kill_rate.KINDS``.
 ``conformance.kill_rate`` runs them; docs/mutants.md explains the results.
 ``MUTANTS`` is the SM80 family's catalogue; the sm90 family's
-(kernels/mutants_sm90.py, not measured yet) is ``SM90_MUTANTS``; ``CATALOGUE``
+(kernels/mutants_sm90.py) is ``SM90_MUTANTS``; ``CATALOGUE``
 holds both.
 """
 

@@ -11,7 +11,7 @@ loads them wherever the kernels load the template (``Sm90Adapter(rewrites)``).
 kernel, device PTX or host code, differs from the pristine one). ``expected_killer``: the sm90
 property kind that should kill it (``conformance.kill_sm90``; ``PENDING`` there
 names those that cannot run yet). ``sdpa-conformance mutants --family sm90``
-runs them on a Hopper GPU; their kill rate is not measured yet (docs/mutants.md).
+runs them on a Hopper GPU; their kill table: docs/mutants.md.
 """
 
 from __future__ import annotations
