@@ -4,9 +4,8 @@ tests/test_compile_cache_sm90.py): after a dense sm90 Case ran once through
 padding-length values) run asking the compiled cache for no entry the Case
 did not ask for, compiling nothing, every launch's guard bands intact.
 
-Launches on a Hopper GPU (SM 9.0) only; elsewhere it skips, naming it.
-Unverified: written on a machine without one (the CPU tier runs the same
-property through compile_only)."""
+Launches on a Hopper GPU (SM 9.0) only; elsewhere it skips, naming it (the
+CPU tier runs the same property through compile_only)."""
 
 from __future__ import annotations
 

@@ -2,9 +2,8 @@
 permutations, isolation, V scaled by 2^k within range, determinism) on dense sm90 Cases through
 ``Sm90Adapter.run``: two launches whose outputs must agree bit for bit, moved as the inputs moved.
 
-Launches on a Hopper GPU (SM 9.0) only; elsewhere it skips, naming it. Unverified: written on a
-machine without one (the CPU runs the same property on the emulated kernel:
-tests/test_metamorphic_sm90_cpu.py). A relation across families (sm80 vs sm90 on one Case) is not
+Launches on a Hopper GPU (SM 9.0) only; elsewhere it skips, naming it (the CPU runs the same
+property on the emulated kernel: tests/test_metamorphic_sm90_cpu.py). A relation across families (sm80 vs sm90 on one Case) is not
 bitwise: docs/sm90.md."""
 
 from __future__ import annotations

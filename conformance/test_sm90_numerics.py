@@ -9,8 +9,8 @@ as the SM80 templates, the error model selected by the Case's ``family``
 (``ground.tolerances.bounds_for``: ``sm90_kernel_bounds``).
 
 They launch only on a Hopper GPU (SM 9.0: the family compiles for sm_90a);
-anywhere else they skip, saying so. Unverified here: written on a machine
-without one. What of this runs on the CPU runs in tests/: the sm90 model
+anywhere else they skip, saying so. What of this runs on the CPU runs in
+tests/: the sm90 model
 against an emulation of the template's arithmetic
 (tests/test_error_model_sm90.py), the adapter's compile (kernels/sm90 tests).
 """

