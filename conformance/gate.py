@@ -131,6 +131,11 @@ def summarize(report: dict, i: int) -> List[str]:
         f"  compile floor {floor.get('seconds', 0):.0f} s{ratio(floor)} ({floor.get('artifacts', 0)} artifacts); "
         f"keys floor {keys_floor.get('seconds', 0):.0f} s{ratio(keys_floor)}"
     )
+    cov = report.get("coverage") or {}
+    tables = {"sm80": cov.get("pairs"), **(cov.get("family_pairs") or {})}
+    shares = [f"{fam} {d} {100 * t[d]['share']:.1f}%" for fam, t in tables.items() if t for d in ("fwd", "bwd") if (t.get(d) or {}).get("share") is not None]
+    if shares:
+        lines.append("  pairs drawn: " + ", ".join(shares))
     for prop, p in sorted(report["properties"].items()):
         for q, s in sorted((p.get("ratios_by_dtype") or {}).items()):
             if s.get("count"):

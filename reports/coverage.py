@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Iterable, Optional
 
-from ground import pairs
+from ground import pairs, pairs_sm90
 from ground.case import Case
 from ground.coverage import AXES, MASK_FAMILIES, MATRIX_COLUMNS, MATRIX_LAYOUTS, exercised, matrix_cell
 from ground.feature_space import OUT_OF_SCOPE, field_axes
@@ -64,6 +64,8 @@ def coverage(cases: Iterable[Case], adapter: Optional[str] = None) -> dict:
         "gaps": [f"{a.name}: {v}" for a in AXES for v in a.values if not facts[a.name][v]],
         # Pairs of compile-key factor values: feasible, drawn, missing, per direction and layout.
         "pairs": pairs.coverage(cases, adapter),
+        # Another family's pairs over its own factors (ground.pairs_sm90), where the run drew its Cases.
+        "family_pairs": {"sm90": pairs_sm90.coverage(cases)} if any(c.family == "sm90" for c in cases) else {},
     }
 
 

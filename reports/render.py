@@ -398,7 +398,35 @@ def _slowest(s: dict) -> list:
     return [("h", 2, "Slowest examples"), ("table", ["seconds", "compile s", "property", "outcome", "case", "test"], rows)]
 
 
-SECTIONS = (_environment, _run, _skips, _failures, _findings, _properties, _ratio_plots, _coverage, _pairs, _compile, _profile, _slowest)
+def _family_pairs(s: dict) -> list:
+    """Another family's pair table (its own compile-key factors: ground/pairs_sm90.py), where the run drew its Cases."""
+    out = []
+    for family, p in sorted(((s.get("coverage") or {}).get("family_pairs") or {}).items()):
+        d, rows = p["fwd"], []
+        for layout, v in d["layouts"].items():
+            rows.append(
+                [
+                    layout,
+                    v["examples"],
+                    len(v["factors"]),
+                    v["feasible"],
+                    v["drawn"],
+                    len(v["missing"]),
+                    v["excluded"],
+                    _percent(v["drawn"] / v["feasible"] if v["feasible"] else None),
+                ]
+            )
+        out += [
+            ("h", 2, f"Pair coverage of the {family} family's compile-key factors (fwd {_percent(d['share'])})"),
+            ("table", ["layout", "examples", "factors", "feasible pairs", "drawn", "missing", "excluded", "drawn share"], rows),
+        ]
+        for layout, v in d["layouts"].items():
+            if v["missing"]:
+                out += [("h", 3, f"missing {family} pairs, {layout} ({len(v['missing'])})"), ("list", v["missing"][:PAIRS_SHOWN])]
+    return out
+
+
+SECTIONS = (_environment, _run, _skips, _failures, _findings, _properties, _ratio_plots, _coverage, _pairs, _family_pairs, _compile, _profile, _slowest)
 
 
 def blocks(s: dict) -> list:

@@ -105,3 +105,10 @@ def test_summary_splits_examples_and_ratios_by_family():
     text = "\n".join(gate.summarize(report, 1))
     assert "8000 examples (7600 sm80, 400 sm90) in 200 s" in text
     assert "numerics error/bound o fp16 sm90: p99 0.500 max 0.600 (80 examples)" in text
+
+
+def test_summary_names_each_familys_pair_share():
+    fwd = {"feasible": 100, "drawn": 99, "share": 0.99, "layouts": {}}
+    cov = {"pairs": {"fwd": fwd, "bwd": {**fwd, "share": 0.5}}, "family_pairs": {"sm90": {"fwd": {**fwd, "share": 0.98}, "bwd": {"share": None}}}}
+    text = "\n".join(gate.summarize({**REPORT, "coverage": cov}, 1))
+    assert "pairs drawn: sm80 fwd 99.0%, sm80 bwd 50.0%, sm90 fwd 98.0%" in text

@@ -350,3 +350,15 @@ def test_merge_counts_examples_and_splits_ratios_by_family():
     assert s["run"]["examples_by_family"] == {"sm80": 1, "sm90": 2}
     by = s["properties"]["numerics"]["ratios_by_dtype"]
     assert by["o fp16"]["count"] == 1 and by["o fp16 sm90"]["count"] == 2 and by["o fp16 sm90"]["max"] == 0.75
+
+
+def test_each_family_counts_its_own_pairs():
+    """sm90 Cases meet pairs of the sm90 factors only; the SM80 table counts SM80 Cases only."""
+    from reports.coverage import coverage
+    from strategies.sm90 import pool_rows
+
+    sm90 = list(pool_rows("dense"))
+    alone = coverage([Case()])
+    both = coverage([Case(), *sm90])
+    assert both["pairs"]["fwd"]["drawn"] == alone["pairs"]["fwd"]["drawn"] and not alone["family_pairs"]
+    assert both["family_pairs"]["sm90"]["fwd"]["layouts"]["dense"]["examples"] == len(sm90) > 0
