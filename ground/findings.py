@@ -116,13 +116,17 @@ def _padded_q_rows(case: Case) -> torch.Tensor:
     return _dense_rows(case, lambda t, b: t >= q_len[b])
 
 
+def _reaches_padding(case: Case, tile_n: int) -> torch.Tensor:
+    """(B,) whether each entry's last KV tile, ceil(seq_kv_len / tile_n) - 1, holds
+    rows past seq_kv_len (up to the physical S_KV): rows the kernel loads."""
+    kv_len = torch.tensor(case.seq_kv_lens)
+    return (kv_len > 0) & (kv_len < case.s_kv) & (kv_len % tile_n != 0)
+
+
 def _live_rows_loading_padded_kv(case: Case) -> torch.Tensor:
     if case.seq_kv_lens is None:
         return _dense_rows(case, lambda t, b: torch.zeros(case.batch, case.s_q, dtype=torch.bool))
-    kv_len, q_len = torch.tensor(case.seq_kv_lens), torch.tensor(case.q_lengths())
-    # The last KV tile the kernel keeps is ceil(seq_kv_len / TILE_N) - 1; its
-    # rows past seq_kv_len (up to the physical S_KV) are loaded.
-    reaches_padding = (kv_len > 0) & (kv_len < case.s_kv) & (kv_len % TILE_N != 0)
+    reaches_padding, q_len = _reaches_padding(case, TILE_N), torch.tensor(case.q_lengths())
     return _dense_rows(case, lambda t, b: (t < q_len[b]) & reaches_padding[b])
 
 
@@ -136,8 +140,7 @@ def _q_tiles_loading_padded_kv(case: Case) -> torch.Tensor:
     fam = FAMILIES[case.family]
     tile_m, tile_n = fam.tile
     tokens = tile_m // (case.h_q // case.h_kv) if case.pack_gqa else tile_m
-    kv_len, q_len = torch.tensor(case.seq_kv_lens), torch.tensor(case.q_lengths())
-    reaches_padding = (kv_len > 0) & (kv_len < case.s_kv) & (kv_len % tile_n != 0)
+    reaches_padding, q_len = _reaches_padding(case, tile_n), torch.tensor(case.q_lengths())
     return _dense_rows(case, lambda t, b: (t // tokens * tokens < q_len[b]) & reaches_padding[b])
 
 
