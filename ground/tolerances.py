@@ -375,6 +375,39 @@ def dot_error(q: torch.Tensor, k: torch.Tensor, group: int) -> torch.Tensor:
     return out.view(q.shape[0], q.shape[1], q.shape[2], s_kv)
 
 
+def _row_facts(z: torch.Tensor):
+    """What both kernels' bounds read off the scaled logits ``z`` (B,H,SQ,SKV),
+    -inf where masked: (vis, zero, visible keys per row, has_key, z0 (masked
+    keys 0: their P is 0), m_k0 (the row's key max; rows with no key: 0, any
+    finite value), gap (>= 0: how far each key lies below the max))."""
+    b, h, s_q, s_kv = z.shape
+    dev, f64 = z.device, z.dtype
+    vis = torch.isfinite(z)
+    zero = torch.zeros((), dtype=f64, device=dev)
+    visible = vis.sum(-1)
+    has_key = visible > 0
+    z0 = torch.where(vis, z, zero)
+    m_k = z.amax(-1) if s_kv else torch.full((b, h, s_q), -math.inf, dtype=f64, device=dev)
+    m_k0 = torch.where(has_key, m_k, zero)
+    gap = torch.where(vis, m_k0[..., None] - z0, zero)
+    return vis, zero, visible, has_key, z0, m_k0, gap
+
+
+def _walk_facts(vis: torch.Tensor, f64: torch.dtype):
+    """The KV-tile walk both templates share (TILE_N-key tiles, walked from the
+    last down): each key's tile, the tile count, each key's add depth within its
+    lane's tile partial, which tiles hold a key of the row, how many such tiles
+    the walk visits AFTER tile t (t' < t), and a -inf scalar."""
+    s_kv, dev = vis.shape[-1], vis.device
+    j = torch.arange(s_kv, device=dev)
+    cc = j % TILE_N
+    lane_depth = (LANE_TERMS - (2 * (cc // 8) + cc % 2)).to(f64)
+    tile_vis = _per_tile(vis, TILE_N, False, lambda x: x.any(-1)) if s_kv else vis[..., :0]
+    tiles_after = torch.cumsum(tile_vis.to(f64), -1) - tile_vis.to(f64)
+    neg_inf = torch.full((), -math.inf, dtype=f64, device=dev)
+    return j // TILE_N, (-(-s_kv // TILE_N) if s_kv else 0), lane_depth, tile_vis, tiles_after, neg_inf
+
+
 @timed("bounds")
 def kernel_bounds(it, dtype: str, *, parts: bool = False) -> Dict[str, torch.Tensor]:
     """Bounds on |kernel - reference| from one float64 reference call's
@@ -388,14 +421,7 @@ def kernel_bounds(it, dtype: str, *, parts: bool = False) -> Dict[str, torch.Ten
     z, p, g = it.logits, it.p, it.group
     b, h, s_q, s_kv = z.shape
     dev, f64 = z.device, z.dtype
-    vis = torch.isfinite(z)
-    zero = torch.zeros((), dtype=f64, device=dev)
-    visible = vis.sum(-1)
-    has_key = visible > 0
-    z0 = torch.where(vis, z, zero)  # masked keys: 0 (their P is 0)
-    m_k = z.amax(-1) if s_kv else torch.full((b, h, s_q), -math.inf, dtype=f64, device=dev)
-    m_k0 = torch.where(has_key, m_k, zero)  # rows with no key: any finite value
-    gap = torch.where(vis, m_k0[..., None] - z0, zero)  # >= 0: how far below the key max
+    vis, zero, visible, has_key, z0, m_k0, gap = _row_facts(z)
     has_sink = it.sink is not None
     has_bias = it.bias is not None
 
@@ -409,15 +435,7 @@ def kernel_bounds(it, dtype: str, *, parts: bool = False) -> Dict[str, torch.Ten
         dz = dz + 2 * U32 * torch.where(vis, it.bias.expand_as(z0).abs(), zero)
 
     # ---- the kernel's walk: tiles from the last down, the running max moved past RESCALE_LOG2
-    j = torch.arange(s_kv, device=dev)
-    tile = j // TILE_N
-    n_tiles = -(-s_kv // TILE_N) if s_kv else 0
-    cc = j % TILE_N
-    lane_depth = (LANE_TERMS - (2 * (cc // 8) + cc % 2)).to(f64)  # adds within the lane's tile partial
-    tile_vis = _per_tile(vis, TILE_N, False, lambda x: x.any(-1)) if s_kv else vis[..., :0]
-    # tiles with a key of this row walked AFTER tile t (the walk goes down): t' < t
-    tiles_after = torch.cumsum(tile_vis.to(f64), -1) - tile_vis.to(f64)
-    neg_inf = torch.full((), -math.inf, dtype=f64, device=dev)
+    tile, n_tiles, lane_depth, tile_vis, tiles_after, neg_inf = _walk_facts(vis, f64)
     tile_max = _per_tile(torch.where(vis, z, neg_inf), TILE_N, -math.inf, lambda x: x.amax(-1)) if s_kv else z[..., :0]
     # Replayed on the reference logits (log2 units); a threshold decision closer than the
     # kernel's own error to the threshold is ambiguous: from there on, the walk is unknown.
@@ -569,14 +587,7 @@ def sm90_kernel_bounds(it, dtype: str, *, parts: bool = False) -> Dict[str, torc
     z, p, g = it.logits, it.p, it.group
     b, h, s_q, s_kv = z.shape
     dev, f64 = z.device, z.dtype
-    vis = torch.isfinite(z)
-    zero = torch.zeros((), dtype=f64, device=dev)
-    visible = vis.sum(-1)
-    has_key = visible > 0
-    z0 = torch.where(vis, z, zero)
-    m_k = z.amax(-1) if s_kv else torch.full((b, h, s_q), -math.inf, dtype=f64, device=dev)
-    m_k0 = torch.where(has_key, m_k, zero)  # the anchor's logit (scale * the raw extremum)
-    gap = torch.where(vis, m_k0[..., None] - z0, zero)
+    vis, zero, visible, has_key, z0, m_k0, gap = _row_facts(z)  # m_k0: the anchor's logit (scale * the raw extremum)
     has_sink = it.sink is not None
     ks = abs(it.scale)
     ex2_ln = -math.log1p(-EX2_REL)
@@ -587,14 +598,7 @@ def sm90_kernel_bounds(it, dtype: str, *, parts: bool = False) -> Dict[str, torc
     rho = torch.where(vis, dz + ex2_ln, zero)
 
     # ---- the walk: tiles from the last down; a rescale where the tile max may reach the running max
-    j = torch.arange(s_kv, device=dev)
-    tile = j // TILE_N
-    n_tiles = -(-s_kv // TILE_N) if s_kv else 0
-    cc = j % TILE_N
-    lane_depth = (LANE_TERMS - (2 * (cc // 8) + cc % 2)).to(f64)
-    tile_vis = _per_tile(vis, TILE_N, False, lambda x: x.any(-1)) if s_kv else vis[..., :0]
-    tiles_after = torch.cumsum(tile_vis.to(f64), -1) - tile_vis.to(f64)
-    neg_inf = torch.full((), -math.inf, dtype=f64, device=dev)
+    tile, n_tiles, lane_depth, tile_vis, tiles_after, neg_inf = _walk_facts(vis, f64)
     tile_max = _per_tile(torch.where(vis, z, neg_inf), TILE_N, -math.inf, lambda x: x.amax(-1)) if s_kv else z[..., :0]
     prev = torch.flip(torch.cummax(torch.flip(tile_max, [-1]), -1).values, [-1]) if n_tiles else tile_max
     prev = torch.cat([prev[..., 1:], torch.full(prev.shape[:-1] + (min(1, n_tiles),), -math.inf, dtype=f64, device=dev)], -1)[..., :n_tiles]
