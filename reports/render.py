@@ -249,6 +249,23 @@ def _percent(x) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
+def _layout_rows(d: dict) -> list:
+    """One direction's pair-table rows: per layout its examples, factors, feasible, drawn, missing, excluded pairs and share."""
+    return [
+        [
+            layout,
+            v["examples"],
+            len(v["factors"]),
+            v["feasible"],
+            v["drawn"],
+            len(v["missing"]),
+            v["excluded"],
+            _percent(v["drawn"] / v["feasible"] if v["feasible"] else None),
+        ]
+        for layout, v in d["layouts"].items()
+    ]
+
+
 def _pairs(s: dict) -> list:
     """The pair table: per direction and layout, the feasible pairs of
     compile-key factor values, those the run drew, and the missing ones."""
@@ -258,9 +275,7 @@ def _pairs(s: dict) -> list:
     rows, out = [], []
     for direction in ("fwd", "bwd"):
         d = p[direction]
-        for layout, v in d["layouts"].items():
-            share = _percent(v["drawn"] / v["feasible"] if v["feasible"] else None)
-            rows.append([direction, layout, v["examples"], len(v["factors"]), v["feasible"], v["drawn"], len(v["missing"]), v["excluded"], share])
+        rows += [[direction, *row] for row in _layout_rows(d)]
         rows.append([direction, "both", "", "", d["feasible"], d["drawn"], d["feasible"] - d["drawn"], "", _percent(d["share"])])
     shares = ", ".join(f"{x} {_percent(p[x]['share'])}" for x in ("fwd", "bwd"))
     out += [
@@ -402,20 +417,7 @@ def _family_pairs(s: dict) -> list:
     """Another family's pair table (its own compile-key factors: ground/pairs_sm90.py), where the run drew its Cases."""
     out = []
     for family, p in sorted(((s.get("coverage") or {}).get("family_pairs") or {}).items()):
-        d, rows = p["fwd"], []
-        for layout, v in d["layouts"].items():
-            rows.append(
-                [
-                    layout,
-                    v["examples"],
-                    len(v["factors"]),
-                    v["feasible"],
-                    v["drawn"],
-                    len(v["missing"]),
-                    v["excluded"],
-                    _percent(v["drawn"] / v["feasible"] if v["feasible"] else None),
-                ]
-            )
+        d, rows = p["fwd"], _layout_rows(p["fwd"])
         out += [
             ("h", 2, f"Pair coverage of the {family} family's compile-key factors (fwd {_percent(d['share'])})"),
             ("table", ["layout", "examples", "factors", "feasible pairs", "drawn", "missing", "excluded", "drawn share"], rows),
