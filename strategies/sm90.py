@@ -186,6 +186,29 @@ def _runtime(draw, row: Case) -> Case:
     return row.replace(**facts)
 
 
+def _moves(row: Case) -> bool:
+    """Whether a row has runtime lengths a replay can move across sequences
+    (properties.launch.replay_variant): dense padded with batch > 1, THD with
+    several sequences."""
+    return row.n_seq > 1 if row.is_thd else row.batch > 1 and row.seq_q_lens is not None
+
+
+def replay_cases(layout: str) -> st.SearchStrategy[Case]:
+    """Cases for the launch properties (graph replay, launch hygiene): the
+    pooled rows of ``layout`` whose lengths a replay can move (``_moves``),
+    their runtime facts drawn (``_runtime``). A fixed list of rows: nothing
+    drawn is filtered, and every compile is a row's."""
+    rows = tuple(r for r in pool_rows(layout) if _moves(r))
+    if not rows:
+        raise ValueError(f"layout {layout!r}: no pooled sm90 row with lengths to move")
+
+    @st.composite
+    def draw_replay(draw) -> Case:
+        return _runtime(draw, draw(st.sampled_from(rows)))
+
+    return draw_replay()
+
+
 def sm90_cases(
     *,
     layouts: Sequence[str] = ("dense", "thd"),

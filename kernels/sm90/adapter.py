@@ -15,7 +15,10 @@ the SM80 compile-only tier) and the persistent cache stores nothing.
 buffers: dense as the Case lays them out; THD with the packed buffers, the
 cumulative prefixes and a workspace the adapter allocates
 (``kernels.sm90.thd``: the arguments, checked against the plan on the CPU).
-It needs a Hopper GPU (run on an H200: docs/sm90.md).
+It needs a Hopper GPU (run on an H200: docs/sm90.md). ``run`` is
+``prepare(case, inputs, outputs)`` (plan, compile, bind the arguments, the THD
+workspace) then its ``launch()`` (``execute()`` alone) and ``result()``: the
+launch properties (properties/launch.py) drive the same ``prepare``.
 
 The adapter is not one of ``kernels.ADAPTERS`` (the ``--adapter`` choices of
 the SM80 properties): it serves Cases of the sm90 family only
@@ -31,6 +34,7 @@ from ground.outcome import Unsupported
 from ground.tables import NO_GPU
 from kernels.base import CompileDelta, KernelResult, key_digest
 from kernels.counters import measure
+from kernels.prepared import Prepared
 from kernels.sm90 import thd
 from kernels.sm90.specialize import FAMILY, TAG, TEMPLATE, Sm90Specialization, plan, specialization, specialize
 from kernels.source import sm90_sources
@@ -79,6 +83,55 @@ def hopper_launch(adapter, case: Case, inputs, outputs, *, tamper: Optional[str]
     return inputs.to(dev), o, lse
 
 
+# execute()'s operands: positional roles in order, then keyword -> role (THD: the cu prefixes).
+POSITIONAL = ("q", "k", "v", "o", "lse")
+KEYWORDS = {
+    False: {"sinks": "sinks", "seq_q_lens": "seq_q_lens", "seq_kv_lens": "seq_kv_lens"},
+    True: {"sinks": "sinks", "seq_q_lens": "cu_q", "seq_kv_lens": "cu_kv"},
+}
+# The caller's input buffers (CaseTensors fields) a change in place must reach; caller_buffers adds O and Stats.
+CALLER_ROLES = ("q", "k", "v", "sinks", "seq_q_lens", "seq_kv_lens", "cu_q", "cu_kv")
+
+
+def bound_operands(case: Case, inputs, o, lse) -> dict:
+    """role -> the tensor ``execute()`` gets for it (None: not handed): dense,
+    the caller's buffers as the Case lays them out; THD, ``thd.thd_launch``'s
+    (the packed buffers, the cu prefixes, Stats in the binder's rank-2 form)."""
+    if case.is_thd:
+        t = thd.thd_launch(case, inputs, (o, lse))
+        return dict(q=t.q, k=t.k, v=t.v, o=t.o, lse=t.lse, sinks=t.sinks, cu_q=t.q_lens, cu_kv=t.kv_lens)
+    lens = dict(seq_q_lens=inputs.seq_q_lens, seq_kv_lens=inputs.seq_kv_lens)
+    return dict(q=inputs.q, k=inputs.k, v=inputs.v, o=o, lse=lse if case.has_lse else None, sinks=inputs.sinks, **lens)
+
+
+def execute_call(case: Case, bound: dict, workspace) -> tuple:
+    """(args, kwargs) of ``SdpaFwdDslSm90.execute`` for ``bound`` operands:
+    the Case's scale (natural units), the THD workspace."""
+    kwargs = {kw: bound[role] for kw, role in KEYWORDS[case.is_thd].items()}
+    kwargs["scale_softmax"] = case.scale
+    if workspace is not None:
+        kwargs["workspace"] = workspace
+    return tuple(bound[r] for r in POSITIONAL), kwargs
+
+
+def caller_buffers(inputs, outputs) -> dict:
+    """role -> the caller's buffer (outputs None: the adapter's own, none of the caller's)."""
+    out = {r: getattr(inputs, r) for r in CALLER_ROLES}
+    if outputs is not None:
+        out.update(o=outputs[0], lse=outputs[1])
+    return {r: t for r, t in out.items() if t is not None}
+
+
+def _same_memory(a, b) -> bool:
+    return a.device == b.device and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+def staged_operands(bound: dict, caller: dict) -> list:
+    """Roles whose bound tensor lies outside the caller's buffer for it (a
+    copy: a change the caller makes in place would not reach the kernel)."""
+    return sorted(r for r, t in bound.items() if t is not None and r in caller and not _same_memory(t, caller[r]))
+
+
 class Sm90Adapter:
     """The sm90 family's compile entry point (see the module doc)."""
 
@@ -119,8 +172,21 @@ class Sm90Adapter:
     # ------------------------------------------------------------- run
     def run(self, case: Case, inputs, outputs=None, *, initialize_outputs: bool = True, tamper: Optional[str] = None) -> KernelResult:
         """Launch ``case`` (dense or THD) on a Hopper GPU through the planner's
-        compile() and execute() on the caller's buffers (O, LSE written in place)."""
+        compile() and execute() on the caller's buffers (O, LSE written in
+        place): ``prepare``, one ``launch()``, its ``result()``."""
+        prepared = self.prepare(case, inputs, outputs, initialize_outputs=initialize_outputs, tamper=tamper)
+        prepared.launch()
+        return prepared.result()
+
+    def prepare(self, case: Case, inputs, outputs=None, *, initialize_outputs: bool = True, tamper: Optional[str] = None) -> Prepared:
+        """Plan and compile ``case`` and bind its execute() arguments without
+        launching: ``launch()`` is then ``execute()`` alone (the planner's, as
+        often as asked, CUDA-graph capture included; whatever it does per call
+        it does there), ``result()`` the KernelResult, ``staged`` the operands
+        handed as copies of the caller's buffers (none: the sm90 host takes
+        them as they are). The THD workspace is allocated here, once."""
         self._served(case)
+        caller = caller_buffers(inputs, outputs)
         inputs, o, lse = hopper_launch(self, case, inputs, outputs, tamper=tamper, initialize_outputs=initialize_outputs, entry="the sm90 family")
         with sm90_sources(self.rewrites), measure() as box:
             api = plan(case, **(thd.PLAN_OVERRIDES if case.is_thd else {}))
@@ -132,44 +198,24 @@ class Sm90Adapter:
             "params": repr(api.params),
             "compile_key": key_digest(specialization(api).key),
         }
-        if case.is_thd:
-            return self._run_thd(case, api, inputs, o, lse, box.delta, notes)
-        api.execute(
-            inputs.q,
-            inputs.k,
-            inputs.v,
-            o,
-            lse if case.has_lse else None,
-            sinks=inputs.sinks,
-            seq_q_lens=inputs.seq_q_lens,
-            seq_kv_lens=inputs.seq_kv_lens,
-            scale_softmax=case.scale,
-        )
-        handed = {"q": inputs.q, "k": inputs.k, "v": inputs.v, "o": o, "lse": lse if case.has_lse else None}
-        handed.update(sinks=inputs.sinks, seq_q_lens=inputs.seq_q_lens, seq_kv_lens=inputs.seq_kv_lens)
-        return KernelResult(o, lse, box.delta, notes, {k: t for k, t in handed.items() if t is not None})
+        workspace = None
+        if case.is_thd:  # the plan's size at the template's alignment (not a Case buffer: no guard bands)
+            workspace = thd.aligned_workspace(api.scratch_workspace_bytes(), api._k_mod.PREPARED_WORKSPACE_ALIGNMENT, o.device)
+            notes.update(lens_form="cu prefixes (Q and KV)", workspace=f"{workspace.numel()} bytes, adapter-allocated")
+        bound = bound_operands(case, inputs, o, lse)
+        args, kwargs = execute_call(case, bound, workspace)
+        staged = staged_operands(bound, caller)
+        notes["staged"] = staged
+        # The Stats the kernel writes, as the caller lays them out (THD binds a rank-2 view of them).
+        handed = {r: t for r, t in {**bound, "lse": lse if case.has_lse else None}.items() if t is not None}
 
-    def _run_thd(self, case: Case, api, inputs, o, lse, delta: CompileDelta, notes: dict) -> KernelResult:
-        """The THD launch on the caller's packed buffers and cu prefixes, with
-        a workspace of the plan's size at the template's alignment (not a
-        Case buffer: no guard bands)."""
-        launch = thd.thd_launch(case, inputs, (o, lse))
-        workspace = thd.aligned_workspace(api.scratch_workspace_bytes(), api._k_mod.PREPARED_WORKSPACE_ALIGNMENT, o.device)
-        api.execute(
-            launch.q,
-            launch.k,
-            launch.v,
-            launch.o,
-            launch.lse,
-            sinks=launch.sinks,
-            seq_q_lens=launch.q_lens,
-            seq_kv_lens=launch.kv_lens,
-            scale_softmax=case.scale,
-            workspace=workspace,
-        )
-        notes.update(lens_form="cu prefixes (Q and KV)", workspace=f"{workspace.numel()} bytes, adapter-allocated")
-        handed = dict(q=launch.q, k=launch.k, v=launch.v, o=o, lse=lse if case.has_lse else None, sinks=launch.sinks, cu_q=launch.q_lens, cu_kv=launch.kv_lens)
-        return KernelResult(o, lse, delta, notes, {k: t for k, t in handed.items() if t is not None})
+        def launch() -> None:
+            api.execute(*args, **kwargs)
+
+        def result() -> KernelResult:
+            return KernelResult(o, lse, box.delta, notes, handed)
+
+        return Prepared(launch, result, staged)
 
     def backward(self, case: Case, *args, **kwargs) -> KernelResult:
         raise Unsupported("adapter", "the sm90 family is forward only: no SM90 backward", adapter=self.name, what=case.describe())
