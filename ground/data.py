@@ -425,6 +425,81 @@ def _thd_span_inputs(case: Case, device, poison: bool) -> CaseTensors:
     )
 
 
+# A dense operand of more than DENSE_SPAN_ELEMS elements (the sm90 large
+# tier's K/V: a batch entry past 2^31 elements) is built on the target device
+# the same way: values drawn for the live rows only, every other row the pad
+# fill. Every smaller dense Case keeps the whole-tensor draw (and its bits).
+DENSE_SPAN_ELEMS = 1 << 30
+
+
+def dense_elems(case: Case) -> int:
+    """Elements of the largest dense operand (Q, K or V; 0 for THD)."""
+    if case.is_thd:
+        return 0
+    return case.batch * max(case.s_q * case.h_q * case.d_qk, case.s_kv * case.h_kv * max(case.d_qk, case.d_v))
+
+
+def dense_span_drawn(case: Case) -> bool:
+    """Whether ``make_inputs`` builds the dense operands row-span-wise on the device (DENSE_SPAN_ELEMS)."""
+    return dense_elems(case) > DENSE_SPAN_ELEMS
+
+
+# Such a Case's keys past its longest kv length are dead in every row (masked
+# before any product), so the reference and its error model compute the keys
+# up to that length rounded up to whole KV tiles only (K and V in float64
+# would be tens of GiB): the same O, LSE and bounds as the whole key axis
+# (tests/test_sm90_large.py compares them bit for bit).
+KEY_EXTENT_ALIGN = 256
+
+
+def live_key_extent(case: Case) -> int:
+    """Keys of a dense Case the reference computes: ``s_kv``; for a
+    ``dense_span_drawn`` Case its longest kv length rounded up to
+    KEY_EXTENT_ALIGN (at most ``s_kv``)."""
+    if not dense_span_drawn(case):
+        return case.s_kv
+    longest = max(case.kv_lengths(), default=0)
+    return min(case.s_kv, -(-longest // KEY_EXTENT_ALIGN) * KEY_EXTENT_ALIGN)
+
+
+def _dense_span(case: Case, h: int, s: int, d: int, lens, draw, dt, device, poison: bool, pad_fill: float) -> torch.Tensor:
+    """A guarded dense (B, H, S, D) view on ``device``: the body poison (0 when
+    not ``poison``), the logical rows ``pad_fill``, then each batch entry's
+    live rows [0, len) drawn (``draw(h, n, d)``, batch entry by entry)."""
+    view = _dense_storage(case.batch, h, s, d, dt, case.memory, device)
+    body_storage(view).fill_(POISON if poison else 0.0)
+    view.fill_(pad_fill if poison else 0.0)
+    for b, n in enumerate(lens):
+        view[b, :, :n] = draw(h, n, d).to(device=device, dtype=dt)
+    return view
+
+
+def _dense_span_inputs(case: Case, device, poison: bool, pad_fill: float) -> CaseTensors:
+    if case.bias is not None or case.rope:
+        raise ValueError(f"{case.describe()}: a dense Case past DENSE_SPAN_ELEMS takes no bias or RoPE")
+    g = torch.Generator().manual_seed(case.seed)
+    dt = TORCH_DTYPES[case.dtype]
+    draw = lambda *shape: torch.randn(*shape, generator=g, dtype=torch.float32)  # noqa: E731
+    q_lens, kv_lens = case.q_lengths(), case.kv_lengths()
+    q = _dense_span(case, case.h_q, case.s_q, case.d_qk, q_lens, draw, dt, device, poison, pad_fill)
+    k = _dense_span(case, case.h_kv, case.s_kv, case.d_qk, kv_lens, draw, dt, device, poison, pad_fill)
+    v = _dense_span(case, case.h_kv, case.s_kv, case.d_v, kv_lens, draw, dt, device, poison, pad_fill)
+    sinks = relocate(_sinks(case, draw(case.h_q) * SINK_SPREAD), device) if case.sinks else None
+    lens = lambda xs: None if xs is None else relocate(_guarded_ints(xs), device)  # noqa: E731
+    live = lambda xs, s: _lens_mask(xs, s).to(device)  # noqa: E731
+    return CaseTensors(
+        case,
+        q,
+        k,
+        v,
+        sinks=sinks,
+        seq_q_lens=lens(case.seq_q_lens),
+        seq_kv_lens=lens(case.seq_kv_lens),
+        q_live=live(q_lens, case.s_q),
+        kv_live=live(kv_lens, case.s_kv),
+    )
+
+
 @timed("inputs")
 def make_inputs(case: Case, device="cpu", *, poison: bool = True, pad_fill: float = POISON) -> CaseTensors:
     """Regenerate the inputs of ``case`` (bit for bit) on ``device``, every
@@ -434,6 +509,8 @@ def make_inputs(case: Case, device="cpu", *, poison: bool = True, pad_fill: floa
     dead storage is NaN when ``poison``."""
     if span_drawn(case):
         return _thd_span_inputs(case, device, poison)
+    if dense_span_drawn(case):
+        return _dense_span_inputs(case, device, poison, pad_fill)
     g = torch.Generator().manual_seed(case.seed)
     dt = TORCH_DTYPES[case.dtype]
 

@@ -67,6 +67,7 @@ from typing import Callable, Dict, Optional, Sequence, Union
 
 import torch
 
+from ground.data import live_key_extent
 from ground.phases import timed
 from ground.tolerances import rotation_unsure
 
@@ -395,7 +396,10 @@ def reference_for_case(case, tensors, compute_dtype: torch.dtype = torch.float32
             else:
                 (q, q_unsure), (k, k_unsure) = (rotate(x, tensors.rope, width, unsure=True) for x in (q, k))
                 unsure = dict(q_unsure=q_unsure, k_unsure=k_unsure)
-        got = chunked_attention(q, k, tensors.v, bias=tensors.bias, q_lens=tensors.seq_q_lens, kv_lens=tensors.seq_kv_lens, **common, **unsure)
+        v, keys = tensors.v, live_key_extent(case)
+        if keys < case.s_kv:  # the dead key tail of a huge dense K/V (ground.data.live_key_extent)
+            k, v = k[:, :, :keys], v[:, :, :keys]
+        got = chunked_attention(q, k, v, bias=tensors.bias, q_lens=tensors.seq_q_lens, kv_lens=tensors.seq_kv_lens, **common, **unsure)
         return _lse_units(case, *got)
     acc = torch.float64 if compute_dtype == torch.float64 else torch.float32
     dev = tensors.q.device
