@@ -32,7 +32,8 @@ HOPPER = (9, 0)  # the family's artifacts are sm_90a: it launches on SM 9.0 only
 class Sm90Kind:
     """One sm90 property search: the function ``call`` ("module:name", of
     ``property``) with ``params`` on the Cases ``sm90_cases(layouts=layouts)``
-    draws; ``examples`` its budget kind; ``test`` the node id it stands for."""
+    draws (``cases`` "module:name": that strategy's, called with the dtypes,
+    instead); ``examples`` its budget kind; ``test`` the node id it stands for."""
 
     name: str
     property: str
@@ -41,15 +42,21 @@ class Sm90Kind:
     call: str
     layouts: Tuple[str, ...] = ("dense",)
     params: dict = field(default_factory=dict)
+    cases: str = ""
     family_name = FAMILY
     backward = False
     fixed: dict = field(default_factory=dict)  # no split axes: nothing fixed per search
 
     def strategy(self, flavors=(), dtypes=None, adapter=None):
         """SearchStrategy of ({}, the Case checked): nothing is drawn beside the Case."""
+        import importlib
+
         from ground.case import DTYPES
         from strategies.sm90 import sm90_cases
 
+        if self.cases:
+            module, name = self.cases.split(":")
+            return getattr(importlib.import_module(module), name)(tuple(dtypes or DTYPES)).map(lambda case: ({}, case))
         return sm90_cases(layouts=self.layouts, dtypes=tuple(dtypes or DTYPES)).map(lambda case: ({}, case))
 
     def check(self, case, adapter):
@@ -93,9 +100,19 @@ SM90_KINDS: Tuple[Sm90Kind, ...] = (
         REUSE,
         params={"launch": True},
     ),
+    # The large tier (gigabytes per example): budgeted as the SM80 large kinds ("large"), searched only
+    # for the mutant that names it and the control (conformance.kill_rate.searched).
+    Sm90Kind(
+        "sm90_numerics_large_offsets",
+        "numerics",
+        "large",
+        "conformance/test_sm90_large.py::test_sm90_large_offsets",
+        NUMERICS,
+        cases="strategies.sm90_large:sm90_large_cases",
+    ),
 )
-# Kinds a mutant needs that cannot run yet: why.
-PENDING = {"sm90_numerics_large_offsets": "no sm90 large tier (a batch entry past 2^31 elements) exists"}
+# Kinds a mutant needs that cannot run yet: why (none now).
+PENDING: dict = {}
 
 
 def hopper_refusal(capability: Optional[Tuple[int, int]]) -> Optional[str]:

@@ -18,6 +18,7 @@ from ground.outcome import Observation, PropertyFailure
 from kernels.mutants import SM90_MUTANTS, Mutant
 from kernels.sm90.adapter import Sm90Adapter
 from kernels.source import Rewrite
+from strategies.sm90_large import S_KV
 
 BY_NAME = {m.name: m for m in SM90_MUTANTS}
 NUMERICS = BY_NAME["sm90_lse_in_log2_units"]  # expected killer sm90_numerics_dense
@@ -37,18 +38,23 @@ def _checked(seen, fails=lambda kind, case, adapter: False):
     return check
 
 
+LARGE = "sm90_numerics_large_offsets"
+
+
 def test_each_sm90_mutant_searches_the_sm90_kinds_only():
-    assert SM90_KIND_NAMES == ["sm90_numerics_dense", "sm90_numerics_thd", "sm90_tails_dense", "sm90_compile_reuse_dense"]
+    """Its own family's kinds; the large tier's (gigabytes per example) only
+    for the mutant that names it and for the control."""
+    assert SM90_KIND_NAMES == ["sm90_numerics_dense", "sm90_numerics_thd", "sm90_tails_dense", "sm90_compile_reuse_dense", LARGE]
     assert set(SM90_KIND_NAMES) <= set(M.KIND_NAMES) and not set(PENDING) & set(M.KIND_NAMES)
     for m in SM90_MUTANTS:
         kinds = [k.name for k in M.searched(m)]
-        assert sorted(kinds) == sorted(SM90_KIND_NAMES), (m.name, kinds)
-        assert kinds[0] == m.expected_killer or m.expected_killer in PENDING, (m.name, kinds)
+        assert sorted(kinds) == sorted(n for n in SM90_KIND_NAMES if n != LARGE or m.expected_killer == LARGE), (m.name, kinds)
+        assert kinds[0] == m.expected_killer, (m.name, kinds)
     assert [k.name for k in M.searched(M.CONTROL_SM90)] == SM90_KIND_NAMES
     assert not set(SM90_KIND_NAMES) & {k.name for k in M.searched(M.CONTROL)}  # the SM80 control: its own kernels
     assert [k.name for k in M.searched(NUMERICS, ["numerics_dense"], explicit=True)] == []  # the other family's kinds, even named
     assert [k.name for k in M.searched(BY_NAME["sm90_thd_kv_origin_from_q"])][0] == "sm90_numerics_thd"
-    assert {BY_NAME["sm90_batch_stride_int32"].expected_killer} == set(PENDING)  # no sm90 large tier: searched by the others
+    assert BY_NAME["sm90_batch_stride_int32"].expected_killer == LARGE and not PENDING  # every expected killer runs
 
 
 def test_sm90_kinds_draw_their_counts_and_the_control_survives():
@@ -59,12 +65,15 @@ def test_sm90_kinds_draw_their_counts_and_the_control_survives():
     rec = M.run_mutant(M.CONTROL_SM90, check=_checked(seen), profile="ci")
     assert rec["verdict"] == "survived" and rec["complete"] and rec["family"] == "sm90"
     planned = {k.name: M.planned_examples("ci", k) for k in SM90_KINDS}
-    # ci: 40 x KIND_SCALE numerics 1.0, tails 0.5, compile_reuse 0.25 (test_sm90_runtime_facts_mint_no_compile's 10)
-    assert planned == {"sm90_numerics_dense": 40, "sm90_numerics_thd": 40, "sm90_tails_dense": 20, "sm90_compile_reuse_dense": 10}
+    # ci: 40 x KIND_SCALE numerics 1.0, tails 0.5, compile_reuse 0.25 (test_sm90_runtime_facts_mint_no_compile's 10),
+    # large 0.1 (the SM80 numerics_large_offsets' count)
+    assert planned == {"sm90_numerics_dense": 40, "sm90_numerics_thd": 40, "sm90_tails_dense": 20, "sm90_compile_reuse_dense": 10, LARGE: 4}
+    assert planned[LARGE] == M.planned_examples("ci", M.KINDS[M.KIND_NAMES.index("numerics_large_offsets")])
     assert [(k["name"], k["examples"], k["planned"], k["strata"]) for k in rec["kinds"]] == [(n, planned[n], planned[n], 1) for n in SM90_KIND_NAMES]
     assert len(seen) == sum(planned.values())
     assert all(c.family == "sm90" and c.is_thd == (k == "sm90_numerics_thd") and isinstance(a, Sm90Adapter) and a.rewrites == () for k, c, a in seen)
     assert {c.dtype for _, c, _ in seen} == {"float16", "bfloat16"}  # one search over both dtypes, as the test draws
+    assert {k for k, c, _ in seen if c.s_kv == S_KV} == {LARGE} and sum(k == LARGE for k, _, _ in seen) == 4  # the large tier's Cases
     seen.clear()
     assert M.run_mutant(TAILS, check=_checked(seen), profile="ci")["verdict"] == "survived"
     assert {a.rewrites for _, _, a in seen} == {TAILS.rewrites} and seen[0][0] == "sm90_tails_dense"  # its expected killer first
@@ -126,7 +135,7 @@ def test_family_selects_the_catalogues(capsys):
     """--list lists every family by default, --family one; a run defaults to
     the SM80 catalogue (its control alone); sm90 and all add the sm90 one."""
     code, out = _main(["--list", "--family", "sm90"], capsys)
-    assert code == 0 and f"{len(SM90_MUTANTS)} mutants, 0 stale" in out.out and "killer not runnable yet" in out.out
+    assert code == 0 and f"{len(SM90_MUTANTS)} mutants, 0 stale" in out.out and "killer not runnable yet" not in out.out
     args = lambda *a: M._validate(M.parser().parse_args(list(a)))  # noqa: E731
     assert [c.name for c in args()["controls"]] == ["control"] and all(m.family == "sm80" for m in args()["mutants"])
     v = args("--family", "all", "--only", "sm90_lse_in_log2_units,lse_in_log2_units")
