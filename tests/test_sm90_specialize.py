@@ -210,3 +210,24 @@ def test_the_strategy_refuses_options_outside_the_family(bad):
 def test_scale_default_is_the_planners():
     c = Case(family="sm90", d_qk=128, d_v=64)
     assert specialize(c).scale == 1.0 / math.sqrt(128)
+
+
+@pytest.mark.parametrize("layout", ("dense", "thd"))
+def test_a_kill_search_meets_every_hand_row(layout):
+    """The 40 draws of a kill-rate search (the sm90 numerics kinds' ci count,
+    derandomized as ci draws) meet the compile key of every hand row that
+    reaches what the covering rows seldom hold (``REACH_ROWS``: Q lengths past
+    S_kv, a PackGQA group under a causal mask, distinct THD origins). Uniform
+    draws over every pooled row missed some of them."""
+    from strategies.sm90 import REACH_ROWS
+
+    keys = []
+
+    @settings(max_examples=40, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+    @given(sm90_cases(layouts=(layout,), geometry="pool"))
+    def record(case):
+        keys.append(compile_key(case))
+
+    record()
+    missed = [row.describe() for row in REACH_ROWS[layout] if compile_key(row) not in keys]
+    assert not missed, missed
