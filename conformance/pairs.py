@@ -170,12 +170,13 @@ def sm90_draws(profile: str = "ci", seed: Optional[int] = None) -> Dict[str, lis
 
 def sm90_tests() -> Dict[str, tuple]:
     """test -> (strategy factory, examples or None: the profile's): the tests that draw sm90 Cases."""
+    from strategies.profiles import examples
     from strategies.sm90 import sm90_cases
 
     return {
-        # conformance/test_sm90_numerics.py, test_sm90_compile.py (Hopper GPU): dense Cases
-        "test_sm90_numerics_dense": (lambda: sm90_cases(layouts=("dense",)), None),
-        "test_sm90_tails_dense": (lambda: sm90_cases(layouts=("dense",)), None),
+        # conformance/test_sm90_numerics.py, test_sm90_compile.py (Hopper GPU): dense Cases, at their budget kinds
+        "test_sm90_numerics_dense": (lambda: sm90_cases(layouts=("dense",)), examples("numerics")),
+        "test_sm90_tails_dense": (lambda: sm90_cases(layouts=("dense",)), examples("tails")),
         "test_sm90_runtime_facts_mint_no_compile": (lambda: sm90_cases(layouts=("dense",)), 10),
         # tests/test_sm90_specialize.py (the CPU tier): both layouts, pool and free head dims
         "test_the_planner_takes_every_drawn_case_as_the_case_says": (lambda: sm90_cases() | sm90_cases(head_dims="free"), 200),

@@ -25,6 +25,7 @@ from hypothesis import given, settings
 from ground.outcome import Unsupported
 from ground.tables import NO_GPU
 from properties.common import refusal_policy
+from strategies.profiles import examples
 from strategies.sm90 import sm90_cases
 
 pytestmark = pytest.mark.family("sm90")  # --family selects it (conformance.family_select)
@@ -87,7 +88,7 @@ def _judged(check, case, adapter, **kw):
 
 @pytest.mark.gpu
 @pytest.mark.property("numerics")
-@settings(deadline=None)
+@settings(max_examples=examples("numerics"), deadline=None)
 @given(case=sm90_cases(layouts=("dense",)))
 def test_sm90_numerics_dense(entry, case):
     """O and LSE of dense sm90 Cases within the sm90 error model of the float64
@@ -100,7 +101,7 @@ def test_sm90_numerics_dense(entry, case):
 
 @pytest.mark.gpu
 @pytest.mark.property("tails")
-@settings(deadline=None)
+@settings(max_examples=examples("tails"), deadline=None)
 @given(case=sm90_cases(layouts=("dense",)))
 def test_sm90_tails_dense(entry, case):
     """Dense sm90 Cases: O pad columns never written, no NaN poisoned into dead
@@ -114,7 +115,7 @@ def test_sm90_tails_dense(entry, case):
 
 @pytest.mark.gpu
 @pytest.mark.property("numerics")
-@settings(deadline=None)
+@settings(max_examples=examples("numerics"), deadline=None)
 @given(case=sm90_cases(layouts=("thd",)))
 def test_sm90_numerics_thd(sm90, case):
     """THD sm90 Cases through the compile entry (packed buffers, cu prefixes,
