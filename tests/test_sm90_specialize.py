@@ -213,21 +213,30 @@ def test_scale_default_is_the_planners():
 
 
 @pytest.mark.parametrize("layout", ("dense", "thd"))
-def test_a_kill_search_meets_every_hand_row(layout):
-    """The 40 draws of a kill-rate search (the sm90 numerics kinds' ci count,
-    derandomized as ci draws) meet the compile key of every hand row that
-    reaches what the covering rows seldom hold (``REACH_ROWS``: Q lengths past
-    S_kv, a PackGQA group under a causal mask, distinct THD origins). Uniform
-    draws over every pooled row missed some of them."""
+def test_kill_searches_meet_every_reach_row(layout):
+    """Searches of 40 draws (the sm90 numerics kinds' ci count), ten of them
+    under fixed seeds, each meet the compile key of every row that reaches what
+    the covering rows seldom hold (``REACH_ROWS``: Q lengths past S_kv, PackGQA
+    under a causal mask and under LPT_L2, distinct THD origins) in at least 9
+    of the 10. Drawn uniformly among every pooled row, a reach row was missed
+    by such a search about one time in four."""
+    from hypothesis import Phase
+    from hypothesis import seed as fixed_seed
+
     from strategies.sm90 import REACH_ROWS
 
-    keys = []
+    met = {compile_key(row): 0 for row in REACH_ROWS[layout]}
+    for run in range(10):
+        keys = set()
 
-    @settings(max_examples=40, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
-    @given(sm90_cases(layouts=(layout,), geometry="pool"))
-    def record(case):
-        keys.append(compile_key(case))
+        @fixed_seed(run)
+        @settings(max_examples=40, database=None, phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+        @given(sm90_cases(layouts=(layout,), geometry="pool"))
+        def search(case):
+            keys.add(compile_key(case))
 
-    record()
-    missed = [row.describe() for row in REACH_ROWS[layout] if compile_key(row) not in keys]
-    assert not missed, missed
+        search()
+        for key in met.keys() & keys:
+            met[key] += 1
+    weak = {row.describe(): met[compile_key(row)] for row in REACH_ROWS[layout] if met[compile_key(row)] < 9}
+    assert not weak, weak
