@@ -16,7 +16,16 @@ of ``compile_thd_host``; for the backward's properties
 the forward kernel) without compiling anything. It reports, per
 property, the examples, the distinct keys and examples per key; a run shares
 one on-disk compiled cache, so the run-wide distinct keys are the compiles a
-cold GPU run pays (each ~1.5-2.6 s).
+cold GPU run pays (each ~1.5-2.6 s). ``own`` counts a property's keys no
+other property asks for: what it compiles beyond the rest of the run.
+
+The contract rejections (``rejection_keys``): a violating Case compiles
+where its entry point reaches a compile before (or instead of) refusing it:
+the prepared entry wherever the suite's specialization takes the Case (the
+kernels check nothing past it), the public wrapper where a known finding
+says it accepts the rule or compiles first. ``--compile-tier`` also draws
+the CPU compile tier's tests (the ``compile`` marker, run by the gate too;
+their rejections compile for the live device there).
 
 What it cannot see: on a GPU the numerics tests call ``hypothesis.target``
 with their error ratios, which steers the second half of each test's
@@ -76,12 +85,16 @@ class Recorder:
     def pytest_runtestloop(self, session):
         import torch
 
-        real = torch.cuda.is_available, torch.cuda.current_device
+        import properties
+        from kernels import get_adapter
+
+        real = torch.cuda.is_available, torch.cuda.current_device, properties.entry_adapter
         torch.cuda.is_available, torch.cuda.current_device = (lambda: True), (lambda: 0)
+        properties.entry_adapter = get_adapter  # the contract fixtures' adapters, without probing a device
         try:
             return (yield)
         finally:
-            torch.cuda.is_available, torch.cuda.current_device = real
+            torch.cuda.is_available, torch.cuda.current_device, properties.entry_adapter = real
 
     def pytest_collection_finish(self, session):
         import dataclasses
@@ -109,18 +122,68 @@ def keys_of(prop: str, case, params: dict) -> list:
     second entry point (the wrapper) is not counted."""
     from kernels.prepared import compile_key
 
+    if prop == "rejection":
+        return rejection_keys(case, params)
     if prop not in LAUNCHING or case.violation:
         return []
-    if prop in BACKWARD:
+    if prop in BACKWARD or case.is_bwd:  # compile_reuse of a backward Case: the backward on reference O/LSE
         from kernels.backward import compile_key as backward_key
         from properties.backward import forward_of
 
-        return [("bwd", backward_key(case))] + ([compile_key(forward_of(case))] if case.inputs_from == "kernel" else [])
+        keys = [("bwd", backward_key(case))] + ([compile_key(forward_of(case))] if case.inputs_from == "kernel" and prop in BACKWARD else [])
+        if prop == "compile_reuse" and case.is_thd:
+            keys.append(("bwd", backward_key(case.replace(q_lens=case.q_lens + (1,), kv_lens=case.kv_lens + (1,)))))
+        return keys
     init = params.get("initialize_outputs", True)
     keys = [compile_key(case, initialize_outputs=init)]
     if prop == "compile_reuse" and case.is_thd:  # the property's new-sequence-count call
         keys.append(compile_key(case.replace(q_lens=case.q_lens + (1,), kv_lens=case.kv_lens + (1,))))
     return keys
+
+
+def rejection_keys(case, params: dict) -> list:
+    """The compile keys one rejection example asks for (see the module's
+    docstring), by the prepared entry's keys: its own compile (the tampered
+    specialization), the wrapper's kernel (the Case as the wrapper expresses
+    it) or, where the THD wrapper pads off-envelope head dims first, its
+    packed copy kernel (heads and widths). A compile-only example (the CPU
+    tier) compiles for the live device on a GPU, as a launch does: the same key."""
+    from ground import contracts
+    from kernels.prepared import _dense_key, _tampered, _thd_key, meta_dense_geometry
+    from kernels.specialize import specialize
+
+    entry, rule = params.get("entry"), contracts.rule(case.violation)
+    if entry == contracts.PREPARED:
+        try:
+            spec = _tampered(specialize(case), case, rule.tamper)
+        except Exception:  # noqa: BLE001 - refused before compiling
+            return []
+        key = _thd_key(case, spec, True) if case.is_thd else _dense_key(spec, meta_dense_geometry(case, spec))
+        return [key]  # compile_only (the CPU tier's, launch=False) compiles for the live device on a GPU
+    found = [f for f in _known() if f.selects("rejection", case, entry)] if entry == contracts.WRAPPER else []
+    if not found:
+        return []
+    wrapped = case.expressed(entry).replace(violation=None)
+    keys = []
+    fdqk, fdv = specialize(wrapped).envelope
+    if wrapped.is_thd and (wrapped.d_qk < fdqk or wrapped.d_v < fdv):  # copy_packed_half, before any check
+        keys.append(("thd-copy", case.dtype, case.h_q, case.h_kv, case.d_qk, case.d_v, fdqk, fdv))
+    if not (wrapped.is_thd and all(f.check == "compiles nothing" for f in found)):  # the kernel itself
+        keys += keys_of("numerics", wrapped, {})
+    return keys
+
+
+_KNOWN = []
+
+
+def _known() -> list:
+    """The known findings (known_findings.toml), read once."""
+    if not _KNOWN:
+        from ground import findings
+        from properties import CHECKS
+
+        _KNOWN.extend(findings.load(ROOT / "known_findings.toml", checks=CHECKS))
+    return _KNOWN
 
 
 def _unvisited_rows(examples) -> dict:
@@ -157,7 +220,7 @@ def _label_gaps(cases) -> dict:
     return out
 
 
-def count(profile: str = "ci", geometry: str = None, select: str = None) -> dict:
+def count(profile: str = "ci", geometry: str = None, select: str = None, compile_tier: bool = False) -> dict:
     """Draw the profile's GPU examples and count their compile keys."""
     if geometry:
         os.environ["SDPA_GEOMETRY"] = geometry
@@ -169,7 +232,7 @@ def count(profile: str = "ci", geometry: str = None, select: str = None) -> dict
             "-p",
             "no:cacheprovider",
             "-m",
-            "gpu",
+            "gpu or compile" if compile_tier else "gpu",
             f"--hypothesis-profile={profile}",
             f"--report-dir={tmp}",
             "-W",
@@ -187,7 +250,7 @@ def count(profile: str = "ci", geometry: str = None, select: str = None) -> dict
         p["examples"] += 1
         for k in keys_of(prop, case, params):
             p["keys"].add(k)
-            if k[0] != "bwd":
+            if k[0] in ("dense", "thd"):
                 per_stratum[(k[1], "bfloat16" if k[2].io_bf16 else "float16")].add(k)
 
     numerics = [(case, params) for prop, case, params in rec.calls if prop == "numerics"]
@@ -197,7 +260,9 @@ def count(profile: str = "ci", geometry: str = None, select: str = None) -> dict
     def row(names):
         ex = sum(per_prop[n]["examples"] for n in names)
         keys = set().union(*(per_prop[n]["keys"] for n in names)) if names else set()
+        others = set().union(*(p["keys"] for n, p in per_prop.items() if n not in names))
         return {
+            "own": len(keys - others),
             "examples": ex,
             "keys": len(keys),
             "examples_per_key": round(ex / len(keys), 2) if keys else None,
@@ -212,6 +277,7 @@ def count(profile: str = "ci", geometry: str = None, select: str = None) -> dict
         "properties": {n: row([n]) for n in sorted(per_prop)},
         "numerics+tails": row(["numerics", "tails"]),
         "launching": row([n for n in LAUNCHING if n in per_prop]),
+        "all": row(sorted(per_prop)),
         "forward": row([n for n in LAUNCHING if n in per_prop and n not in BACKWARD]),
         "backward": row([n for n in BACKWARD if n in per_prop]),
         "numerics_rows_never_drawn": unvisited,
@@ -228,13 +294,16 @@ def main(argv=None) -> int:
     p.add_argument("--geometry", choices=("pool", "free", "mixed"), default=None, help="override the profile's geometry mode ($SDPA_GEOMETRY)")
     p.add_argument("-k", dest="select", default=None, help="pytest -k expression (a subset of the tests)")
     p.add_argument("--json", default=None, help="also write the counts here")
+    p.add_argument("--compile-tier", action="store_true", help="also draw the CPU compile tier's tests (the gate runs them too)")
     args = p.parse_args(argv)
-    out = count(args.profile, args.geometry, args.select)
+    out = count(args.profile, args.geometry, args.select, args.compile_tier)
     print(f"\nprofile {out['profile']}, geometry {out['geometry']}")
-    print(f"{'property':20} {'examples':>9} {'keys':>6} {'dense':>6} {'thd':>5} {'bwd':>5} {'ex/key':>7}")
-    rows = list(out["properties"].items()) + [(n, out[n]) for n in ("numerics+tails", "forward", "backward", "launching")]
+    print(f"{'property':20} {'examples':>9} {'keys':>6} {'own':>5} {'dense':>6} {'thd':>5} {'bwd':>5} {'ex/key':>7}")
+    rows = list(out["properties"].items()) + [(n, out[n]) for n in ("numerics+tails", "forward", "backward", "launching", "all")]
     for name, r in rows:
-        print(f"{name:20} {r['examples']:9d} {r['keys']:6d} {r['dense_keys']:6d} {r['thd_keys']:5d} {r['backward_keys']:5d} {str(r['examples_per_key']):>7}")
+        print(
+            f"{name:20} {r['examples']:9d} {r['keys']:6d} {r['own']:5d} {r['dense_keys']:6d} {r['thd_keys']:5d} {r['backward_keys']:5d} {str(r['examples_per_key']):>7}"
+        )
     if out["numerics_rows_never_drawn"]:
         print("numerics: pool rows never drawn: " + "; ".join(f"{k} {' '.join(v)}" for k, v in out["numerics_rows_never_drawn"].items()))
     if out["numerics_features_missing"]:
