@@ -12,10 +12,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from ground import contracts, findings
+from ground.case import Case
 from ground.contracts import CONFIG, ENTRY_POINTS, RULES, TAMPERS, WRAPPER, Rule, broken_rules
 from kernels.config import run_config
 from properties import CHECKS
 from strategies import cases, violating_cases
+from strategies.violations import KEY_KEEPING_BASES
+from strategies.violations import _base as rule_base
 
 FIXED = dict(derandomize=True, database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 IDS = [r.name for r in RULES]
@@ -239,3 +242,57 @@ def test_wrapper_bias_batch_finding_on_the_binder():
     assert _rejects_finding("bias_batch_gt_1", WRAPPER).observed == findings.ACCEPTED
     _bind_bias((1, 2, 4, 4), "float16", 2)  # the declared shape binds
     _bind_bias((2, 2, 4, 4), "float16", 2)  # the finding: a batch-2 bias binds too
+
+
+# ------------------------------------------------- bases that keep the compile key
+def _keeps_key(name: str, base) -> bool:
+    """Whether rule ``name``'s transform of ``base`` asks the prepared entry
+    for the key ``base`` itself compiles (kernels.prepared.named_key, tampered
+    as the rejection property tampers the call)."""
+    from kernels.prepared import named_key
+
+    r = contracts.rule(name)
+    return named_key(r.transform(base), tamper=r.tamper) == named_key(base)
+
+
+@pytest.mark.parametrize("name", sorted(KEY_KEEPING_BASES))
+def test_key_keeping_bases_keep_the_compile_key(name):
+    """strategies.violations.KEY_KEEPING_BASES: the rule's violating Case asks
+    for its base's own compile key (a valid pooled Case's), and still breaks
+    exactly its rule; bias_batch_gt_1 where the base holds several batch
+    entries already (from one it must add one)."""
+    r = contracts.rule(name)
+
+    @settings(max_examples=30, **FIXED)
+    @given(rule_base(r, (r.layout,), {}))
+    def check(base):
+        assert broken_rules(r.transform(base)) == (name,)
+        if name != "bias_batch_gt_1" or base.batch > 1:
+            assert _keeps_key(name, base), base
+
+    check()
+
+
+def test_key_check_sees_a_violation_that_reaches_the_key():
+    """The check above can fail: a non-integral GQA changes the heads, which the key holds."""
+    assert not _keeps_key("gqa_non_integral", Case(bias="float16"))
+
+
+def test_rejection_names_the_key_it_compiled_under():
+    """properties.rejection._compile_key: nothing asked, no key; the prepared
+    entry's compile names its own key (sm_80 without a GPU: an artifact of
+    its own); another entry names the compiled-cache entries it asked for."""
+    from kernels.base import CompileDelta
+    from kernels.counters import Asked
+    from kernels.prepared import named_key
+    from properties.rejection import _compile_key
+
+    r = contracts.rule("gqa_non_integral")
+    case = r.transform(Case())
+    none, one = CompileDelta(), CompileDelta(misses=1)
+    assert _compile_key(case, r, "prepared", none, Asked(), []) == ""
+    assert _compile_key(case, r, "prepared", one, Asked(), []) == named_key(case, arch="sm_80") != named_key(case)
+    asked = Asked(keys={"k1|sym|o": {}, "k2|sym|o": {}})
+    got = _compile_key(case, r, WRAPPER, one, asked, [])
+    assert got and got == _compile_key(case, r, WRAPPER, one, Asked(keys=dict(reversed(list(asked.keys.items())))), [])
+    assert _compile_key(case, r, WRAPPER, one, Asked(), []) == ""
