@@ -179,6 +179,24 @@ def compile_key(case: Case, *, initialize_outputs: bool = True) -> tuple:
     return _dense_key(spec, meta_dense_geometry(case, spec))
 
 
+def named_key(case: Case, *, tamper: Optional[str] = None, arch: Optional[str] = None) -> str:
+    """The ``compile_key`` digest a call of ``case`` compiles under, as a
+    run's notes name it (``key_digest``): ``tamper`` as the call is tampered
+    (``_tampered``: a raw right bound is a dense constexpr); ``arch``, a
+    compile for another arch than the live one (compile_only's sm_80), names
+    an artifact of its own. A backward Case: kernels.backward.compile_key."""
+    from kernels.backward import compile_key as backward_key
+
+    if case.is_bwd:
+        key: tuple = ("bwd", backward_key(case))
+    else:
+        spec = _tampered(specialize(case), case, tamper)
+        key = _thd_key(case, spec, True) if case.is_thd else _dense_key(spec, meta_dense_geometry(case, spec))
+    if case.is_bwd and arch is None:
+        return key[1]
+    return key_digest(key if arch is None else (arch, key))
+
+
 def _dense_key(spec, geometry) -> tuple:
     return ("dense", spec.flavor, spec.params, geometry, spec.swa_window, spec.right_bound)
 

@@ -101,6 +101,7 @@ def check_compile_reuse(case: Case, adapter, *, launch: bool = True) -> Observat
     recorder.begin("compile_reuse", case, launch=launch)
     start = time.perf_counter()
     unchecked = []  # (case, buffers) of the launches whose guard bands are still to check
+    named = []  # the compile key each launch's notes name (the first: the Case's own)
     recording = can_observe_requests()
 
     def call(c: Case):
@@ -121,10 +122,12 @@ def check_compile_reuse(case: Case, adapter, *, launch: bool = True) -> Observat
             buffers = launched_buffers(inputs, (o, lse), result)
             buffers.update({f"{n} (caller)": t for n, t in grads.items()}, do=do)
             unchecked.append((c, buffers))
+            named.append(result.notes.get("compile_key"))
             return result.compile, box
         with _asked(recording) as box:
             result = adapter.run(c, inputs, outputs)
         unchecked.append((c, launched_buffers(inputs, outputs, result)))
+        named.append(result.notes.get("compile_key"))
         return result.compile, box
 
     def guards():
@@ -135,6 +138,9 @@ def check_compile_reuse(case: Case, adapter, *, launch: bool = True) -> Observat
     rule = "entries" if seen is not None and seen.entries else "keys" if seen is not None and seen.keys else "counters"
     base = _requests(seen, rule)
     notes = {"rule": rule, "why": REUSE_RULES[rule], "case_requests": len(base)}
+    key = _first_key(case, launch, named, first)
+    if key:
+        notes["compile_key"] = key  # the Observation's compile counters are the first call's: the Case's own key
     if rule == "counters" and recording:
         notes["why"] += " (the Case asked compile_cached for no keyed artifact)"
 
@@ -170,6 +176,19 @@ def check_compile_reuse(case: Case, adapter, *, launch: bool = True) -> Observat
         return {}
 
     return finish("compile_reuse", case, start, judged, compile=first.to_dict(), notes=notes)
+
+
+def _first_key(case: Case, launch: bool, named: list, delta) -> str:
+    """The compile key of the Case's own first call, "" where it asked for
+    nothing: a launch's notes name it; compile_only compiles for sm_80
+    (kernels.prepared.named_key), an artifact of its own."""
+    if not (delta.misses or delta.hits or delta.memo_hits):
+        return ""
+    if launch:
+        return (named[0] or "") if named else ""
+    from kernels.prepared import named_key
+
+    return named_key(case, arch="sm_80")
 
 
 # The disk property is about the cache, not the shape: one small Case per layout.

@@ -37,7 +37,7 @@ def check_rejection(case: Case, adapter=None, *, entry: str, launch: bool = True
     names, with the outcome it observed."""
     from ground import contracts
     from kernels.config import run_config
-    from kernels.counters import NO_COMPILE_REQUEST, measure, memos_forgotten
+    from kernels.counters import NO_COMPILE_REQUEST, asking, measure, memos_forgotten
 
     rule = contracts.rule(case.violation)
     expect = rule.expect[entry]
@@ -58,8 +58,12 @@ def check_rejection(case: Case, adapter=None, *, entry: str, launch: bool = True
         inputs = make_inputs(case, dev, poison=True)
         outputs = make_outputs(case, dev)
         call = lambda: accepted.append(adapter.run(case, inputs, outputs, tamper=rule.tamper))  # noqa: E731
-    with memos_forgotten(), measure() as box:
+    with memos_forgotten(), measure() as box, asking() as asked:
         error = _attempt(call)
+    notes = {"entry": entry, "rule": rule.name, "adapter": getattr(adapter, "label", entry)}
+    key = _compile_key(case, rule, entry, box.delta, asked, accepted)
+    if key:
+        notes["compile_key"] = key
 
     def judged():
         if outputs is not None:  # before the verdict: a call accepted as a known finding wrote nothing out of bounds either
@@ -90,8 +94,34 @@ def check_rejection(case: Case, adapter=None, *, entry: str, launch: bool = True
         judged,
         entry=entry,
         compile=box.delta.to_dict(),
-        notes={"entry": entry, "rule": rule.name, "adapter": getattr(adapter, "label", entry)},
+        notes=notes,
     )
+
+
+def _compile_key(case: Case, rule, entry: str, delta, asked, accepted) -> str:
+    """The compile key a call that asked the compiled cache for something
+    compiled under (reports count the artifacts of distinct keys), "" for
+    one that asked for nothing: the prepared entry's own key (the key its
+    valid Cases' launches name: kernels.prepared.named_key, tampered as the
+    call was; without a GPU compile_only compiles for sm_80, an artifact of
+    its own), else
+    the compiled-cache entries the call asked for (the public wrapper names
+    no key of its own)."""
+    from kernels.base import key_digest
+    from kernels.prepared import named_key
+
+    if not (delta.misses or delta.hits or delta.memo_hits):
+        return ""
+    if accepted and accepted[0].notes.get("compile_key"):
+        return accepted[0].notes["compile_key"]
+    if entry == "prepared":
+        return named_key(case, tamper=rule.tamper, arch=None if _live() else "sm_80")  # compile_only is live on a GPU
+    requests = sorted(asked.keys) or sorted(asked.entries)
+    return key_digest(("requests", *requests)) if requests else ""
+
+
+def _live() -> bool:
+    return torch.cuda.is_available()
 
 
 def _reraise(error):

@@ -282,8 +282,9 @@ def _phases(c: Counter, example_seconds: float) -> dict:
 #   empty cache) or one worker (a process compiling what it compiled before: a
 #   memo or its cache entry lost). An artifact two keys share (the forward of a
 #   backward chain and a forward example) counts under each key that compiled it.
-# - unkeyed: compiles of examples that name no compile key (contract and reuse
-#   checks): each counted as an artifact, as nothing tells their repeats apart.
+# - unkeyed: compiles of examples that name no compile key (a call whose compiles
+#   no key can name, e.g. a wrapper's where its requests could not be observed):
+#   each counted as an artifact, as nothing tells their repeats apart.
 REPEAT_CLASSES = ("several workers", "one worker")
 REPEAT_TOP = 10
 FLOOR_DEFINITION = (

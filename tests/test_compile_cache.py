@@ -328,12 +328,16 @@ def test_compile_reuse_names_a_new_entry_already_on_disk_and_in_the_memo(fronten
 def test_compile_reuse_passes_a_case_whose_variants_ask_for_nothing_new(frontend, mode):
     """Variants that ask for the Case's entries only pass, cold or warm; a new
     sequence count asks for one new entry (allowed), back to the seen count none."""
+    from kernels.prepared import named_key
+
     frontend(mode)
     adapter = GatherAdapter(_host_shapes)
     for _ in range(2):  # the second time every key is warm
         obs, failure = _verdict(THD_ONE, adapter)
         assert failure is None, failure
         assert obs.outcome == "passed" and obs.notes["rule"] == mode and obs.notes["case_requests"] == 1
+        # the counters are the Case's own first call's: named by its key (compile_only: an sm_80 artifact)
+        assert obs.notes["compile_key"] == named_key(THD_ONE, arch="sm_80") != named_key(THD_ONE)
         assert obs.notes["new_requests"] == {
             "new data and addresses": 0,
             "new token totals": 0,
