@@ -1,12 +1,14 @@
 """The mutant harness: how many planted bugs the suite's properties catch.
 
     python -m conformance.kill_rate --jobs 16                    (a CUDA GPU; the defaults)
-    python -m conformance.kill_rate --examples-scale 10          (a long control search)
+    python -m conformance.kill_rate --only control --examples-scale 10   (a long control search, over every job)
     python -m conformance.kill_rate --family sm90                (a Hopper GPU: the sm90 catalogue)
     python -m conformance.kill_rate --list                       (any machine)
 
 Every mutant of ``kernels.mutants.MUTANTS`` (and the control: no rewrites)
-runs in its own process on ``PreparedAdapter(rewrites=...)``; with
+runs in its own process on ``PreparedAdapter(rewrites=...)`` (with more
+--jobs than mutants, in several: ``run_all`` splits its searches, and the
+record is the one a single process gives); with
 ``--family sm90`` (or ``all``) those of ``kernels.mutants_sm90`` and their
 control on ``Sm90Adapter(rewrites=...)`` (SM 9.0 only), searched by the sm90
 kinds of ``conformance.kill_sm90`` (each family's mutants by its own kinds).
@@ -57,7 +59,7 @@ import sys
 import time
 import traceback
 import zlib
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
@@ -332,15 +334,6 @@ class _Search:
     first: Optional[tuple] = None  # (case, failure, seconds since the mutant started)
     last: Optional[tuple] = None  # the shrunk one: Hypothesis replays it last
 
-    def add(self, other: "_Search") -> None:
-        """Fold one stratum's search into a kind's (its failure, if any, is the kind's)."""
-        self.examples, self.shrinks, self.excused = self.examples + other.examples, self.shrinks + other.shrinks, self.excused + other.excused
-        self.planned += other.planned
-        self.cut |= other.cut
-        self.shrink_capped |= other.shrink_capped
-        if other.first is not None:
-            self.first, self.last = other.first, other.last
-
 
 def search(
     kind: Kind, adapter, flavors, *, profile: str, until: float, t0: float, check=check_property, stratum: Optional[Tuple[str, str]] = None, scale: float = 1.0
@@ -413,25 +406,9 @@ def search(
     return state
 
 
-def run_mutant(
-    mutant: Mutant,
-    *,
-    profile: str = "ci",
-    budget_s: float = CAP_S,
-    examples_scale: float = 1.0,
-    kinds: Sequence[str] = KIND_NAMES,
-    explicit: bool = False,
-    check=check_property,
-    adapter_factory=None,
-) -> dict:
-    """Run one mutant through the property kinds (the expected killer first);
-    returns its verdict record. Each kind draws its planned example count per
-    stratum; ``budget_s`` only caps the mutant's wall clock (a search it cuts
-    makes the verdict ``incomplete``, unless a failure was found)."""
-    from kernels.source import StaleMutant, check_rewrites
-
-    t0 = time.perf_counter()
-    rec = {
+def base_record(mutant: Mutant, examples_scale: float = 1.0) -> dict:
+    """A mutant's record before any search: its catalogue entry, verdict ``survived``."""
+    return {
         "name": mutant.name,
         "bug_class": mutant.bug_class,
         "family": mutant.family,
@@ -454,14 +431,44 @@ def run_mutant(
         "examples_scale": examples_scale,
         "kinds": [],
     }
+
+
+def adapter_for(mutant: Mutant, adapter_factory=None):
+    """The adapter a mutant's searches run on; raises StaleMutant for a rewrite
+    that does not match exactly once (Sm90Adapter applies its rewrites only
+    when it compiles: they are checked here)."""
+    from kernels.source import check_rewrites
+
     if adapter_factory is None and mutant.family == "sm90":
         from kernels.sm90.adapter import Sm90Adapter as adapter_factory
     elif adapter_factory is None:
         from kernels.prepared import PreparedAdapter as adapter_factory
+    if mutant.family == "sm90":
+        check_rewrites(mutant.rewrites)
+    return adapter_factory(rewrites=mutant.rewrites)
+
+
+def run_mutant(
+    mutant: Mutant,
+    *,
+    profile: str = "ci",
+    budget_s: float = CAP_S,
+    examples_scale: float = 1.0,
+    kinds: Sequence[str] = KIND_NAMES,
+    explicit: bool = False,
+    check=check_property,
+    adapter_factory=None,
+) -> dict:
+    """Run one mutant through the property kinds (the expected killer first);
+    returns its verdict record. Each kind draws its planned example count per
+    stratum; ``budget_s`` only caps the mutant's wall clock (a search it cuts
+    makes the verdict ``incomplete``, unless a failure was found)."""
+    from kernels.source import StaleMutant
+
+    t0 = time.perf_counter()
+    rec = base_record(mutant, examples_scale)
     try:
-        if mutant.family == "sm90":  # Sm90Adapter applies its rewrites only when it compiles: stale is stale here
-            check_rewrites(mutant.rewrites)
-        adapter = adapter_factory(rewrites=mutant.rewrites)
+        adapter = adapter_for(mutant, adapter_factory)
     except StaleMutant as e:
         return rec | {"verdict": "stale", "error": str(e), "wall_s": round(time.perf_counter() - t0, 1)}
     chosen = searched(mutant, kinds, explicit=explicit)
@@ -470,59 +477,104 @@ def run_mutant(
     return rec
 
 
+def search_units(chosen, flavors, profile: str) -> List[Tuple[Kind, Optional[Tuple[str, str]]]]:
+    """The searches of a mutant, in the order one process makes them: each
+    kind of ``chosen`` in order, each of its strata the profile runs (a kind
+    whose test the profile does not run has none: properties.matrix.PROFILE_TESTS).
+    A unit is one Hypothesis search, its count, seed and settings its own
+    (``search``): the unit a mutant's searches are split by over processes."""
+    return [(kind, stratum) for kind in chosen for stratum in profile_strata(kind, flavors, profile)]
+
+
+def unit_result(s: _Search, seconds: float) -> dict:
+    """One unit's search as plain data (it crosses processes): its counts and,
+    if it failed, the record fields of its failure."""
+    res = {
+        "examples": s.examples,
+        "planned": s.planned,
+        "shrinks": s.shrinks,
+        "excused": s.excused,
+        "cut": s.cut,
+        "shrink_capped": s.shrink_capped,
+        "seconds": seconds,
+        "failure": None,
+    }
+    if s.first is not None:
+        from ground.outcome import PropertyFailure
+
+        case, failure, _ = s.last
+        killed = isinstance(failure, PropertyFailure)
+        failing = getattr(failure, "case", None)
+        res["failure"] = dict(
+            verdict="killed" if killed else crash_or_harness(failure),
+            summary=failure.summary if killed else f"{type(failure).__name__}: {str(failure)[:300]}",
+            first_failure_s=round(s.first[2], 1),
+            case=case.to_dict(),
+            case_size=case_size(case),
+            case_text=case.describe(),
+            first_case=s.first[0].to_dict(),
+            failure_case=failing.to_dict() if killed and failing != case else None,
+        )
+    return res
+
+
+def first_failing(results: dict, events: Optional[dict] = None) -> Optional[int]:
+    """The index of the unit whose failure decides the verdict: the first in
+    search order (``events``: units whose process died or raised in the
+    harness), whatever order the processes found them in; None: none failed."""
+    failed = [i for i, r in results.items() if r.get("failure")] + list(events or ())
+    return min(failed) if failed else None
+
+
+def merge_units(rec: dict, units, results: dict, *, profile: str, scale: float = 1.0) -> None:
+    """Fill ``rec`` (its ``kinds``, ``complete`` and verdict) from the units'
+    results (index -> ``unit_result``), as one process searching them in
+    order would: every unit up to the first failing one, each kind's strata
+    summed, the first failure (by search order) the verdict; units after it
+    are not counted (one process would not have searched them)."""
+    stop = first_failing(results)
+    for kind in dict.fromkeys(k for k, _ in units):
+        mine = [i for i, (k, _) in enumerate(units) if k is kind]
+        done = [results[i] for i in mine if stop is None or i <= stop]
+        if not done:
+            break
+        cut = any(r["cut"] for r in done)
+        failure = next((r["failure"] for r in done if r["failure"]), None)
+        rec["kinds"].append(
+            {
+                "name": kind.name,
+                "examples": sum(r["examples"] for r in done),
+                "planned": planned_examples(profile, kind, scale) * len(mine),
+                "shrinks": sum(r["shrinks"] for r in done),
+                "excused": sum(r["excused"] for r in done),
+                "cut": cut,
+                "strata": len(mine),
+                "seconds": round(sum(r["seconds"] for r in done), 1),
+                "failed": failure is not None,
+            }
+        )
+        rec["complete"] &= not cut
+        if failure is not None:
+            rec.update(failure, killed_by=kind.name, property=kind.property, params=kind.params, shrink_capped=results[stop]["shrink_capped"])
+            return
+    if not rec["complete"]:
+        rec["verdict"] = "incomplete"
+
+
 def _search_kinds(rec: dict, chosen, adapter, flavors, *, profile, deadline, t0, check, scale: float = 1.0) -> None:
     """Search each kind in order, every stratum its planned count, until one
     fails or the clock passes ``deadline`` (the cap: the kinds and strata
     left are recorded as cut, with nothing drawn). Fills ``rec`` with the
     verdict: the failure's, else ``survived`` when nothing was cut, else
     ``incomplete``."""
-    from ground.outcome import PropertyFailure
-
-    for kind in chosen:
+    units, results = search_units(chosen, flavors, profile), {}
+    for i, (kind, stratum) in enumerate(units):
         now = time.perf_counter()
-        s, strata = _Search(), profile_strata(kind, flavors, profile)
-        if not strata:  # a test the profile does not run (properties.matrix.PROFILE_TESTS)
-            continue
-        for stratum in strata:
-            one = search(kind, adapter, flavors, profile=profile, until=deadline, t0=t0, check=check, stratum=stratum, scale=scale)
-            s.add(one)
-            if one.first is not None:
-                break
-        rec["kinds"].append(
-            {
-                "name": kind.name,
-                "examples": s.examples,
-                "planned": planned_examples(profile, kind, scale) * len(strata),
-                "shrinks": s.shrinks,
-                "excused": s.excused,
-                "cut": s.cut,
-                "strata": len(strata),
-                "seconds": round(time.perf_counter() - now, 1),
-                "failed": s.first is not None,
-            }
-        )
-        rec["complete"] &= not s.cut
-        if s.first is not None:
-            case, failure, _ = s.last
-            killed = isinstance(failure, PropertyFailure)
-            failing = getattr(failure, "case", None)
-            rec.update(
-                verdict="killed" if killed else crash_or_harness(failure),
-                killed_by=kind.name,
-                property=kind.property,
-                params=kind.params,
-                summary=failure.summary if killed else f"{type(failure).__name__}: {str(failure)[:300]}",
-                first_failure_s=round(s.first[2], 1),
-                case=case.to_dict(),
-                case_size=case_size(case),
-                case_text=case.describe(),
-                first_case=s.first[0].to_dict(),
-                failure_case=failing.to_dict() if killed and failing != case else None,
-                shrink_capped=s.shrink_capped,
-            )
-            return
-    if not rec["complete"]:
-        rec["verdict"] = "incomplete"
+        one = search(kind, adapter, flavors, profile=profile, until=deadline, t0=t0, check=check, stratum=stratum, scale=scale)
+        results[i] = unit_result(one, time.perf_counter() - now)
+        if one.first is not None:
+            break
+    merge_units(rec, units, results, profile=profile, scale=scale)
 
 
 def crash_or_harness(exc: BaseException) -> str:
@@ -539,77 +591,257 @@ def crash_or_harness(exc: BaseException) -> str:
 
 
 # ------------------------------------------------------------- processes
-def _worker(mutant: Mutant, opts: dict, out) -> None:
-    """Process entry: one mutant, output to its log, the record to ``out``."""
-    log = Path(opts["log_dir"]) / f"{mutant.name}.log"
+def run_share(
+    mutant: Mutant, units, take, report, stop, *, adapter, profile: str, budget_s: float, scale: float, t0: float, check=check_property, large=None
+) -> None:
+    """One process's share of a mutant's units (``search_units``): ``take()``
+    gives the next unit's index (None: no more), each searched exactly as one
+    process searching them all searches it (its own count, seed and settings:
+    ``search``), and reported as ``report("start", i)`` then
+    ``report("unit", i, unit_result)``. ``stop.value``: the first unit known
+    to have failed, over every share of the mutant; a unit after it is not
+    needed for the verdict, so it is skipped, or abandoned mid-search (its
+    check no longer launches; its result says ``abandoned``). Only a failure
+    lowers it, so no unit before the first failure is ever skipped (two shares
+    lowering it at once may leave the larger of their indices: that only skips
+    less). The cap: ``budget_s`` from this share's start, as a single
+    process's from its own. ``large``: a lock the mutant's shares hold while
+    searching a large-tier kind (gigabytes per example), so that they search
+    them one at a time, as one process does."""
+    deadline, flavors = time.perf_counter() + budget_s, flavors_for(mutant)
+    while (i := take()) is not None:
+        if stop.value < i:
+            continue
+        report("start", i)
+        kind, stratum = units[i]
+
+        def gated(kind, case, adapter, i=i):
+            return None if stop.value < i else check(kind, case, adapter)
+
+        now = time.perf_counter()
+        with large if large is not None and kind.examples == LARGE_BUDGET else nullcontext():
+            one = search(kind, adapter, flavors, profile=profile, until=deadline, t0=t0, check=gated, stratum=stratum, scale=scale)
+        res = unit_result(one, time.perf_counter() - now) | {"abandoned": stop.value < i}
+        if res["failure"] and not res["abandoned"]:
+            stop.value = min(stop.value, i)
+        report("unit", i, res)
+
+
+def _setup(opts: dict) -> None:
+    """A worker's process state: the kernels' source, torch's threads, the known findings."""
+    from kernels.source import use_kernels_source
+
+    use_kernels_source(opts.get("kernels_source"))
+    import torch
+
+    torch.set_num_threads(opts.get("threads", 1))
+    if opts.get("findings"):
+        from ground import findings
+        from properties import CHECKS
+
+        findings.activate(findings.load(opts["findings"], checks=CHECKS))
+
+
+def _worker(mutant: Mutant, specs, opts: dict, share: int, shares: int, tasks, out, stop, large, born: float) -> None:
+    """Process entry: one share of a mutant (``specs``: its units as (kind
+    name, stratum)), output to its log, messages to ``out``: ("start" | "unit"
+    | "stale" | "harness" | "done", mutant, share, unit index, payload)."""
+    log = Path(opts["log_dir"]) / (f"{mutant.name}.log" if shares == 1 else f"{mutant.name}.{share}.log")
     with open(log, "w") as f:
         os.dup2(f.fileno(), 1)
         os.dup2(f.fileno(), 2)
+    current = [None]
+
+    def report(what, i, res=None):
+        current[0] = i if what == "start" else None
+        out.put((what, mutant.name, share, i, res))
+
     try:
-        from kernels.source import use_kernels_source
+        from kernels.source import StaleMutant
 
-        use_kernels_source(opts.get("kernels_source"))
-        import torch
-
-        torch.set_num_threads(opts.get("threads", 1))
-        if opts.get("findings"):
-            from ground import findings
-            from properties import CHECKS
-
-            findings.activate(findings.load(opts["findings"], checks=CHECKS))
-        rec = run_mutant(
+        _setup(opts)
+        by_name = {k.name: k for k in KINDS}
+        units = [(by_name[name], stratum) for name, stratum in specs]
+        t0 = time.perf_counter() - (time.time() - born)  # first_failure_s: from the mutant's start
+        try:
+            adapter = adapter_for(mutant, opts.get("adapter_factory"))
+        except StaleMutant as e:
+            out.put(("stale", mutant.name, share, None, str(e)))
+            return
+        run_share(
             mutant,
+            units,
+            tasks.get,
+            report,
+            stop,
+            adapter=adapter,
             profile=opts["profile"],
             budget_s=opts["budget_s"],
-            examples_scale=opts.get("examples_scale", 1.0),
-            kinds=opts["kinds"],
-            explicit=opts.get("explicit", False),
+            scale=opts.get("examples_scale", 1.0),
+            t0=t0,
+            check=opts.get("check") or check_property,
+            large=large,
         )
-    except BaseException as e:  # noqa: BLE001 - outside any property call: the harness, not the mutant
+    except BaseException as e:  # noqa: BLE001 - outside any property call (or a refusal): the harness, not the mutant
         traceback.print_exc()
-        rec = {
-            "name": mutant.name,
-            "bug_class": mutant.bug_class,
-            "family": mutant.family,
-            "targets": list(mutant.targets),
-            "expected_killer": mutant.expected_killer,
-            "why": mutant.why,
-            "verdict": "harness_error",
-            "error": f"{type(e).__name__}: {e}",
-            "kinds": [],
-        }
-    out.put(rec)
+        out.put(("harness", mutant.name, share, current[0], f"{type(e).__name__}: {e}"))
+        return
+    out.put(("done", mutant.name, share, None, None))
+
+
+def plan_shares(work: Sequence[float], units: Sequence[int], jobs: int) -> List[int]:
+    """Processes per mutant: one each; the jobs left over when there are more
+    jobs than mutants go one at a time to the mutant with the most planned
+    work per process (``work``), at most one process per unit. Deterministic."""
+    n = [1] * len(work)
+    for _ in range(max(0, jobs - len(work))):
+        open_ = [i for i in range(len(work)) if n[i] < units[i]]
+        if not open_:
+            break
+        n[max(open_, key=lambda i: (work[i] / n[i], -i))] += 1
+    return n
+
+
+def mutant_units(mutant: Mutant, opts: dict) -> list:
+    """A mutant's units as a worker of ``opts`` searches them."""
+    return search_units(searched(mutant, opts["kinds"], explicit=opts.get("explicit", False)), flavors_for(mutant), opts["profile"])
+
+
+def share_plan(mutants: Sequence[Mutant], opts: dict, jobs: int) -> Tuple[dict, dict]:
+    """Each mutant's units and its processes (``plan_shares``), by name."""
+    units = {m.name: mutant_units(m, opts) for m in mutants}
+    shares = plan_shares([_work(units[m.name], opts) for m in mutants], [len(units[m.name]) for m in mutants], jobs)
+    return units, dict(zip((m.name for m in mutants), shares))
+
+
+def _work(units, opts: dict) -> float:
+    """The planned work of ``units``: examples weighed by the property's seconds (conformance.schedule)."""
+    from conformance.schedule import weight_of
+
+    return sum(planned_examples(opts["profile"], k, opts.get("examples_scale", 1.0)) * weight_of(k.property) for k, _ in units)
+
+
+def _fallback(m: Mutant, verdict: str, error: str) -> dict:
+    """The record of a mutant whose process died, hung or failed in the harness."""
+    return {
+        "name": m.name,
+        "bug_class": m.bug_class,
+        "family": m.family,
+        "targets": list(m.targets),
+        "verdict": verdict,
+        "error": error,
+        "expected_killer": m.expected_killer,
+        "why": m.why,
+        "kinds": [],
+    }
+
+
+@dataclass
+class _Running:
+    """The parent's view of one mutant's shares."""
+
+    mutant: Mutant
+    units: list
+    procs: dict  # share -> Process
+    stop: object  # multiprocessing Value: the first failing unit (run_share)
+    born: float
+    current: dict = field(default_factory=dict)  # share -> the unit it searches
+    finished: set = field(default_factory=set)  # shares that ended (done, or dead and recorded)
+    results: dict = field(default_factory=dict)  # unit -> unit_result
+    events: dict = field(default_factory=dict)  # unit (-1: before any) -> (verdict, error): a share died or raised
+    stale: Optional[str] = None
+
+    def record(self, opts: dict) -> dict:
+        m = self.mutant
+        wall = round(time.time() - self.born, 1)
+        if self.stale is not None:
+            return base_record(m, opts.get("examples_scale", 1.0)) | {"verdict": "stale", "error": self.stale, "wall_s": wall}
+        first = first_failing(self.results, self.events)
+        missing = [i for i in range(len(self.units) if first is None else first) if i not in self.results]
+        if missing:  # no unit before the verdict's may go unsearched (run_share): a bug of the harness
+            return _fallback(m, "harness_error", f"no result for unit {missing[0]} ({self.units[missing[0]][0].name})")
+        if first is not None and first in self.events:
+            verdict, error = self.events[first]
+            where = f" (searching {self.units[first][0].name}{_stratum_label(self.units[first][1])})" if first >= 0 else ""
+            return _fallback(m, verdict, error + where)
+        rec = base_record(m, opts.get("examples_scale", 1.0))
+        merge_units(rec, self.units, self.results, profile=opts["profile"], scale=opts.get("examples_scale", 1.0))
+        return rec | {"wall_s": wall}
+
+
+def _stratum_label(stratum) -> str:
+    return f"[{stratum[0]}-{stratum[1]}]" if stratum else ""
 
 
 def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print) -> List[dict]:
-    """Every mutant in its own spawned process, ``jobs`` at a time; a worker
-    past its cap (--budget-s: searching and shrinking) + GRACE_S is killed
-    (verdict error: a hang)."""
+    """Every mutant in spawned processes, ``jobs`` processes at a time: one
+    each, or, when there are more jobs than mutants, the spare jobs split the
+    mutants' units (``plan_shares``): each share a process taking the next
+    unit in search order from the mutant's queue, the record merged as one
+    process would have made it (``merge_units``). A share past the cap
+    (--budget-s: searching and shrinking) + GRACE_S is killed (verdict
+    error: a hang); a share that dies ends its mutant's verdict there (the
+    first failure in search order still wins)."""
     import multiprocessing as mp
 
     from conformance.kill_rate import _worker  # by its module name even when run as __main__
 
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
+    units, plan = share_plan(mutants, opts, jobs)
     pending, running, records = list(mutants), {}, {}
     limit = opts["budget_s"] + GRACE_S
-    while pending or running:
-        while pending and len(running) < jobs:
-            m = pending.pop(0)
-            p = ctx.Process(target=_worker, args=(m, opts, out), name=f"mutant-{m.name}", daemon=True)
-            p.start()
-            running[m.name] = (m, p, time.monotonic())
+
+    def handle(msg) -> None:
+        what, name, share, i, payload = msg
+        run = running.get(name)
+        if run is None:
+            return
+        if what == "start":
+            run.current[share] = i
+        elif what == "unit":
+            run.current[share] = None
+            if not payload["abandoned"]:
+                run.results[i] = payload
+        elif what == "stale":
+            run.stale = payload
+            run.finished.add(share)
+        elif what == "harness":
+            run.events[-1 if i is None else i] = ("harness_error", payload)
+            run.stop.value = min(run.stop.value, -1 if i is None else i)
+            run.finished.add(share)
+        elif what == "done":
+            run.finished.add(share)
+
+    def drain() -> None:
         try:
-            rec = out.get(timeout=1.0)
-            records[rec["name"]] = rec
-            progress(_progress_line(rec, len(records), len(mutants)))
+            while True:
+                handle(out.get_nowait())
         except queue_mod.Empty:
             pass
-        for name, (m, p, started) in list(running.items()):
-            if name in records:
-                p.join(timeout=5)
-                del running[name]
-            elif not p.is_alive() or time.monotonic() - started > limit:
+
+    while pending or running:
+        while pending and sum(len(r.procs) for r in running.values()) + plan[pending[0].name] <= max(jobs, plan[pending[0].name]):
+            m = pending.pop(0)
+            specs, n = [(k.name, st) for k, st in units[m.name]], plan[m.name]
+            tasks, stop, large = ctx.Queue(), ctx.Value("q", len(specs), lock=False), ctx.Lock()
+            for i in list(range(len(specs))) + [None] * n:
+                tasks.put(i)
+            run = running[m.name] = _Running(m, units[m.name], {}, stop, time.time())
+            for share in range(n):
+                p = ctx.Process(
+                    target=_worker, args=(m, specs, opts, share, n, tasks, out, stop, large, run.born), name=f"mutant-{m.name}-{share}", daemon=True
+                )
+                p.start()
+                run.procs[share] = p
+        try:
+            handle(out.get(timeout=1.0))
+        except queue_mod.Empty:
+            pass
+        for name, run in list(running.items()):
+            for share, p in run.procs.items():
+                if share in run.finished or (p.is_alive() and time.time() - run.born <= limit):
+                    continue
                 if p.is_alive():
                     p.kill()
                     why = f"worker killed after {limit:.0f} s (hung?)"
@@ -617,28 +849,19 @@ def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print) ->
                     why = f"worker exited with code {p.exitcode} without a verdict"
                 p.join(timeout=5)
                 time.sleep(0.2)
-                try:  # a record may have landed just before it exited
-                    while True:
-                        rec = out.get_nowait()
-                        records[rec["name"]] = rec
-                except queue_mod.Empty:
-                    pass
-                if name not in records:
+                drain()  # a message may have landed just before it exited
+                if share not in run.finished:
                     # A signal (a crash in the kernel) or a hang is the mutant's; a Python exit is the harness'.
-                    verdict = "harness_error" if (p.exitcode or 0) > 0 else "error"
-                    records[name] = {
-                        "name": name,
-                        "bug_class": m.bug_class,
-                        "family": m.family,
-                        "targets": list(m.targets),
-                        "verdict": verdict,
-                        "error": why,
-                        "expected_killer": m.expected_killer,
-                        "why": m.why,
-                        "kinds": [],
-                    }
-                    progress(_progress_line(records[name], len(records), len(mutants)))
+                    i = run.current.get(share)
+                    run.events[-1 if i is None else i] = ("harness_error" if (p.exitcode or 0) > 0 else "error", why)
+                    run.stop.value = min(run.stop.value, -1 if i is None else i)
+                    run.finished.add(share)
+            if len(run.finished) == len(run.procs):
+                for p in run.procs.values():
+                    p.join(timeout=5)
+                records[name] = run.record(opts)
                 del running[name]
+                progress(_progress_line(records[name], len(records), len(mutants)))
     return [records[m.name] for m in mutants]
 
 
@@ -702,11 +925,15 @@ def controls_problem(controls) -> Optional[str]:
 def exit_code(t: dict, control, goal: float) -> int:
     """``control``: the control's record, or the list of the families' controls."""
     # An incomplete mutant fails the run: on a faster machine it might have been killed or survived.
-    ok = controls_problem(control) is None and not t["harness_error"] and not t["incomplete"] and t["kill_rate"] is not None and t["kill_rate"] >= goal
+    # No mutant run (--only control): the goal has nothing to measure.
+    rate_ok = t["total"] == 0 or (t["kill_rate"] is not None and t["kill_rate"] >= goal)
+    ok = controls_problem(control) is None and not t["harness_error"] and not t["incomplete"] and rate_ok
     return 0 if ok else 1
 
 
 def kill_rate_line(t: dict, goal: float) -> str:
+    if t["total"] == 0:
+        return "kill rate: n/a (no mutant run: the control alone)"
     if t["kill_rate"] is None:
         return f"kill rate: n/a (no mutant to count; {t['stale']} stale, {t['incomplete']} incomplete)"
     return (
@@ -731,11 +958,13 @@ COLUMNS = (
 
 def render_markdown(doc: dict) -> str:
     run, t = doc["run"], doc["tally"]
+    shares = run.get("shares") or {}
+    split = f" (searches split over processes: {', '.join(f'{name} {n}' for name, n in shares.items())})" if shares else ""
     lines = [
         "# Mutants",
         "",
         f"profile `{run['profile']}`, example counts x{run.get('examples_scale', 1):g} (per kind and stratum: the verdicts mean the same on "
-        f"every machine), cap {run['budget_s']:g} s per mutant, {run['jobs']} jobs, {run['wall_s']} s wall; {run.get('gpu') or 'no GPU'} ({run.get('mode') or '-'})",
+        f"every machine), cap {run['budget_s']:g} s per mutant, {run['jobs']} jobs{split}, {run['wall_s']} s wall; {run.get('gpu') or 'no GPU'} ({run.get('mode') or '-'})",
         "",
         f"**{kill_rate_line(t, run['goal'])}**",
         "",
@@ -784,7 +1013,12 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument(
         "--list", action="store_true", help="print the catalogue and check every rewrite applies exactly once (no GPU needed); exit 1 if one is stale"
     )
-    p.add_argument("--only", metavar="NAME[,NAME]", default=None, help="run only these mutants (of the --family catalogues)")
+    p.add_argument(
+        "--only",
+        metavar="NAME[,NAME]",
+        default=None,
+        help="run only these mutants (of the --family catalogues); each family's control always runs, and naming it (control, control_sm90) runs it alone",
+    )
     p.add_argument(
         "--family",
         choices=FAMILY_NAMES + ("all",),
@@ -793,7 +1027,13 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "a Hopper GPU) or all (default: sm80; --list: all)",
     )
     p.add_argument("--properties", metavar="KIND[,KIND]", default=None, help=f"property kinds to search, in this order: {', '.join(KIND_NAMES)} (default: all)")
-    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="mutants run at once, one process each (default: the number of CPUs)")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="processes at once: one per mutant; with more jobs than mutants (e.g. --only control), the spare ones split the mutants' "
+        "searches (kinds and strata) between them, with the verdict one process would give (default: the number of CPUs)",
+    )
     p.add_argument("--profile", default="ci", help="Hypothesis profile of strategies.profiles (default: ci)")
     p.add_argument(
         "--examples-scale",
@@ -851,10 +1091,11 @@ def _validate(args) -> dict:
     families = selected_families(args.family, listing=args.list)
     catalogue = tuple(m for f in families for m in catalogue_of(f))
     asked = {n.strip() for n in (args.only or "").split(",")}
-    elsewhere = [m for f in FAMILY_NAMES if f not in families for m in catalogue_of(f) if m.name in asked]
+    elsewhere = [m for f in FAMILY_NAMES if f not in families for m in (CONTROLS[f],) + catalogue_of(f) if m.name in asked]
     if elsewhere:
         raise Usage(f"--only: {elsewhere[0].name} is an {elsewhere[0].family} mutant: run it with --family {elsewhere[0].family} (or all)")
-    only = _names(args.only, [m.name for m in catalogue], "--only: mutant")
+    # A control's name selects no mutant: each family's control always runs, so --only control runs it alone.
+    only = _names(args.only, [CONTROLS[f].name for f in families] + [m.name for m in catalogue], "--only: mutant")
     pending = [n.strip() for n in (args.properties or "").split(",") if n.strip() in PENDING]
     if pending:
         raise Usage(f"--properties: {pending[0]} cannot run yet: {PENDING[pending[0]]}")
@@ -945,6 +1186,10 @@ def main(args) -> int:
         f"{len(v['mutants'])} mutants + {len(controls)} control{'s' if len(controls) > 1 else ''} (family {', '.join(v['families'])}), {args.jobs} jobs, profile {v['profile']} example counts x{args.examples_scale:g}, "
         f"cap {args.budget_s:g} s each, kinds {', '.join(v['kinds'])}"
     )
+    _, plan = share_plan(controls + v["mutants"], opts, args.jobs)
+    split = {name: n for name, n in plan.items() if n > 1}
+    if split:
+        print("split over processes: " + ", ".join(f"{name} {n}" for name, n in split.items()))
     records = run_all(controls + v["mutants"], opts, args.jobs)
     control_records, mutant_records = records[: len(controls)], records[len(controls) :]
     t = tally(mutant_records)
@@ -954,6 +1199,7 @@ def main(args) -> int:
         "examples_scale": args.examples_scale,
         "budget_s": args.budget_s,
         "jobs": args.jobs,
+        "shares": split,  # processes per mutant searched by more than one (run_all)
         "goal": args.goal,
         "kinds": v["kinds"],
         "known_findings": v["findings"],

@@ -1,0 +1,218 @@
+"""The kill harness split over processes (conformance.kill_rate.run_all with
+more jobs than mutants), on the CPU with stand-in properties: a mutant's
+units (one Hypothesis search per kind and stratum) shared out between
+processes give the record one process gives, apart from timings: the same
+counts per kind, the same Cases checked, the same killer, the first failure
+by search order whatever share finds one first. Shares are simulated in this
+process (``run_share`` in a chosen order) and, once, spawned for real."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from conformance import kill_rate as M
+from ground.outcome import Observation, PropertyFailure
+
+TIMINGS = ("wall_s", "first_failure_s")
+TWO_KINDS = ("numerics_dense", "tails_dense")  # 8 strata each for the control: 16 units
+
+
+def no_adapter(rewrites):
+    """The stand-in properties launch nothing."""
+    return None
+
+
+def survive(kind, case, adapter):
+    return Observation(kind.property, case, ratios={"o": 0.5})
+
+
+def fail_late(kind, case, adapter):
+    """Fails tails_dense (the control's second kind) on bf16 Cases of several heads."""
+    if kind.name == "tails_dense" and case.dtype == "bfloat16" and case.h_q > 1:
+        raise PropertyFailure(kind.property, case, "planted")
+    return survive(kind, case, adapter)
+
+
+def _timeless(rec: dict) -> dict:
+    return {k: v for k, v in rec.items() if k not in TIMINGS} | {"kinds": [{k: v for k, v in kind.items() if k != "seconds"} for kind in rec["kinds"]]}
+
+
+class _Stop:
+    def __init__(self, value: int):
+        self.value = value
+
+
+def _split(mutant, shares, check, *, kinds, profile="ci", order=None, budget_s=M.CAP_S):
+    """``mutant`` searched by ``shares`` simulated shares, unit i going to
+    share ``shares[i]`` (a list) or ``i % shares`` (an int), the shares run
+    one after the other in ``order`` (default: last first, so a later unit's
+    failure is found first). Returns (record, the units each share started)."""
+    units = M.mutant_units(mutant, {"kinds": kinds, "profile": profile})
+    owner = shares if isinstance(shares, list) else [i % shares for i in range(len(units))]
+    n = max(owner) + 1
+    stop, results, started = _Stop(len(units)), {}, {s: [] for s in range(n)}
+    for share in order or reversed(range(n)):
+        mine = iter([i for i in range(len(units)) if owner[i] == share])
+
+        def report(what, i, res=None, share=share):
+            if what == "start":
+                started[share].append(i)
+            elif not res["abandoned"]:
+                results[i] = res
+
+        M.run_share(
+            mutant, units, lambda mine=mine: next(mine, None), report, stop, adapter=None, profile=profile, budget_s=budget_s, scale=1.0, t0=0.0, check=check
+        )
+    rec = M.base_record(mutant)
+    M.merge_units(rec, units, results, profile=profile)
+    return rec, started
+
+
+def _one(mutant, check, *, kinds, profile="ci"):
+    return M.run_mutant(mutant, check=check, profile=profile, kinds=kinds, adapter_factory=no_adapter)
+
+
+def _seen(into):
+    def check(kind, case, adapter):
+        into[kind.name, repr(case)] += 1
+        return survive(kind, case, adapter)
+
+    return check
+
+
+@pytest.mark.parametrize("shares", [2, 5])
+def test_a_split_control_draws_what_one_process_draws(shares):
+    """Every kind of the control (the large tier's too), split over 2 and 5
+    shares: per kind the same examples drawn and planned, the same Cases
+    checked (each unit's search keeps its count, seed and settings), the
+    same record."""
+    kinds = [k.name for k in M.searched(M.CONTROL)]
+    alone, split = Counter(), Counter()
+    one = _one(M.CONTROL, _seen(alone), kinds=kinds)
+    rec, started = _split(M.CONTROL, shares, _seen(split), kinds=kinds)
+    assert one["verdict"] == rec["verdict"] == "survived" and len(one["kinds"]) == len(kinds)
+    assert all(k["examples"] == k["planned"] > 0 for k in rec["kinds"])
+    assert _timeless(rec) == _timeless(one) and split == alone
+    assert all(started.values()) and sorted(i for s in started.values() for i in s) == list(
+        range(len(M.mutant_units(M.CONTROL, {"kinds": kinds, "profile": "ci"})))
+    )
+
+
+def test_a_failure_in_one_share_kills_as_one_process_does():
+    """A failure planted in tails_dense (the control's units 8-15) kills with
+    the killer, shrunk Case and counts of the unsplit run: numerics_dense in
+    full, tails_dense up to its failing stratum."""
+    one = _one(M.CONTROL, fail_late, kinds=TWO_KINDS)
+    rec, _ = _split(M.CONTROL, 3, fail_late, kinds=TWO_KINDS)
+    assert one["verdict"] == "killed" and one["killed_by"] == "tails_dense" and one["kinds"][0]["examples"] == one["kinds"][0]["planned"]
+    assert one["kinds"][1]["examples"] < one["kinds"][1]["planned"]
+    assert _timeless(rec) == _timeless(one)
+
+
+def test_two_failing_shares_give_the_first_failure_in_search_order():
+    """numerics_dense fails in its last stratum (unit 7), tails_dense in its
+    first (unit 8): the share holding unit 8 runs first, so its failure is
+    found first; the record is still the unsplit one's, killed by
+    numerics_dense. Once unit 7 failed, the later share skips what it had
+    left (unit 8 is searched only because it was found before)."""
+
+    def fails(kind, case, adapter):
+        if kind.name == "numerics_dense" and case.dtype == "bfloat16" and case.d_qk == 256:  # qwen bf16: its last stratum
+            raise PropertyFailure(kind.property, case, "planted early")
+        if kind.name == "tails_dense":
+            raise PropertyFailure(kind.property, case, "planted late")
+        return survive(kind, case, adapter)
+
+    units = M.mutant_units(M.CONTROL, {"kinds": TWO_KINDS, "profile": "ci"})
+    assert [(k.name, st) for k, st in units[7:9]] == [("numerics_dense", ("qwen", "bfloat16")), ("tails_dense", ("gptoss", "float16"))]
+    one = _one(M.CONTROL, fails, kinds=TWO_KINDS)
+    assert one["killed_by"] == "numerics_dense" and "planted early" in one["summary"]
+    later_first, started = _split(M.CONTROL, [0] * 8 + [1] * 8, fails, kinds=TWO_KINDS, order=[1, 0])
+    assert started[1] == [8] and started[0] == list(range(8))  # unit 8 failed first: share 1 stopped there
+    assert _timeless(later_first) == _timeless(one)
+    earlier_first, started = _split(M.CONTROL, [0] * 8 + [1] * 8, fails, kinds=TWO_KINDS, order=[0, 1])
+    assert started[1] == [] and _timeless(earlier_first) == _timeless(one)  # unit 7 known first: nothing after it searched
+
+
+def test_two_failing_strata_of_one_kind_count_as_one_process_counts():
+    """numerics_dense fails in qwen fp16 (unit 6) and qwen bf16 (unit 7), unit
+    7 found first: the kind counts the strata up to unit 6, as one process
+    that stopped there, not unit 7's draws too."""
+
+    def fails(kind, case, adapter):
+        if kind.name == "numerics_dense" and case.d_qk == 256:
+            raise PropertyFailure(kind.property, case, f"planted in {case.dtype}")
+        return survive(kind, case, adapter)
+
+    one = _one(M.CONTROL, fails, kinds=TWO_KINDS)
+    assert "float16" in one["summary"] and "bfloat16" not in one["summary"] and one["kinds"][0]["examples"] > 6 * 40
+    rec, started = _split(M.CONTROL, [0] * 7 + [1] * 9, fails, kinds=TWO_KINDS, order=[1, 0])
+    assert started[1] == [7] and _timeless(rec) == _timeless(one)
+
+
+def test_a_search_after_a_known_failure_is_abandoned():
+    """A unit in flight when an earlier one fails stops launching: its check
+    is no longer called, its result is marked abandoned and never merged."""
+    calls, stop, reported = [], _Stop(10**6), []
+    units = M.mutant_units(M.CONTROL, {"kinds": ("numerics_dense",), "profile": "ci"})
+
+    def check(kind, case, adapter):
+        calls.append(case)
+        if len(calls) == 3:
+            stop.value = 0  # unit 0 failed in another share meanwhile
+        return survive(kind, case, adapter)
+
+    take = iter([5, None]).__next__  # this share is handed unit 5, then nothing
+    M.run_share(M.CONTROL, units, take, lambda *a: reported.append(a), stop, adapter=None, profile="ci", budget_s=60, scale=1.0, t0=0.0, check=check)
+    (_, i), (what, j, res) = reported
+    assert (i, what, j) == (5, "unit", 5) and res["abandoned"] and len(calls) == 3 and res["examples"] == 40
+
+
+def test_the_cap_applies_to_each_share_from_its_start():
+    """--budget-s caps each share's wall clock from its own start (the shares
+    of a mutant start together): a share past it draws nothing more, and the
+    merged record is incomplete, as one process past its cap."""
+    rec, _ = _split(M.CONTROL, 2, survive, kinds=TWO_KINDS, budget_s=0)
+    assert rec["verdict"] == "incomplete" and not rec["complete"] and all(k["cut"] and k["examples"] == 0 for k in rec["kinds"])
+
+
+def test_spare_jobs_go_to_the_mutant_with_the_most_work():
+    assert M.plan_shares([100.0, 1.0], [200, 5], 16) == [15, 1]
+    assert M.plan_shares([100.0, 60.0], [200, 5], 16) == [11, 5]  # at most a process per unit
+    assert M.plan_shares([1.0, 1.0, 1.0], [9, 9, 9], 2) == [1, 1, 1]  # no more jobs than mutants: one each
+    _, plan = M.share_plan([M.CONTROL], {"kinds": M.KIND_NAMES, "profile": "ci"}, 16)
+    assert plan == {"control": 16}
+
+
+def test_run_all_splits_a_lone_mutant_over_its_jobs(tmp_path):
+    """Spawned for real: the control alone at --jobs 3 runs as 3 processes
+    (one log each) and gives the unsplit record, apart from timings; with a
+    failure planted in its second kind too."""
+    opts = dict(profile="ci", budget_s=600, kinds=list(TWO_KINDS), findings=None, log_dir=str(tmp_path), threads=1, adapter_factory=no_adapter, check=survive)
+    lines = []
+    (rec,) = M.run_all([M.CONTROL], opts, jobs=3, progress=lines.append)
+    assert _timeless(rec) == _timeless(_one(M.CONTROL, survive, kinds=TWO_KINDS)) and rec["verdict"] == "survived"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["control.0.log", "control.1.log", "control.2.log"]
+    assert lines == [f"[1/1] survived  control [drew {M.drew(rec)}]"] and "numerics_dense 320/320, tails_dense 160/160" in lines[0]
+    (rec,) = M.run_all([M.CONTROL], opts | {"check": fail_late}, jobs=3, progress=lines.append)
+    assert rec["killed_by"] == "tails_dense" and _timeless(rec) == _timeless(_one(M.CONTROL, fail_late, kinds=TWO_KINDS))
+
+
+def _validate(*argv):
+    return M._validate(M.parser().parse_args(list(argv)))
+
+
+def test_only_control_runs_the_control_alone(capsys):
+    """The control's name selects no mutant (each family's control always
+    runs); a control-only run that survives passes (no kill rate to reach)."""
+    v = _validate("--only", "control")
+    assert [c.name for c in v["controls"]] == ["control"] and v["mutants"] == []
+    v = _validate("--family", "all", "--only", "control,control_sm90")
+    assert [c.name for c in v["controls"]] == ["control", "control_sm90"] and v["mutants"] == []
+    code = M.main(M.parser().parse_args(["--only", "control_sm90"]))
+    assert code == 2 and "--family sm90" in capsys.readouterr().err
+    control = M.base_record(M.CONTROL)
+    assert M.exit_code(M.tally([]), [control], goal=0.9) == 0 and "the control alone" in M.kill_rate_line(M.tally([]), 0.9)
+    assert M.exit_code(M.tally([]), [control | {"verdict": "incomplete"}], goal=0.9) == 1
