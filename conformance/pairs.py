@@ -174,8 +174,9 @@ def sm90_tests() -> Dict[str, tuple]:
     from strategies.sm90 import sm90_cases
 
     return {
-        # conformance/test_sm90_numerics.py, test_sm90_compile.py (Hopper GPU): dense Cases, at their budget kinds
+        # conformance/test_sm90_numerics.py, test_sm90_compile.py (Hopper GPU): at their budget kinds
         "test_sm90_numerics_dense": (lambda: sm90_cases(layouts=("dense",)), examples("numerics")),
+        "test_sm90_numerics_thd": (lambda: sm90_cases(layouts=("thd",)), examples("numerics")),
         "test_sm90_tails_dense": (lambda: sm90_cases(layouts=("dense",)), examples("tails")),
         "test_sm90_runtime_facts_mint_no_compile": (lambda: sm90_cases(layouts=("dense",)), 10),
         # tests/test_sm90_specialize.py (the CPU tier): both layouts, pool and free head dims
