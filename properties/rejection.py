@@ -104,9 +104,9 @@ def _compile_key(case: Case, rule, entry: str, delta, asked, accepted) -> str:
     one that asked for nothing: the prepared entry's own key (the key its
     valid Cases' launches name: kernels.prepared.named_key, tampered as the
     call was; without a GPU compile_only compiles for sm_80, an artifact of
-    its own), else
-    the compiled-cache entries the call asked for (the public wrapper names
-    no key of its own)."""
+    its own), else (or where the suite cannot specialize the Case) the
+    compiled-cache entries the call asked for (the public wrapper names no
+    key of its own)."""
     from kernels.base import key_digest
     from kernels.prepared import named_key
 
@@ -115,7 +115,10 @@ def _compile_key(case: Case, rule, entry: str, delta, asked, accepted) -> str:
     if accepted and accepted[0].notes.get("compile_key"):
         return accepted[0].notes["compile_key"]
     if entry == "prepared":
-        return named_key(case, tamper=rule.tamper, arch=None if _live() else "sm_80")  # compile_only is live on a GPU
+        try:
+            return named_key(case, tamper=rule.tamper, arch=None if _live() else "sm_80")  # compile_only is live on a GPU
+        except (ValueError, NotImplementedError):  # the kernels' refusal of the Case: name what it asked for
+            pass
     requests = sorted(asked.keys) or sorted(asked.entries)
     return key_digest(("requests", *requests)) if requests else ""
 
