@@ -31,8 +31,9 @@ What it cannot see: on a GPU the numerics tests call ``hypothesis.target``
 with their error ratios, which steers the second half of each test's
 examples; the recorder reports no ratio, so that half is this script's
 approximation (under pool geometry the keys stay inside the pools either
-way). Compiles of the public wrapper adapter (its own plans and staging
-copies) are not counted: the prepared adapter is the default.
+way). The public wrapper's compiles (its own plans and staging copies) are
+not counted beyond its contract tests' estimate above: the prepared adapter
+is the default, and the wrapper's own keys are not readable without a GPU.
 """
 
 from __future__ import annotations
