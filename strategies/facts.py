@@ -20,7 +20,7 @@ from . import features, pools
 from .features import Common, maybe
 from .varlen import thd_cases
 
-DENSE_OPTIONS = ("bias", "bias_dtypes", "padding", "memory", "edges", "max_batch", "max_tokens")
+DENSE_OPTIONS = ("bias", "bias_dtypes", "padding", "memory", "edges", "min_batch", "max_batch", "max_tokens")
 
 
 def dense_cases(
@@ -30,6 +30,7 @@ def dense_cases(
     padding: Optional[bool] = None,
     memory: Sequence[str] = MEMORY_ORDERS,
     edges: bool = True,
+    min_batch: int = 1,
     max_batch: int = max(pools.BATCHES),
     max_tokens: Optional[int] = None,
     geometry: Optional[str] = None,
@@ -40,6 +41,7 @@ def dense_cases(
     bias/padding/``common`` switches: None draws, True forces, False forbids.
     bias_dtypes: "input" (the I/O dtype) and/or "float32".
     edges: allow tile-edge lengths (up to 257).
+    min_batch/max_batch: bound the batch size.
     max_tokens: bound batch * s_q and batch * s_kv.
     geometry: "pool" (compile-key facts from the strata's pools, runtime facts
     free: strategies.geometry), "free", or "mixed" (either, drawn per
@@ -56,13 +58,17 @@ def dense_cases(
         raise ValueError(f"option 'bias_dtypes': {tuple(bias_dtypes)} must be drawn from ('input', 'float32')")
     if max_batch < 1 or (max_tokens is not None and max_tokens < 1):
         raise ValueError("options 'max_batch'/'max_tokens': must be >= 1")
-    batches = [b for b in pools.BATCHES if b <= max_batch and (max_tokens is None or b <= max_tokens)]
+    batches = [b for b in pools.BATCHES if min_batch <= b <= max_batch and (max_tokens is None or b <= max_tokens)]
+    if not batches:
+        raise ValueError(f"options 'min_batch'/'max_batch'/'max_tokens': no batch size of {pools.BATCHES} left")
     memory, bias_dtypes = tuple(memory), tuple(bias_dtypes)
     from . import geometry as geo
 
     mode = geo.mode(geometry)
     if mode != "free":
-        dense = dict(bias=bias, bias_dtypes=bias_dtypes, padding=padding, memory=memory, edges=edges, max_batch=max_batch, max_tokens=max_tokens)
+        dense = dict(
+            bias=bias, bias_dtypes=bias_dtypes, padding=padding, memory=memory, edges=edges, min_batch=min_batch, max_batch=max_batch, max_tokens=max_tokens
+        )
         free = lambda f, d: dense_cases(geometry="free", **dense, **{**common, "flavors": (f,), "dtypes": (d,)})  # noqa: E731
         pooled = geo.pooled_dense(opts, free, few=mode == "few", **dense)
         if mode in ("pool", "few"):

@@ -586,7 +586,9 @@ def _cover_geometry(c: Case, s: int, r: int, taken: list):
 
 
 # ------------------------------------------------------------- option filters
-def dense_allowed(g: DenseGeometry, flavor: str, opts: features.Common, *, bias, bias_dtypes, padding, memory, edges, max_batch, max_tokens) -> bool:
+def dense_allowed(
+    g: DenseGeometry, flavor: str, opts: features.Common, *, bias, bias_dtypes, padding, memory, edges, max_batch, max_tokens, min_batch: int = 1
+) -> bool:
     """Whether ``g`` honours a dense strategy's options (the free draw's rules)."""
     env = pools.FLAVOR_ENVELOPES[flavor]
     tokens = max_tokens if max_tokens is not None else 1 << 30
@@ -602,7 +604,7 @@ def dense_allowed(g: DenseGeometry, flavor: str, opts: features.Common, *, bias,
         padding is None or (g.pad_q and g.pad_kv) == padding and (g.pad_q or g.pad_kv) == padding,
         g.memory in memory,
         edges or (g.s_q in pools.SMALL_LENGTHS and g.s_kv in pools.SMALL_LENGTHS),
-        g.batch <= max_batch and g.batch * max(g.s_q, g.s_kv) <= tokens,
+        min_batch <= g.batch <= max_batch and g.batch * max(g.s_q, g.s_kv) <= tokens,
     )
     return all(checks)
 

@@ -25,14 +25,15 @@ from .facts import cases
 # still makes every Case violate its rule (no filtering).
 # - the bias dtype: the pointer ABI declares the bias as the I/O dtype unless
 #   it is fp32, so a float64, int32 or other-half bias keys as an I/O one;
-# - the bias batch: the bias is declared [1, H, SQ, SKV] whatever its batch;
+# - the bias batch: the bias is declared [1, H, SQ, SKV] whatever its batch
+#   (a base of several batch entries: from one, the transform adds one);
 # - a THD right band: a launch argument (the key holds the mask family),
 #   so a base already without causal keys as it was.
 KEY_KEEPING_BASES: Mapping[str, Mapping] = {
     "bias_dtype_float64": {"bias": True, "bias_dtypes": ("input",)},
     "bias_dtype_int32": {"bias": True, "bias_dtypes": ("input",)},
     "bias_dtype_other_half": {"bias": True, "bias_dtypes": ("input",)},
-    "bias_batch_gt_1": {"bias": True},
+    "bias_batch_gt_1": {"bias": True, "min_batch": 2},
     "thd_window_right_without_causal": {"causal": False},
 }
 

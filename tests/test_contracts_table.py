@@ -259,16 +259,14 @@ def _keeps_key(name: str, base) -> bool:
 def test_key_keeping_bases_keep_the_compile_key(name):
     """strategies.violations.KEY_KEEPING_BASES: the rule's violating Case asks
     for its base's own compile key (a valid pooled Case's), and still breaks
-    exactly its rule; bias_batch_gt_1 where the base holds several batch
-    entries already (from one it must add one)."""
+    exactly its rule."""
     r = contracts.rule(name)
 
     @settings(max_examples=30, **FIXED)
     @given(rule_base(r, (r.layout,), {}))
     def check(base):
         assert broken_rules(r.transform(base)) == (name,)
-        if name != "bias_batch_gt_1" or base.batch > 1:
-            assert _keeps_key(name, base), base
+        assert _keeps_key(name, base), base
 
     check()
 

@@ -133,6 +133,16 @@ def test_thd_options_restrict(c):
     assert c.h_q <= 2
 
 
+@pytest.mark.parametrize("mode", ["pool", "free"])
+def test_min_batch_bounds_the_batch(mode):
+    @settings(max_examples=30, **FIXED)
+    @given(dense_cases(min_batch=2, bias=True, geometry=mode))
+    def check(c):
+        assert c.batch >= 2 and c.bias is not None
+
+    check()
+
+
 @settings(max_examples=30, **FIXED)
 @given(cases(bias=True))
 def test_forcing_a_dense_only_feature_leaves_thd_out(c):
@@ -146,6 +156,7 @@ def test_forcing_a_dense_only_feature_leaves_thd_out(c):
         lambda: dense_cases(dtypes=("float32",)),
         lambda: dense_cases(memory=("sbhd",)),
         lambda: dense_cases(bias_dtypes=("float64",)),
+        lambda: dense_cases(min_batch=4),
         lambda: thd_cases(max_tokens=0),
         lambda: cases(layouts=("thd",), bias=True),
     ],
