@@ -42,7 +42,9 @@ class KernelFamily:
     decide). tile: (tile_m, tile_n). pack_gqa_tile: the Q tile a packed head
     group must divide (None: no PackGQA). schedulers: the Case ``sched``
     values it serves. directions: the passes it has. absent: Case facts
-    with no counterpart in the family -> why (they keep their defaults)."""
+    with no counterpart in the family -> why (they keep their defaults).
+    pairs: the module of its own compile-key factors, whose ``coverage``
+    counts the run's pairs (None: the SM80 factors of ground.pairs)."""
 
     name: str
     doc: str
@@ -60,6 +62,7 @@ class KernelFamily:
     envelopes: Mapping[str, Tuple[int, int]] = field(default_factory=dict)
     pack_gqa_tile: Optional[int] = None
     absent: Mapping[str, str] = field(default_factory=dict)
+    pairs: Optional[str] = None
 
     def serves_head_dims(self, d_qk: int, d_v: int) -> bool:
         """Whether a template of the family computes these head dims (SM80:
@@ -116,6 +119,7 @@ FAMILIES: Dict[str, KernelFamily] = {
         directions=("fwd",),
         head_dims=(8, 512),
         pack_gqa_tile=64,
+        pairs="ground.pairs_sm90",
         absent={
             "bias": "no bias operand (config_sm90.TemplateParams has no bias field, the pointer host no bias pointer)",
             "rope": "no RoPE arm (config_sm90.TemplateParams has no RoPE field)",

@@ -10,12 +10,14 @@ those they missed, per direction and layout (ground.pairs).
 
 from __future__ import annotations
 
+import importlib
 from collections import Counter
 from typing import Iterable, Optional
 
-from ground import pairs, pairs_sm90
+from ground import pairs
 from ground.case import Case
 from ground.coverage import AXES, MASK_FAMILIES, MATRIX_COLUMNS, MATRIX_LAYOUTS, exercised, matrix_cell
+from ground.families import FAMILIES
 from ground.feature_space import OUT_OF_SCOPE, field_axes
 
 
@@ -64,9 +66,16 @@ def coverage(cases: Iterable[Case], adapter: Optional[str] = None) -> dict:
         "gaps": [f"{a.name}: {v}" for a in AXES for v in a.values if not facts[a.name][v]],
         # Pairs of compile-key factor values: feasible, drawn, missing, per direction and layout.
         "pairs": pairs.coverage(cases, adapter),
-        # Another family's pairs over its own factors (ground.pairs_sm90), where the run drew its Cases.
-        "family_pairs": {"sm90": pairs_sm90.coverage(cases)} if any(c.family == "sm90" for c in cases) else {},
+        # Another family's pairs over its own factors (KernelFamily.pairs), where the run drew its Cases.
+        "family_pairs": family_pairs(cases),
     }
+
+
+def family_pairs(cases: list) -> dict:
+    """family -> its pair coverage (its ``KernelFamily.pairs`` module), for
+    every family with factors of its own that the run drew Cases of."""
+    drawn = {c.family for c in cases}
+    return {name: importlib.import_module(f.pairs).coverage(cases) for name, f in FAMILIES.items() if f.pairs and name in drawn}
 
 
 def kernel_fields(fact_counts: dict) -> dict:

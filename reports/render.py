@@ -414,7 +414,7 @@ def _slowest(s: dict) -> list:
 
 
 def _family_pairs(s: dict) -> list:
-    """Another family's pair table (its own compile-key factors: ground/pairs_sm90.py), where the run drew its Cases."""
+    """Another family's pair table (its own compile-key factors: its KernelFamily.pairs module), where the run drew its Cases."""
     out = []
     for family, p in sorted(((s.get("coverage") or {}).get("family_pairs") or {}).items()):
         d, rows = p["fwd"], _layout_rows(p["fwd"])
