@@ -161,7 +161,7 @@ def meta_dense_geometry(case: Case, spec) -> tuple:
     return dense_geometry(case, q, k, v, o, lse, sinks_stride(case), spec.envelope[0])
 
 
-def compile_key(case: Case, *, initialize_outputs: bool = True) -> tuple:
+def compile_key(case: Case, *, initialize_outputs: bool = True, tamper: Optional[str] = None) -> tuple:
     """The identity of the one compile a run of ``case`` asks the prepared entry
     points for, from the facts alone (no template module loaded, nothing
     compiled): equal keys share one compiled artifact, a new key is a new
@@ -172,8 +172,9 @@ def compile_key(case: Case, *, initialize_outputs: bool = True) -> tuple:
     standing for the template module's source digest, which they determine.
     THD: ``compile_thd_host``'s lru arguments (heads, sequence count, window,
     the output-initialisation mode) with (flavor, TemplateParams). The arch
-    is one per run and left out. Raises what ``specialize`` raises."""
-    spec = specialize(case)
+    is one per run and left out. ``tamper``: the key of a call tampered so
+    (``_tampered``). Raises what ``specialize`` raises."""
+    spec = _tampered(specialize(case), case, tamper)
     if case.is_thd:
         return _thd_key(case, spec, initialize_outputs)
     return _dense_key(spec, meta_dense_geometry(case, spec))
@@ -187,11 +188,7 @@ def named_key(case: Case, *, tamper: Optional[str] = None, arch: Optional[str] =
     an artifact of its own. A backward Case: kernels.backward.compile_key."""
     from kernels.backward import compile_key as backward_key
 
-    if case.is_bwd:
-        key: tuple = ("bwd", backward_key(case))
-    else:
-        spec = _tampered(specialize(case), case, tamper)
-        key = _thd_key(case, spec, True) if case.is_thd else _dense_key(spec, meta_dense_geometry(case, spec))
+    key: tuple = ("bwd", backward_key(case)) if case.is_bwd else compile_key(case, tamper=tamper)
     if case.is_bwd and arch is None:
         return key[1]
     return key_digest(key if arch is None else (arch, key))
