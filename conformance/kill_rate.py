@@ -750,6 +750,14 @@ class _Running:
     results: dict = field(default_factory=dict)  # unit -> unit_result
     events: dict = field(default_factory=dict)  # unit (-1: before any) -> (verdict, error): a share died or raised
     stale: Optional[str] = None
+    tasks: object = None  # the mutant's queue of unit indices, then one None per share
+    large: object = None  # the lock its shares hold while searching a large-tier kind
+
+    def unstarted(self) -> List[int]:
+        """Units no share has started that the verdict may still need (before the first known failure)."""
+        started = {i for i in self.current.values() if i is not None} | set(self.results)
+        top = max(started, default=-1)
+        return [i for i in range(top + 1, min(len(self.units), self.stop.value))]
 
     def record(self, opts: dict) -> dict:
         m = self.mutant
@@ -773,12 +781,34 @@ def _stratum_label(stratum) -> str:
     return f"[{stratum[0]}-{stratum[1]}]" if stratum else ""
 
 
+def late_share_for(running, opts: dict) -> Optional[_Running]:
+    """The running mutant a freed job should join as one more share: the one
+    with the most planned work (``_work``) in units no share has started, per
+    live share, if any has more such units than live shares to take them;
+    its last unit cannot start before it (units are taken in search order).
+    A mutant none of whose shares has started a unit yet (still starting, or
+    stale) gets none. None: no mutant has work left for another process."""
+    best, key = None, None
+    for run in running:
+        live = len(run.procs) - len(run.finished)
+        left = run.unstarted()
+        if run.stale is not None or live == 0 or not (run.current or run.results) or len(left) <= live or (run.born + opts["budget_s"] - time.time()) <= 0:
+            continue
+        k = _work([run.units[i] for i in left], opts) / live
+        if key is None or k > key:
+            best, key = run, k
+    return best
+
+
 def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print) -> List[dict]:
     """Every mutant in spawned processes, ``jobs`` processes at a time: one
     each, or, when there are more jobs than mutants, the spare jobs split the
     mutants' units (``plan_shares``): each share a process taking the next
     unit in search order from the mutant's queue, the record merged as one
-    process would have made it (``merge_units``). A share past the cap
+    process would have made it (``merge_units``). Once no mutant waits, a job
+    a finished mutant frees joins a running one as a late share
+    (``late_share_for``; its cap: what is left of the mutant's), so a long
+    search (the control's) does not run alone at the end. A share past the cap
     (--budget-s: searching and shrinking) + GRACE_S is killed (verdict
     error: a hang); a share that dies ends its mutant's verdict there (the
     first failure in search order still wins)."""
@@ -820,20 +850,33 @@ def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print) ->
         except queue_mod.Empty:
             pass
 
+    def spawn(run: _Running, share: int, shares: int, budget_s: float) -> None:
+        specs = [(k.name, st) for k, st in run.units]
+        p = ctx.Process(
+            target=_worker,
+            args=(run.mutant, specs, opts | {"budget_s": budget_s}, share, shares, run.tasks, out, run.stop, run.large, run.born),
+            name=f"mutant-{run.mutant.name}-{share}",
+            daemon=True,
+        )
+        p.start()
+        run.procs[share] = p
+
     while pending or running:
         while pending and sum(len(r.procs) for r in running.values()) + plan[pending[0].name] <= max(jobs, plan[pending[0].name]):
             m = pending.pop(0)
-            specs, n = [(k.name, st) for k, st in units[m.name]], plan[m.name]
-            tasks, stop, large = ctx.Queue(), ctx.Value("q", len(specs), lock=False), ctx.Lock()
-            for i in list(range(len(specs))) + [None] * n:
-                tasks.put(i)
-            run = running[m.name] = _Running(m, units[m.name], {}, stop, time.time())
+            n = plan[m.name]
+            run = running[m.name] = _Running(m, units[m.name], {}, ctx.Value("q", len(units[m.name]), lock=False), time.time())
+            run.tasks, run.large = ctx.Queue(), ctx.Lock()
+            for i in list(range(len(run.units))) + [None] * n:
+                run.tasks.put(i)
             for share in range(n):
-                p = ctx.Process(
-                    target=_worker, args=(m, specs, opts, share, n, tasks, out, stop, large, run.born), name=f"mutant-{m.name}-{share}", daemon=True
-                )
-                p.start()
-                run.procs[share] = p
+                spawn(run, share, n, opts["budget_s"])
+        if not pending:  # a job a finished mutant freed: a late share for the mutant with the most work left per process
+            idle = jobs - sum(len(r.procs) - len(r.finished) for r in running.values())
+            while idle > 0 and (run := late_share_for(running.values(), opts)) is not None:
+                run.tasks.put(None)  # the queue's units come first: the new share takes the next unit, then its own end
+                spawn(run, len(run.procs), len(run.procs) + 1, opts["budget_s"] - (time.time() - run.born))
+                idle -= 1
         try:
             handle(out.get(timeout=1.0))
         except queue_mod.Empty:
@@ -1031,8 +1074,8 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--jobs",
         type=int,
         default=os.cpu_count() or 1,
-        help="processes at once: one per mutant; with more jobs than mutants (e.g. --only control), the spare ones split the mutants' "
-        "searches (kinds and strata) between them, with the verdict one process would give (default: the number of CPUs)",
+        help="processes at once: one per mutant; with more jobs than mutants (e.g. --only control), and once no mutant waits, the spare "
+        "ones split the mutants' searches (kinds and strata) between them, with the verdict one process would give (default: the number of CPUs)",
     )
     p.add_argument("--profile", default="ci", help="Hypothesis profile of strategies.profiles (default: ci)")
     p.add_argument(

@@ -14,6 +14,8 @@ import pytest
 
 from conformance import kill_rate as M
 from ground.outcome import Observation, PropertyFailure
+from kernels.mutants import Mutant
+from kernels.source import Rewrite, check_rewrites
 
 TIMINGS = ("wall_s", "first_failure_s")
 TWO_KINDS = ("numerics_dense", "tails_dense")  # 8 strata each for the control: 16 units
@@ -198,6 +200,58 @@ def test_run_all_splits_a_lone_mutant_over_its_jobs(tmp_path):
     assert lines == [f"[1/1] survived  control [drew {M.drew(rec)}]"] and "numerics_dense 320/320, tails_dense 160/160" in lines[0]
     (rec,) = M.run_all([M.CONTROL], opts | {"check": fail_late}, jobs=3, progress=lines.append)
     assert rec["killed_by"] == "tails_dense" and _timeless(rec) == _timeless(_one(M.CONTROL, fail_late, kinds=TWO_KINDS))
+
+
+def slow_survive(kind, case, adapter):
+    """``survive``, at a launch's pace: the control's 480 examples take seconds, not the blink a freed job needs."""
+    import time
+
+    time.sleep(0.02)
+    return survive(kind, case, adapter)
+
+
+def checked_adapter(rewrites):
+    """No adapter, but a rewrite that does not match is stale, as the real adapters find it."""
+    check_rewrites(rewrites)
+    return None
+
+
+def _running(units, *, procs, finished=(), current=None, results=(), stop=None, stale=None):
+    run = M._Running(M.CONTROL, units, dict.fromkeys(range(procs)), _Stop(len(units) if stop is None else stop), M.time.time())
+    run.finished, run.current, run.results, run.stale = set(finished), dict(current or {}), dict.fromkeys(results, {}), stale
+    return run
+
+
+def test_a_freed_job_joins_the_mutant_with_the_most_work_left():
+    """Once no mutant waits, a job that finished one goes to a running
+    mutant as a late share: the one with the most planned work in units no
+    share has started, per live share; never to one whose units left (before
+    its first known failure) are no more than its live shares."""
+    units = M.mutant_units(M.CONTROL, {"kinds": TWO_KINDS, "profile": "ci"})  # 8 numerics_dense, then 8 tails_dense
+    opts = {"profile": "ci", "budget_s": 600}
+    busy = _running(units, procs=1, current={0: 3}, results=range(3))  # units 4..15 left to one share
+    light = _running(units, procs=2, current={0: 12, 1: 13}, results=range(12))  # 14, 15 left to two shares
+    assert busy.unstarted() == list(range(4, 16)) and M.late_share_for([light, busy], opts) is busy
+    assert M.late_share_for([light], opts) is None  # two units left, two live shares
+    assert M.late_share_for([_running(units, procs=1, current={0: 3}, results=range(3), stop=5)], opts) is None  # a failure at 5: unit 4 alone needed
+    assert M.late_share_for([_running(units, procs=2, finished={0, 1})], opts) is None  # no live share: its record is being made
+    assert M.late_share_for([_running(units, procs=1, stale="x", current={0: 0})], opts) is None
+    assert M.late_share_for([_running(units, procs=1)], opts) is None  # no unit started yet: still starting, or stale
+    assert M.late_share_for([busy], opts | {"budget_s": 0}) is None  # past its cap: no new process would search
+
+
+def test_run_all_gives_a_freed_job_to_a_running_mutant(tmp_path):
+    """Spawned for real, --jobs 2: a stale mutant ends at once and its job
+    joins the control as a late share (its own log); the control's record is
+    still the one process's, apart from timings."""
+    stale = Mutant("stale", "bias", (Rewrite("f16", "not in the file", "x"),), "numerics_dense", "w")
+    opts = dict(
+        profile="ci", budget_s=600, kinds=list(TWO_KINDS), findings=None, log_dir=str(tmp_path), threads=1, adapter_factory=checked_adapter, check=slow_survive
+    )
+    control, rec = M.run_all([M.CONTROL, stale], opts, jobs=2, progress=lambda line: None)
+    assert (rec["verdict"], control["verdict"]) == ("stale", "survived"), (rec.get("error"), control.get("error"))
+    assert _timeless(control) == _timeless(_one(M.CONTROL, survive, kinds=TWO_KINDS))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["control.1.log", "control.log", "stale.log"]
 
 
 def _validate(*argv):
