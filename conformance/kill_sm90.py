@@ -80,7 +80,10 @@ class Sm90Kind:
         return 1
 
     def runs_in(self, profile: str, stratum) -> bool:
-        return True  # the profiles' selection (properties.matrix.PROFILE_TESTS) is the matrix' tests': every profile runs these
+        """Whether ``profile`` runs the test this kind stands for, on the compile entry (properties.matrix.PROFILE_TESTS)."""
+        from properties.matrix import in_profile
+
+        return in_profile(profile, self.test.split("::")[-1].split("[")[0], {"entry": "compile"})
 
     def nodeid(self, case=None, drawn: Optional[dict] = None) -> str:
         return self.test

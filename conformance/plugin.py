@@ -131,7 +131,8 @@ def large_tier_selected(config) -> bool:
 
 
 def _profile_selection(config, items) -> None:
-    """Deselect the property tests the profile does not run (properties.matrix.PROFILE_TESTS)."""
+    """Deselect the tests of a kernel family (family_select.family_of: not the
+    suite's own) the profile does not run (properties.matrix.PROFILE_TESTS)."""
     from properties.matrix import in_profile
     from strategies import profiles
 
@@ -139,7 +140,7 @@ def _profile_selection(config, items) -> None:
     dropped = [
         item
         for item in items
-        if item.get_closest_marker("property") is not None
+        if family_select.family_of(item, config.rootpath) is not None
         and not in_profile(profile, getattr(item, "originalname", item.name), getattr(getattr(item, "callspec", None), "params", {}))
     ]
     if dropped:

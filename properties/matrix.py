@@ -578,45 +578,65 @@ MATRIX += (
 FAMILIES: Dict[str, Family] = {f.test: f for f in MATRIX}
 assert len(FAMILIES) == len(MATRIX), "two families share a test name"
 
-# Profiles that run part of the matrix (strategies.profiles): test -> the
-# stratum ids it runs on (None: every parameter); every other property test
-# (the findings' replays too) is deselected. ``pr``, the first stage of a
+# Profiles that run part of the suite (strategies.profiles): test -> the
+# stratum ids it runs on (None: every parameter; a test outside the matrix,
+# another family's: the parameter values it runs with); every other test of a
+# kernel family (the findings' replays, the sm90 gate's compile tier too) is
+# deselected. ``pr``, the first stage of a
 # kernel-change CI (<= 60 s cold on one GPU, 16 workers): the checks that kill
 # most per compile over the few pool rows of geometry mode "few": numerics on
-# every stratum (each forward template flavor and dtype), tails and compile
-# reuse on one stratum per flavor (their checks are of storage and keys, not
-# of the dtype's arithmetic), padding poison on two, the contract rejections; the backward on its cheapest strata, one
-# per backward kernel (bprop_d64_f16: gptoss; bprop_f16: llama), one per dtype,
-# where backward and backward_tails share their chains' compiles; no metamorphic,
-# parity, large or compile tier (deliberate compiles). docs/properties.md.
+# every stratum (each forward template flavor and dtype), tails on each forward
+# template once and compile reuse on one stratum per flavor (their checks are
+# of storage and keys, not of the dtype's arithmetic), padding poison on two;
+# the contract rejections that compile nothing (the config's, the backward
+# wrapper's: the prepared and forward wrapper entries compile most violating
+# Cases, and no kill-rate kind searches rejections); the backward on its
+# cheapest strata, one per backward kernel (bprop_d64_f16: gptoss; bprop_f16:
+# llama), one per dtype, where backward and backward_tails share their chains'
+# compiles; no metamorphic, parity, large, findings' replays or compile tier
+# (deliberate compiles). The sm90 family (its tests are outside the matrix):
+# dense numerics and tails on its compile entry (the public wrapper's plan is
+# ci's) over its pool's fewest rows and reach rows (strategies.sm90.few_rows),
+# and its compile reuse on the same rows; its THD is ci's (a THD row is another
+# compile of seconds). The compile budget: strategies.profiles.PR_COMPILE_SLOTS.
+# docs/throughput.md.
 PR_BACKWARD_STRATA = ("gptoss-fp16", "llama-bf16")
 PR_FLAVOR_STRATA = ("gptoss-fp16", "llama-bf16", "dsv3-fp16", "qwen-bf16")  # each flavor once, the dtypes alternating
+PR_TEMPLATE_STRATA = ("gptoss-fp16", "qwen-bf16")  # each forward template once (prefill_f16, prefill_d256_f16), both dtypes
 PROFILE_TESTS: Dict[str, Dict[str, Optional[Tuple[str, ...]]]] = {
     "pr": {
         **dict.fromkeys(("test_numerics_dense", "test_numerics_thd")),
-        **dict.fromkeys(("test_tails_thd", "test_tails_dense", "test_runtime_facts_mint_no_compile"), PR_FLAVOR_STRATA),
+        **dict.fromkeys(("test_tails_thd", "test_tails_dense"), PR_TEMPLATE_STRATA),
+        "test_runtime_facts_mint_no_compile": PR_FLAVOR_STRATA,
         "test_padding_poison": PR_BACKWARD_STRATA,
-        **dict.fromkeys(("test_config_rejects", "test_prepared_rejects_before_compiling", "test_prepared_rejects", "test_wrapper_rejects")),
-        **dict.fromkeys(("test_backward_wrapper_rejects",)),
+        **dict.fromkeys(("test_config_rejects", "test_backward_wrapper_rejects")),
         **dict.fromkeys(("test_backward_dense", "test_backward_thd", "test_backward_tails_dense", "test_backward_tails_thd"), PR_BACKWARD_STRATA),
+        **dict.fromkeys(("test_sm90_numerics_dense", "test_sm90_tails_dense"), ("compile",)),
+        "test_sm90_runtime_facts_mint_no_compile": None,
     }
 }
 
 
 def in_profile(profile: str, test: str, values: Mapping) -> bool:
-    """Whether ``profile`` runs the property test ``test`` with axis ``values``
-    (``PROFILE_TESTS``); a property test outside the matrix (another kernel
-    family's) is not in a profile's table and runs under every profile."""
+    """Whether ``profile`` runs the test ``test`` (of a kernel family) with
+    parameter ``values`` (``PROFILE_TESTS``): every test under a profile
+    without a table; under one with a table, the tests it names, a matrix
+    test on the strata it lists, another family's test with the parameter
+    values it lists."""
     table = PROFILE_TESTS.get(profile)
-    if table is None or test not in FAMILIES:
+    if table is None:
         return True
     if test not in table:
         return False
-    strata = table[test]
-    return strata is None or "flavor" not in values or STRATA_IDS[STRATA.index((values["flavor"], values["dtype"]))] in strata
+    only = table[test]
+    if only is None:
+        return True
+    if test in FAMILIES:
+        return "flavor" not in values or STRATA_IDS[STRATA.index((values["flavor"], values["dtype"]))] in only
+    return any(v in only for v in values.values())
 
 
-assert all(set(t) <= set(FAMILIES) and all(s is None or set(s) <= set(STRATA_IDS) for s in t.values()) for t in PROFILE_TESTS.values())
+assert all(s is None or name not in FAMILIES or set(s) <= set(STRATA_IDS) for t in PROFILE_TESTS.values() for name, s in t.items())
 
 
 def family(test: str) -> Family:

@@ -685,12 +685,14 @@ def _covering(g, first: tuple, more: tuple, seed: int):
     return more[j - len(first)] if j >= len(first) else g
 
 
-def fewest(rows: tuple, case_of: Callable) -> tuple:
+def fewest(rows: tuple, case_of: Callable, values_of: Optional[Callable] = None) -> tuple:
     """The fewest of ``rows`` (a greedy set cover, ties to the simpler row)
-    whose Cases hold every compile-key factor value (ground.pairs) some row
-    holds: each template branch and shape class the pool reaches, reached
-    once. Kept in pool order, so the simplest row stays first (shrinking)."""
-    from ground.pairs import values_of
+    whose Cases hold every compile-key factor value (``values_of``, default
+    ground.pairs': the sm80 family's) some row holds: each template branch
+    and shape class the pool reaches, reached once. Kept in pool order, so
+    the simplest row stays first (shrinking)."""
+    if values_of is None:
+        from ground.pairs import values_of
 
     held = [set(values_of(case_of(g))) for g in rows]
     missing, kept = set().union(*held) if held else set(), set()

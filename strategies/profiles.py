@@ -93,8 +93,12 @@ PROFILE_KIND_SCALE = {
 # references, Hypothesis, the compiles no key names), so 384 / 1.7 = 225. A
 # forward key is one compile; a backward key a chain of kernels, 3 slots (up to
 # 7 artifacts for a chain's first key, ~1.3 a key over the ci run's 306 keys).
+# An sm90 dense key: 6-14 s under 16 concurrent compiles on the H200 host
+# (strategies/sm90.py), where an SM80 forward key took ~3 s in the same kind of
+# cold ci run (numerics: 516 s over 141 compiles): 3 slots.
 PR_COMPILE_SLOTS = 225
 PR_BACKWARD_KEY_SLOTS = 3
+PR_SM90_KEY_SLOTS = 3
 
 # Every profile: no deadline (a kernel compile takes seconds) and no too-slow
 # health check; ``ci`` adds derandomization, ``ci``/``nightly`` print the blob.

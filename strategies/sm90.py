@@ -23,7 +23,7 @@ Each dense geometry is a compile (the shape is a ``compile()`` argument:
 geometry mode (``strategies.geometry.mode``: the profile's) decides where
 the compile-key facts come from:
 
-- ``pool`` and ``few`` (``ci``, ``dev``, ``pr``): always a row of a pairwise
+- ``pool`` (``ci``, ``dev``): always a row of a pairwise
   covering design (``covering_rows``: ground.pairs_sm90.covering_rows over the
   family's compile-key factors, rows the planner takes), so every feasible
   pair of factor values meets in some row (``sdpa-conformance pairs --family
@@ -32,6 +32,8 @@ the compile-key facts come from:
   padding-length values, THD K/V lengths up to the row's longest and the
   K/V capacity, THD Q lengths permuted): facts the compile key leaves out
   (properties.compile_cache_sm90 judges exactly that).
+- ``few`` (``pr``): a row of ``few_rows``, the fewest rows that hold every
+  factor value some row holds, and the reach rows (``REACH_ROWS``, below).
 - ``mixed`` (``nightly``): a row half the time (the switch shrinks to the
   free draw), free geometry otherwise.
 - ``free``: free geometry, a compile per example.
@@ -48,6 +50,7 @@ from hypothesis import strategies as st
 from ground.case import DTYPES, LSE_LAYOUTS, Case
 from ground.families import FAMILIES
 from ground.pairs_sm90 import covering_rows as _covering
+from ground.pairs_sm90 import values_of
 
 from . import geometry as geo
 from . import pools
@@ -159,6 +162,18 @@ REACH_ROWS = {"dense": HAND_ROWS["dense"][3:], "thd": HAND_ROWS["thd"][2:]}
 def pool_rows(layout: str) -> Tuple[Case, ...]:
     """The rows a pooled draw takes: the hand rows, then the covering design's."""
     return HAND_ROWS[layout] + covering_rows(layout)
+
+
+@lru_cache(maxsize=None)
+def few_rows(layout: str) -> Tuple[Case, ...]:
+    """The rows geometry mode ``few`` (the pr profile) draws, in pool order:
+    the fewest pooled rows that hold every compile-key factor value some row
+    holds (``geometry.fewest`` over ground.pairs_sm90's values), and the reach
+    rows. A dense row is a compile of seconds under load (module doc), so pr
+    pays a handful per layout, not the pool's ~30."""
+    rows = pool_rows(layout)
+    kept = set(geo.fewest(rows, lambda c: c, values_of)) | set(REACH_ROWS[layout])
+    return tuple(c for c in rows if c in kept)
 
 
 def _rows(layout: str, dtypes, head_dims: str, windows: bool, pack_gqa: Optional[bool], among: Optional[Tuple[Case, ...]] = None) -> Tuple[Case, ...]:
@@ -285,7 +300,7 @@ def sm90_cases(
     def draw_row(draw) -> Case:
         layout = draw(st.sampled_from(layouts))
         reach = _rows(layout, dtypes, head_dims, windows, pack_gqa, REACH_ROWS[layout])
-        rows = _rows(layout, dtypes, head_dims, windows, pack_gqa)
+        rows = _rows(layout, dtypes, head_dims, windows, pack_gqa, few_rows(layout) if mode == "few" else None)
         # The reach rows one draw in four, every row otherwise (the switch shrinks to every row, row 0 first).
         pick = reach if reach and draw(st.integers(0, 3)) == 3 else rows
         return _runtime(draw, draw(st.sampled_from(pick))) if pick else draw(draw_case())

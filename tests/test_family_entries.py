@@ -83,8 +83,15 @@ def test_every_property_test_carries_its_property():
     assert unmarked == []
 
 
-def test_a_profile_table_leaves_another_familys_property_tests_alone():
+def test_a_profile_table_names_another_familys_tests_by_their_parameters():
+    """pr's table (properties.matrix.PROFILE_TESTS) selects the sm90 family's
+    tests as it does the matrix's: by name, and by parameter value (its
+    compile entry, not the public wrapper's); a table-less profile runs all."""
     from properties.matrix import in_profile
 
-    assert in_profile("pr", "test_sm90_tails_dense", {}) and in_profile("pr", "test_numerics_dense", {})
+    assert in_profile("pr", "test_sm90_tails_dense", {"entry": "compile"}) and in_profile("pr", "test_numerics_dense", {})
+    assert not in_profile("pr", "test_sm90_tails_dense", {"entry": "wrapper"}) and not in_profile(
+        "pr", "test_sm90_metamorphic_dense", {"relation": "head_perm"}
+    )
+    assert in_profile("ci", "test_sm90_tails_dense", {"entry": "wrapper"}) and in_profile("ci", "test_sm90_metamorphic_dense", {"relation": "head_perm"})
     assert not in_profile("pr", "test_metamorphic_dense", {"flavor": "gptoss", "dtype": "float16", "relation": "batch_perm"})

@@ -1,6 +1,7 @@
 """The pr profile (strategies.profiles, properties.matrix.PROFILE_TESTS,
-geometry mode "few"): its compile keys stay within its budget, and it still
-reaches every template flavor, both dtypes and both directions."""
+geometry mode "few"): its compile keys, every family's, stay within its
+budget, it still reaches every template flavor, both dtypes and both
+directions, and it collects only what its table names."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from ground.pairs import values_of
 from ground.tables import FLAVORS, STRATA, flavor_of
 from properties.matrix import FAMILIES, PROFILE_TESTS, in_profile
 from strategies import geometry
-from strategies.profiles import MAX_EXAMPLES, PR_BACKWARD_KEY_SLOTS, PR_COMPILE_SLOTS
+from strategies.profiles import MAX_EXAMPLES, PR_BACKWARD_KEY_SLOTS, PR_COMPILE_SLOTS, PR_SM90_KEY_SLOTS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _count(out: Path, *extra: str) -> dict:
     """tools/count_compile_keys.py's counts of the pr profile's draws."""
     done = subprocess.run(
-        [sys.executable, "tools/count_compile_keys.py", "--profile", "pr", "--json", str(out), *extra],
+        [sys.executable, "tools/count_compile_keys.py", "--profile", "pr", "--compile-tier", "--json", str(out), *extra],
         cwd=ROOT,
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
         capture_output=True,
@@ -41,12 +42,23 @@ def pr_keys(tmp_path_factory):
 
 
 def _slots(counts: dict) -> int:
-    launching = counts["launching"]
-    return launching["dense_keys"] + launching["thd_keys"] + PR_BACKWARD_KEY_SLOTS * launching["backward_keys"]
+    every = counts["all"]  # launches, rejections and the compile tier's tests the profile runs
+    return every["dense_keys"] + every["thd_keys"] + PR_BACKWARD_KEY_SLOTS * every["backward_keys"]
+
+
+def _sm90_keys(profile: str = "pr") -> int:
+    """The sm90 compile keys of the sm90 tests ``profile`` runs (their strategies' draws)."""
+    from conformance.pairs import sm90_draws
+    from kernels.sm90.specialize import compile_key
+
+    runs = PROFILE_TESTS[profile]
+    return len({compile_key(c) for name, cases in sm90_draws(profile).items() if name in runs for c in cases})
 
 
 def test_pr_compile_keys_stay_within_the_budget(pr_keys):
-    assert _slots(pr_keys) <= PR_COMPILE_SLOTS, pr_keys["launching"]
+    sm90 = _sm90_keys()
+    assert 0 < sm90 <= 8  # the dense few rows: a handful (strategies.sm90.few_rows)
+    assert _slots(pr_keys) + PR_SM90_KEY_SLOTS * sm90 <= PR_COMPILE_SLOTS, (pr_keys["all"], sm90)
     # and every forward stratum has keys: each flavor in each dtype (numerics runs them all)
     assert set(pr_keys["keys_per_stratum"]) == {f"{f}-{d}" for f, d in STRATA}
 
@@ -80,13 +92,7 @@ def test_pr_reaches_every_flavor_and_both_directions(pr_draws):
     # the backward's two kernels: bprop_d64_f16 (gptoss) and bprop_f16 (the others)
     bwd = {flavor_of(c.d_qk, c.d_v) for c in cases if c.direction == "bwd"}
     assert "gptoss" in bwd and bwd - {"gptoss"}
-    assert set(pr_draws) == set(PROFILE_TESTS["pr"]) - {
-        "test_config_rejects",
-        "test_prepared_rejects_before_compiling",
-        "test_prepared_rejects",
-        "test_wrapper_rejects",
-        "test_backward_wrapper_rejects",
-    }
+    assert set(pr_draws) == {t for t in PROFILE_TESTS["pr"] if t in FAMILIES} - {"test_config_rejects", "test_backward_wrapper_rejects"}
 
 
 def test_in_profile_selects_tests_and_strata():
@@ -96,7 +102,8 @@ def test_in_profile_selects_tests_and_strata():
     assert in_profile("pr", "test_numerics_thd", {"flavor": "qwen", "dtype": "float16"})
     assert in_profile("pr", "test_backward_dense", {"flavor": "gptoss", "dtype": "float16"})
     assert not in_profile("pr", "test_backward_dense", {"flavor": "qwen", "dtype": "bfloat16"})
-    assert all(t in FAMILIES for t in PROFILE_TESTS["pr"])
+    assert in_profile("pr", "test_sm90_numerics_dense", {"entry": "compile"}) and not in_profile("pr", "test_sm90_numerics_dense", {"entry": "wrapper"})
+    assert not in_profile("pr", "test_finding_reproduces_exactly", {}) and in_profile("ci", "test_finding_reproduces_exactly", {})
 
 
 def test_fewest_rows_hold_every_factor_value_of_the_pool():
@@ -125,3 +132,32 @@ def test_the_kill_harness_searches_what_pr_runs_over_its_rows():
     with M._geometry_of("pr"):
         assert geometry.mode() == "few"
     assert geometry.mode() != "few"
+
+
+def test_pr_collects_only_what_its_table_names():
+    """Collected as the gate on a Hopper GPU collects it (every family, the
+    sm90 gate's own test files too): a kernel family's test runs under pr only
+    where PROFILE_TESTS names it (the findings' replays, the sm90 compile tier,
+    metamorphic and parity tests and the public sm90 wrapper's entry are
+    ci's); the suite's own tests are not a family's and stay."""
+    from conformance.family_select import GATE_TESTS
+
+    def collected(profile: str) -> set:
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", f"--hypothesis-profile={profile}", "--family", "all"]
+            + ["conformance", *GATE_TESTS["sm90"], "tests/test_pr_profile.py"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        return {line.strip() for line in done.stdout.splitlines() if "::" in line}
+
+    pr, ci = collected("pr"), collected("ci")
+    names = {i.split("::")[1].split("[")[0] for i in pr if i.startswith(("conformance/", *GATE_TESTS["sm90"]))}
+    assert names == set(PROFILE_TESTS["pr"]), names ^ set(PROFILE_TESTS["pr"])
+    assert "conformance/test_sm90_numerics.py::test_sm90_numerics_dense[compile]" in pr
+    assert "conformance/test_sm90_numerics.py::test_sm90_numerics_dense[wrapper]" not in pr
+    assert any("test_finding_reproduces_exactly" in i for i in ci) and any(i.startswith(GATE_TESTS["sm90"]) for i in ci)
+    assert any(i.startswith("tests/test_pr_profile.py") for i in pr)  # the suite's own tests: no family, every profile
