@@ -435,6 +435,35 @@ def test_compile_distinct_fails_on_a_key_that_omits_a_compiled_fact(frontend, mo
     assert f"{fact}={getattr(WINDOWED, fact) + 1}" in failure.summary and "handed the other value's kernel" in failure.summary
 
 
+def test_compile_distinct_on_a_gpu_asks_the_runs_cache(frontend, monkeypatch):
+    """On a GPU (stood in for: torch as the property sees it reports one; each
+    compile made as the CPU tier's, its live flag recorded) both compiles are
+    the live device's, which the run's compiled cache keeps: the check judges
+    the same requests, still fails a key that omits the fact, and its compiles
+    are the run's, not deliberate (a warm run asks the cache again). A
+    backward Case compiles as before (its compile_only has no live mode)."""
+    import types
+
+    from kernels.prepared import PreparedAdapter
+    from properties import compile_cache
+
+    frontend("entries")
+    monkeypatch.setattr(compile_cache, "torch", types.SimpleNamespace(cuda=types.SimpleNamespace(is_available=lambda: True)))
+    lives, real = [], PreparedAdapter.compile_only
+
+    def recording(self, case, **kw):
+        lives.append(kw.pop("live", False))
+        return real(self, case, **kw)
+
+    monkeypatch.setattr(PreparedAdapter, "compile_only", recording)
+    obs, failure = _distinct(WINDOWED, "window_left")
+    assert failure is None and lives == [True, True] and DELIBERATE_COMPILES not in obs.notes and obs.notes["rule"] == "entries"
+    _drop_from_key(monkeypatch, "swa_window")
+    obs, failure = _distinct(WINDOWED, "window_left")
+    assert failure is not None and failure.check == "distinct kernel"
+    assert not compile_cache._live_compiles(Case(direction="bwd")) and compile_cache._live_compiles(WINDOWED)
+
+
 def test_compile_distinct_reuses_a_base_compiled_before(frontend):
     """Two facts checked on the same Case: the second compiles its variant
     alone (the base is compiled_cache's memo hit, still a request it sees)."""
