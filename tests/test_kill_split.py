@@ -202,11 +202,17 @@ def test_run_all_splits_a_lone_mutant_over_its_jobs(tmp_path):
     assert rec["killed_by"] == "tails_dense" and _timeless(rec) == _timeless(_one(M.CONTROL, fail_late, kinds=TWO_KINDS))
 
 
-def slow_survive(kind, case, adapter):
-    """``survive``, at a launch's pace: the control's 480 examples take seconds, not the blink a freed job needs."""
+def survive_after_a_late_share(kind, case, adapter):
+    """``survive``, once the file ``$SDPA_TEST_LATE_LOG`` (a late share's log) exists: the
+    control's first example waits for the share its freed job starts (a bounded wait), so
+    that share has units left to take however fast each process starts."""
+    import os
     import time
+    from pathlib import Path
 
-    time.sleep(0.02)
+    late, until = Path(os.environ["SDPA_TEST_LATE_LOG"]), time.monotonic() + 120
+    while not late.exists() and time.monotonic() < until:
+        time.sleep(0.05)
     return survive(kind, case, adapter)
 
 
@@ -240,13 +246,22 @@ def test_a_freed_job_joins_the_mutant_with_the_most_work_left():
     assert M.late_share_for([busy], opts | {"budget_s": 0}) is None  # past its cap: no new process would search
 
 
-def test_run_all_gives_a_freed_job_to_a_running_mutant(tmp_path):
+def test_run_all_gives_a_freed_job_to_a_running_mutant(tmp_path, monkeypatch):
     """Spawned for real, --jobs 2: a stale mutant ends at once and its job
-    joins the control as a late share (its own log); the control's record is
-    still the one process's, apart from timings."""
+    joins the control as a late share (its own log, which the control's
+    examples wait for); the control's record is still the one process's,
+    apart from timings."""
+    monkeypatch.setenv("SDPA_TEST_LATE_LOG", str(tmp_path / "control.1.log"))
     stale = Mutant("stale", "bias", (Rewrite("f16", "not in the file", "x"),), "numerics_dense", "w")
     opts = dict(
-        profile="ci", budget_s=600, kinds=list(TWO_KINDS), findings=None, log_dir=str(tmp_path), threads=1, adapter_factory=checked_adapter, check=slow_survive
+        profile="ci",
+        budget_s=600,
+        kinds=list(TWO_KINDS),
+        findings=None,
+        log_dir=str(tmp_path),
+        threads=1,
+        adapter_factory=checked_adapter,
+        check=survive_after_a_late_share,
     )
     control, rec = M.run_all([M.CONTROL, stale], opts, jobs=2, progress=lambda line: None)
     assert (rec["verdict"], control["verdict"]) == ("stale", "survived"), (rec.get("error"), control.get("error"))
