@@ -41,7 +41,10 @@ invalid). Kill rate = (killed + error) / (mutants - stale - incomplete).
 A refusal (``ground.outcome.Unsupported``) is no verdict, never a kill: one
 of scope "case" rejects its example (not counted as drawn), any other stops
 the search unjudged (the worker records it as a harness error).
-Writes mutants.json and mutants.md to --report-dir.
+Writes mutants.json and mutants.md to --report-dir, and mutants.partial.json
+as each record is made: ``--resume`` keeps its records (a run of the same
+options the last call did not finish, e.g. cut by a time limit) and runs
+the rest.
 Exit: 0 every control survived, no mutant incomplete, no harness error and kill
 rate >= --goal; 1 otherwise (or --list finds a stale mutant); 2 bad
 arguments, no CUDA GPU, or (sm90 selected) no Hopper GPU.
@@ -62,7 +65,7 @@ import zlib
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from conformance import family_select
 from conformance.kill_sm90 import PENDING, SM90_KINDS, hopper_refusal
@@ -800,7 +803,7 @@ def late_share_for(running, opts: dict) -> Optional[_Running]:
     return best
 
 
-def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print) -> List[dict]:
+def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print, on_record=None) -> List[dict]:
     """Every mutant in spawned processes, ``jobs`` processes at a time: one
     each, or, when there are more jobs than mutants, the spare jobs split the
     mutants' units (``plan_shares``): each share a process taking the next
@@ -808,7 +811,8 @@ def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print) ->
     process would have made it (``merge_units``). Once no mutant waits, a job
     a finished mutant frees joins a running one as a late share
     (``late_share_for``; its cap: what is left of the mutant's), so a long
-    search (the control's) does not run alone at the end. A share past the cap
+    search (the control's) does not run alone at the end. ``on_record(rec)``:
+    called with each mutant's record as it is made. A share past the cap
     (--budget-s: searching and shrinking) + GRACE_S is killed (verdict
     error: a hang); a share that dies ends its mutant's verdict there (the
     first failure in search order still wins)."""
@@ -905,6 +909,8 @@ def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print) ->
                 records[name] = run.record(opts)
                 del running[name]
                 progress(_progress_line(records[name], len(records), len(mutants)))
+                if on_record is not None:
+                    on_record(records[name])
     return [records[m.name] for m in mutants]
 
 
@@ -1038,6 +1044,42 @@ def render_markdown(doc: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+# ----------------------------------------------------------------- resume
+PARTIAL = "mutants.partial.json"
+# What must be equal for a record of an earlier call to stand in a run: the searches it made and where.
+RESUME_KEYS = ("families", "profile", "examples_scale", "kinds", "jobs", "budget_s", "known_findings", "gpu", "versions")
+KEPT = ("killed", "error", "survived", "stale")  # a verdict; incomplete and harness_error records are searched again
+
+
+def resumed_records(partial: Path, run: dict, mutants: Sequence[Mutant]) -> Tuple[Dict[str, dict], float]:
+    """The records of ``partial`` (an earlier call's mutants.partial.json)
+    that this run keeps, by name, and the wall seconds the calls before took.
+    Usage for a missing or unreadable file, or one made with other options
+    (``RESUME_KEYS``); a record is kept when its verdict is one (``KEPT``)
+    and its mutant's change is the catalogue's now."""
+    try:
+        doc = json.loads(partial.read_text())
+        before, records = doc["run"], doc["records"]
+    except FileNotFoundError:
+        raise Usage(f"--resume: no {partial} (a run writes it as its records are made)") from None
+    except (ValueError, KeyError, TypeError) as e:
+        raise Usage(f"--resume: {partial} is not a partial report ({type(e).__name__}: {e})") from None
+    differ = [k for k in RESUME_KEYS if json.dumps(before.get(k), default=str) != json.dumps(run.get(k), default=str)]
+    if differ:
+        k = differ[0]
+        raise Usage(f"--resume: {partial} was made with {k}={before.get(k)!r}, this run has {run.get(k)!r}: run the same options, or drop --resume")
+    kept = {m.name: records[m.name] for m in mutants if m.name in records and records[m.name].get("verdict") in KEPT}
+    kept = {n: r for n, r in kept.items() if r.get("change") == change_line(next(m for m in mutants if m.name == n))}
+    return kept, float(doc.get("wall_s") or 0.0)
+
+
+def write_partial(path: Path, run: dict, records: Dict[str, dict], wall_s: float) -> None:
+    """The records made so far, with the options they were made under (atomically: a call cut mid-write leaves the last one)."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"run": run, "wall_s": round(wall_s, 1), "records": records}, indent=1, default=str) + "\n")
+    tmp.replace(path)
+
+
 def write_reports(doc: dict, report_dir) -> Tuple[Path, Path]:
     d = Path(report_dir)
     d.mkdir(parents=True, exist_ok=True)
@@ -1100,6 +1142,12 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--report-dir", default=DEFAULT_REPORT_DIR, help=f"where mutants.json/.md and the worker logs go (default: ./{DEFAULT_REPORT_DIR})")
     p.add_argument("--known-findings", metavar="FILE", default=None, help=f"known findings file (default: {FINDINGS_FILE} of the repository, if present)")
     p.add_argument("--kernels-source", metavar="PATH", default=None, help="cudnn-frontend python/ tree to mutate instead of the installed wheel")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help=f"keep the verdicts in REPORT_DIR/{PARTIAL} (written as each record is made) of an earlier call with the same options, "
+        "and run the rest: a catalogue run over several time-limited calls",
+    )
     return p
 
 
@@ -1229,29 +1277,50 @@ def main(args) -> int:
         f"{len(v['mutants'])} mutants + {len(controls)} control{'s' if len(controls) > 1 else ''} (family {', '.join(v['families'])}), {args.jobs} jobs, profile {v['profile']} example counts x{args.examples_scale:g}, "
         f"cap {args.budget_s:g} s each, kinds {', '.join(v['kinds'])}"
     )
-    _, plan = share_plan(controls + v["mutants"], opts, args.jobs)
-    split = {name: n for name, n in plan.items() if n > 1}
-    if split:
-        print("split over processes: " + ", ".join(f"{name} {n}" for name, n in split.items()))
-    records = run_all(controls + v["mutants"], opts, args.jobs)
-    control_records, mutant_records = records[: len(controls)], records[len(controls) :]
-    t = tally(mutant_records)
+    everyone = controls + v["mutants"]
     run = {
         "families": list(v["families"]),
         "profile": v["profile"],
         "examples_scale": args.examples_scale,
         "budget_s": args.budget_s,
         "jobs": args.jobs,
-        "shares": split,  # processes per mutant searched by more than one (run_all)
         "goal": args.goal,
         "kinds": v["kinds"],
         "known_findings": v["findings"],
-        "wall_s": round(time.time() - start, 1),
         "gpu": env.gpu,
         # The families' modes ("native sm90"), not the SM80 code's alone.
         "mode": family_select.mode(tuple(v["families"]), env.capability) if v["families"] != (DEFAULT_FAMILY,) else env.mode,
         "versions": env.versions,
     }
+    partial = Path(args.report_dir) / PARTIAL
+    try:
+        kept, before_s = resumed_records(partial, run, everyone) if args.resume else ({}, 0.0)
+    except Usage as e:
+        print(f"sdpa-conformance mutants: error: {e}", file=sys.stderr)
+        return 2
+    todo = [m for m in everyone if m.name not in kept]
+    if kept:
+        print(f"resumed: {len(kept)} records kept from {partial} ({before_s:g} s before), {len(todo)} to run")
+    _, plan = share_plan(todo, opts, args.jobs)
+    split = {name: n for name, n in plan.items() if n > 1}
+    if split:
+        print("split over processes: " + ", ".join(f"{name} {n}" for name, n in split.items()))
+    made = dict(kept)
+    write_partial(partial, run, made, before_s)
+
+    def keep(rec: dict) -> None:
+        made[rec["name"]] = rec
+        write_partial(partial, run, made, before_s + time.time() - start)
+
+    new = {r["name"]: r for r in run_all(todo, opts, args.jobs, on_record=keep)}
+    records = [kept[m.name] | {"resumed": True} if m.name in kept else new[m.name] for m in everyone]
+    control_records, mutant_records = records[: len(controls)], records[len(controls) :]
+    t = tally(mutant_records)
+    run.update(
+        shares=split,  # processes per mutant searched by more than one at the start (run_all)
+        wall_s=round(before_s + time.time() - start, 1),  # every call's, with --resume
+        resumed=len(kept),
+    )
     problem = controls_problem(control_records)
     doc = {"run": run, "control": control_records[0], "controls": control_records, "mutants": mutant_records, "tally": t, "valid": problem is None}
     if len(v["families"]) > 1:  # each family's own rate too: one catalogue's power says nothing of the other's

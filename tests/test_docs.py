@@ -71,7 +71,7 @@ MEASUREMENTS = ROOT / "docs" / "measurements.md"
 
 EXTENSIONS = frozenset({".py", ".md", ".toml", ".json", ".jsonl", ".yml", ".yaml", ".sh", ".txt", ".xml", ".html", ".cfg", ".ini", ".log", ".csv", ".ptx"})
 # Written by a run or a tool, not in the tree: bare names, and directories whose contents are not checked.
-GENERATED = frozenset({"report.json", "report.md", "report.html", "mutants.json", "mutants.md", "calibration.json", "junit.xml"})
+GENERATED = frozenset({"report.json", "report.md", "report.html", "mutants.json", "mutants.md", "mutants.partial.json", "calibration.json", "junit.xml"})
 GENERATED_DIRS = frozenset({"sdpa-report"})
 SKIPPED_DIRS = frozenset({".git", "__pycache__", ".hypothesis", ".pytest_cache", "sdpa-report", "build", ".gpu"})
 # Commands whose options are their own business.

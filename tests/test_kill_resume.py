@@ -1,0 +1,109 @@
+"""``mutants --resume`` (conformance.kill_rate): a catalogue run over several
+time-limited calls. Each record is written to REPORT_DIR/mutants.partial.json
+as it is made; a call with --resume and the same options keeps the records
+that hold a verdict and runs the rest. On the CPU: the kernels' searches are
+stood in for (``run_all`` replaced), the machine is a stub GPU."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conformance import kill_rate as M
+from kernels.mutants import MUTANTS
+
+THREE = [m.name for m in MUTANTS[:3]]
+
+
+def _record(m, verdict: str) -> dict:
+    return M.base_record(m) | {"verdict": verdict, "wall_s": 1.0}
+
+
+@pytest.fixture
+def machine(monkeypatch):
+    """A stub SM 8.0 GPU for main(), and ``run_all`` replaced: it makes each
+    record from ``verdicts`` (name -> verdict, "control" survives), stopping
+    (as a call cut by its time limit) at a name in ``cut``."""
+    import torch
+
+    from kernels import environment
+
+    env = environment.Environment("stub GPU", (8, 0), "13.0", environment.installed_versions(), "native sm80")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
+    monkeypatch.setattr(environment, "detect", lambda: env)
+    state = {"verdicts": {}, "cut": set(), "ran": []}
+
+    def run_all(mutants, opts, jobs, progress=print, on_record=None):
+        out = []
+        for m in mutants:
+            if m.name in state["cut"]:
+                raise KeyboardInterrupt(m.name)
+            state["ran"].append(m.name)
+            rec = _record(m, state["verdicts"].get(m.name, "survived"))
+            on_record(rec)
+            out.append(rec)
+        return out
+
+    monkeypatch.setattr(M, "run_all", run_all)
+    return state
+
+
+def _main(tmp_path, *extra):
+    return M.main(M.parser().parse_args(["--only", ",".join(THREE), "--jobs", "4", "--report-dir", str(tmp_path), *extra]))
+
+
+def test_a_cut_run_resumes_where_it_stopped(machine, tmp_path, capsys):
+    machine["verdicts"] = {THREE[0]: "killed", THREE[1]: "incomplete", THREE[2]: "killed"}
+    machine["cut"] = {THREE[2]}
+    with pytest.raises(KeyboardInterrupt):
+        _main(tmp_path)
+    partial = json.loads((tmp_path / M.PARTIAL).read_text())
+    assert list(partial["records"]) == ["control", THREE[0], THREE[1]] and not (tmp_path / "mutants.json").exists()
+    machine["cut"], machine["ran"] = set(), []
+    machine["verdicts"][THREE[1]] = "killed"
+    assert _main(tmp_path, "--resume") == 0
+    # the control and the killed mutant kept; the incomplete one searched again, with the one never reached
+    assert machine["ran"] == [THREE[1], THREE[2]]
+    doc = json.loads((tmp_path / "mutants.json").read_text())
+    assert [r["name"] for r in doc["mutants"]] == THREE and [r.get("resumed", False) for r in doc["mutants"]] == [True, False, False]
+    assert doc["control"]["resumed"] and doc["run"]["resumed"] == 2 and doc["tally"]["killed"] == 3
+    assert "resumed: 2 records kept" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "extra,field",
+    [
+        (("--jobs", "16"), "jobs"),
+        (("--examples-scale", "2"), "examples_scale"),
+        (("--profile", "pr"), "profile"),
+        (("--properties", "numerics_dense"), "kinds"),
+    ],
+)
+def test_resume_refuses_a_partial_report_of_other_options(machine, tmp_path, capsys, extra, field):
+    machine["verdicts"] = dict.fromkeys(THREE, "killed")
+    assert _main(tmp_path) == 0
+    args = ["--only", ",".join(THREE), "--jobs", "4", "--report-dir", str(tmp_path), "--resume", *extra]
+    assert M.main(M.parser().parse_args(args)) == 2
+    assert f"was made with {field}=" in capsys.readouterr().err
+
+
+def test_resume_without_a_partial_report_or_with_a_broken_one_exits_2(machine, tmp_path, capsys):
+    assert _main(tmp_path, "--resume") == 2 and "--resume: no " in capsys.readouterr().err
+    (tmp_path / M.PARTIAL).write_text("{not json")
+    assert _main(tmp_path, "--resume") == 2 and "is not a partial report" in capsys.readouterr().err
+
+
+def test_kept_records_hold_a_verdict_of_the_mutant_as_it_is(tmp_path):
+    run = {"profile": "ci", "jobs": 4}
+    a, b, c, d = MUTANTS[:4]
+    records = {
+        a.name: _record(a, "killed"),
+        b.name: _record(b, "harness_error"),
+        c.name: _record(c, "error") | {"change": "f16: `x` -> `y`"},  # the catalogue's rewrite changed since
+        d.name: _record(d, "stale"),
+    }
+    M.write_partial(tmp_path / M.PARTIAL, run, records, 12.5)
+    kept, before = M.resumed_records(tmp_path / M.PARTIAL, run, [a, b, c, d])
+    assert set(kept) == {a.name, d.name} and before == 12.5
