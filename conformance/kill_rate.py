@@ -58,6 +58,7 @@ import json
 import math
 import os
 import queue as queue_mod
+import signal
 import sys
 import time
 import traceback
@@ -1233,6 +1234,10 @@ def list_catalogue(mutants: Sequence[Mutant], out=print) -> int:
     return 1 if stale else 0
 
 
+def _interrupted(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(args) -> int:
     try:
         v = _validate(args)
@@ -1312,6 +1317,9 @@ def main(args) -> int:
         made[rec["name"]] = rec
         write_partial(partial, run, made, before_s + time.time() - start)
 
+    # A time limit's SIGTERM ends the run as Ctrl-C does, so multiprocessing stops its daemon workers
+    # on the way out instead of leaving them searching on the GPU (the partial report is already written).
+    signal.signal(signal.SIGTERM, _interrupted)
     new = {r["name"]: r for r in run_all(todo, opts, args.jobs, on_record=keep)}
     records = [kept[m.name] | {"resumed": True} if m.name in kept else new[m.name] for m in everyone]
     control_records, mutant_records = records[: len(controls)], records[len(controls) :]

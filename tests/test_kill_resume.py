@@ -7,6 +7,7 @@ stood in for (``run_all`` replaced), the machine is a stub GPU."""
 from __future__ import annotations
 
 import json
+import signal
 
 import pytest
 
@@ -47,7 +48,9 @@ def machine(monkeypatch):
         return out
 
     monkeypatch.setattr(M, "run_all", run_all)
-    return state
+    before = signal.getsignal(signal.SIGTERM)
+    yield state
+    signal.signal(signal.SIGTERM, before)  # main() installs its own
 
 
 def _main(tmp_path, *extra):
@@ -59,6 +62,7 @@ def test_a_cut_run_resumes_where_it_stopped(machine, tmp_path, capsys):
     machine["cut"] = {THREE[2]}
     with pytest.raises(KeyboardInterrupt):
         _main(tmp_path)
+    assert signal.getsignal(signal.SIGTERM) is M._interrupted  # a time limit's SIGTERM ends it the same way
     partial = json.loads((tmp_path / M.PARTIAL).read_text())
     assert list(partial["records"]) == ["control", THREE[0], THREE[1]] and not (tmp_path / "mutants.json").exists()
     machine["cut"], machine["ran"] = set(), []
