@@ -1010,6 +1010,7 @@ def render_markdown(doc: dict) -> str:
     run, t = doc["run"], doc["tally"]
     shares = run.get("shares") or {}
     split = f" (searches split over processes: {', '.join(f'{name} {n}' for name, n in shares.items())})" if shares else ""
+    split += f", resumed: {run['resumed']} records from earlier calls (--resume)" if run.get("resumed") else ""
     lines = [
         "# Mutants",
         "",

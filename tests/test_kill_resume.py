@@ -74,6 +74,7 @@ def test_a_cut_run_resumes_where_it_stopped(machine, tmp_path, capsys):
     assert [r["name"] for r in doc["mutants"]] == THREE and [r.get("resumed", False) for r in doc["mutants"]] == [True, False, False]
     assert doc["control"]["resumed"] and doc["run"]["resumed"] == 2 and doc["tally"]["killed"] == 3
     assert "resumed: 2 records kept" in capsys.readouterr().out
+    assert "resumed: 2 records from earlier calls" in (tmp_path / "mutants.md").read_text()
 
 
 @pytest.mark.parametrize(
