@@ -756,12 +756,12 @@ class _Running:
     stale: Optional[str] = None
     tasks: object = None  # the mutant's queue of unit indices, then one None per share
     large: object = None  # the lock its shares hold while searching a large-tier kind
+    queued: list = field(default_factory=list)  # the unit indices put in its queue, in search order
 
     def unstarted(self) -> List[int]:
         """Units no share has started that the verdict may still need (before the first known failure)."""
-        started = {i for i in self.current.values() if i is not None} | set(self.results)
-        top = max(started, default=-1)
-        return [i for i in range(top + 1, min(len(self.units), self.stop.value))]
+        busy = set(self.current.values())
+        return [i for i in self.queued if i < self.stop.value and i not in self.results and i not in busy]
 
     def record(self, opts: dict) -> dict:
         m = self.mutant
@@ -804,7 +804,7 @@ def late_share_for(running, opts: dict) -> Optional[_Running]:
     return best
 
 
-def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print, on_record=None) -> List[dict]:
+def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print, on_record=None, done_units=None, on_unit=None) -> List[dict]:
     """Every mutant in spawned processes, ``jobs`` processes at a time: one
     each, or, when there are more jobs than mutants, the spare jobs split the
     mutants' units (``plan_shares``): each share a process taking the next
@@ -813,7 +813,11 @@ def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print, on
     a finished mutant frees joins a running one as a late share
     (``late_share_for``; its cap: what is left of the mutant's), so a long
     search (the control's) does not run alone at the end. ``on_record(rec)``:
-    called with each mutant's record as it is made. A share past the cap
+    called with each mutant's record as it is made; ``on_unit(name, i,
+    result)`` with each unit's result; ``done_units`` (name -> unit index ->
+    result, of an earlier call): units not searched again, their results
+    merged as if searched here (a mutant whose needed units are all done
+    starts no process). A share past the cap
     (--budget-s: searching and shrinking) + GRACE_S is killed (verdict
     error: a hang); a share that dies ends its mutant's verdict there (the
     first failure in search order still wins)."""
@@ -838,6 +842,8 @@ def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print, on
             run.current[share] = None
             if not payload["abandoned"]:
                 run.results[i] = payload
+                if on_unit is not None:
+                    on_unit(name, i, payload)
         elif what == "stale":
             run.stale = payload
             run.finished.add(share)
@@ -869,10 +875,14 @@ def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print, on
     while pending or running:
         while pending and sum(len(r.procs) for r in running.values()) + plan[pending[0].name] <= max(jobs, plan[pending[0].name]):
             m = pending.pop(0)
-            n = plan[m.name]
-            run = running[m.name] = _Running(m, units[m.name], {}, ctx.Value("q", len(units[m.name]), lock=False), time.time())
+            saved = (done_units or {}).get(m.name, {})
+            stop = min([len(units[m.name])] + [i for i, r in saved.items() if r.get("failure")])
+            run = running[m.name] = _Running(m, units[m.name], {}, ctx.Value("q", stop, lock=False), time.time())
+            run.results.update(saved)
+            run.queued = [i for i in range(len(run.units)) if i < stop and i not in saved]
+            n = min(plan[m.name], len(run.queued))
             run.tasks, run.large = ctx.Queue(), ctx.Lock()
-            for i in list(range(len(run.units))) + [None] * n:
+            for i in run.queued + [None] * n:
                 run.tasks.put(i)
             for share in range(n):
                 spawn(run, share, n, opts["budget_s"])
@@ -1053,15 +1063,20 @@ RESUME_KEYS = ("families", "profile", "examples_scale", "kinds", "jobs", "budget
 KEPT = ("killed", "error", "survived", "stale")  # a verdict; incomplete and harness_error records are searched again
 
 
-def resumed_records(partial: Path, run: dict, mutants: Sequence[Mutant]) -> Tuple[Dict[str, dict], float]:
-    """The records of ``partial`` (an earlier call's mutants.partial.json)
-    that this run keeps, by name, and the wall seconds the calls before took.
-    Usage for a missing or unreadable file, or one made with other options
-    (``RESUME_KEYS``); a record is kept when its verdict is one (``KEPT``)
-    and its mutant's change is the catalogue's now."""
+def resumed_records(
+    partial: Path, run: dict, mutants: Sequence[Mutant], opts: Optional[dict] = None
+) -> Tuple[Dict[str, dict], float, Dict[str, Dict[int, dict]]]:
+    """What this run keeps of ``partial`` (an earlier call's
+    mutants.partial.json): the records, by name; the wall seconds the calls
+    before took; and, of a mutant with no record kept, its units searched to
+    their count (or failed): name -> unit index -> result (``opts``: this
+    run's, whose ``mutant_units`` each must still be). Usage for a missing or
+    unreadable file, or one made with other options (``RESUME_KEYS``); a
+    record is kept when its verdict is one (``KEPT``) and its mutant's change
+    is the catalogue's now."""
     try:
         doc = json.loads(partial.read_text())
-        before, records = doc["run"], doc["records"]
+        before, records, saved = doc["run"], doc["records"], doc.get("units", {})
     except FileNotFoundError:
         raise Usage(f"--resume: no {partial} (a run writes it as its records are made)") from None
     except (ValueError, KeyError, TypeError) as e:
@@ -1070,15 +1085,30 @@ def resumed_records(partial: Path, run: dict, mutants: Sequence[Mutant]) -> Tupl
     if differ:
         k = differ[0]
         raise Usage(f"--resume: {partial} was made with {k}={before.get(k)!r}, this run has {run.get(k)!r}: run the same options, or drop --resume")
-    kept = {m.name: records[m.name] for m in mutants if m.name in records and records[m.name].get("verdict") in KEPT}
-    kept = {n: r for n, r in kept.items() if r.get("change") == change_line(next(m for m in mutants if m.name == n))}
-    return kept, float(doc.get("wall_s") or 0.0)
+    current = {m.name: change_line(m) for m in mutants}
+    kept = {n: r for n, r in records.items() if n in current and r.get("verdict") in KEPT and r.get("change") == current[n]}
+    units: Dict[str, Dict[int, dict]] = {}
+    for m in mutants:
+        mine = saved.get(m.name) or {}
+        if m.name in kept or not mine or opts is None or mine.get("change") != current[m.name]:
+            continue
+        plan = [unit_label(u) for u in mutant_units(m, opts)]
+        units[m.name] = {int(i): r["result"] for i, r in mine["done"].items() if int(i) < len(plan) and r["unit"] == plan[int(i)]}
+    return kept, float(doc.get("wall_s") or 0.0), units
 
 
-def write_partial(path: Path, run: dict, records: Dict[str, dict], wall_s: float) -> None:
-    """The records made so far, with the options they were made under (atomically: a call cut mid-write leaves the last one)."""
+def unit_label(unit) -> list:
+    """A unit (kind, stratum) as the partial report names it: [kind name, stratum or None]."""
+    kind, stratum = unit
+    return [kind.name, list(stratum) if stratum else None]
+
+
+def write_partial(path: Path, run: dict, records: Dict[str, dict], wall_s: float, units: Optional[dict] = None) -> None:
+    """The records made so far, with the options they were made under, and
+    the units searched of mutants with no record yet (atomically: a call cut
+    mid-write leaves the last one)."""
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"run": run, "wall_s": round(wall_s, 1), "records": records}, indent=1, default=str) + "\n")
+    tmp.write_text(json.dumps({"run": run, "wall_s": round(wall_s, 1), "records": records, "units": units or {}}, indent=1, default=str) + "\n")
     tmp.replace(path)
 
 
@@ -1300,29 +1330,47 @@ def main(args) -> int:
     }
     partial = Path(args.report_dir) / PARTIAL
     try:
-        kept, before_s = resumed_records(partial, run, everyone) if args.resume else ({}, 0.0)
+        kept, before_s, done = resumed_records(partial, run, everyone, opts) if args.resume else ({}, 0.0, {})
     except Usage as e:
         print(f"sdpa-conformance mutants: error: {e}", file=sys.stderr)
         return 2
     todo = [m for m in everyone if m.name not in kept]
-    if kept:
-        print(f"resumed: {len(kept)} records kept from {partial} ({before_s:g} s before), {len(todo)} to run")
+    if args.resume:
+        print(
+            f"resumed: {len(kept)} records kept from {partial} ({before_s:g} s before), {len(todo)} to run"
+            + (f", {sum(map(len, done.values()))} of their searches (units) done" if done else "")
+        )
     _, plan = share_plan(todo, opts, args.jobs)
     split = {name: n for name, n in plan.items() if n > 1}
     if split:
         print("split over processes: " + ", ".join(f"{name} {n}" for name, n in split.items()))
-    made = dict(kept)
-    write_partial(partial, run, made, before_s)
+    made, plans = dict(kept), {m.name: mutant_units(m, opts) for m in todo}
+    searched = {m.name: {"change": change_line(m), "done": {}} for m in todo}
+    for name, mine in done.items():
+        searched[name]["done"] = {str(i): {"unit": unit_label(plans[name][i]), "result": r} for i, r in mine.items()}
+
+    def save() -> None:
+        write_partial(partial, run, made, before_s + time.time() - start, {n: u for n, u in searched.items() if n not in made and u["done"]})
 
     def keep(rec: dict) -> None:
         made[rec["name"]] = rec
-        write_partial(partial, run, made, before_s + time.time() - start)
+        save()
+
+    def unit(name: str, i: int, res: dict) -> None:
+        if not res["cut"]:  # searched to its count, or failed: not searched again
+            searched[name]["done"][str(i)] = {"unit": unit_label(plans[name][i]), "result": res}
+            save()
+
+    save()
 
     # A time limit's SIGTERM ends the run as Ctrl-C does, so multiprocessing stops its daemon workers
     # on the way out instead of leaving them searching on the GPU (the partial report is already written).
     signal.signal(signal.SIGTERM, _interrupted)
-    new = {r["name"]: r for r in run_all(todo, opts, args.jobs, on_record=keep)}
-    records = [kept[m.name] | {"resumed": True} if m.name in kept else new[m.name] for m in everyone]
+    new = {r["name"]: r for r in run_all(todo, opts, args.jobs, on_record=keep, done_units=done, on_unit=unit)}
+    records = [
+        kept[m.name] | {"resumed": True} if m.name in kept else new[m.name] | ({"resumed_units": len(done[m.name])} if done.get(m.name) else {})
+        for m in everyone
+    ]
     control_records, mutant_records = records[: len(controls)], records[len(controls) :]
     t = tally(mutant_records)
     run.update(

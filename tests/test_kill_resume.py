@@ -34,13 +34,18 @@ def machine(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
     monkeypatch.setattr(environment, "detect", lambda: env)
-    state = {"verdicts": {}, "cut": set(), "ran": []}
+    state = {"verdicts": {}, "cut": set(), "cut_at": 0, "ran": [], "handed": {}}
 
-    def run_all(mutants, opts, jobs, progress=print, on_record=None):
+    def run_all(mutants, opts, jobs, progress=print, on_record=None, done_units=None, on_unit=None):
         out = []
         for m in mutants:
-            if m.name in state["cut"]:
-                raise KeyboardInterrupt(m.name)
+            handed = (done_units or {}).get(m.name, {})
+            state["handed"][m.name] = sorted(handed)
+            for i in range(len(M.mutant_units(m, opts))):
+                if m.name in state["cut"] and i == state["cut_at"]:
+                    raise KeyboardInterrupt(m.name)
+                if i not in handed:
+                    on_unit(m.name, i, {"cut": False, "failure": None, "examples": 1})
             state["ran"].append(m.name)
             rec = _record(m, state["verdicts"].get(m.name, "survived"))
             on_record(rec)
@@ -110,5 +115,29 @@ def test_kept_records_hold_a_verdict_of_the_mutant_as_it_is(tmp_path):
         d.name: _record(d, "stale"),
     }
     M.write_partial(tmp_path / M.PARTIAL, run, records, 12.5)
-    kept, before = M.resumed_records(tmp_path / M.PARTIAL, run, [a, b, c, d])
-    assert set(kept) == {a.name, d.name} and before == 12.5
+    kept, before, units = M.resumed_records(tmp_path / M.PARTIAL, run, [a, b, c, d])
+    assert set(kept) == {a.name, d.name} and before == 12.5 and units == {}
+
+
+def test_a_mutant_cut_mid_search_resumes_its_searches(machine, tmp_path, capsys):
+    """A call cut inside a mutant's search (the control's long one) leaves
+    the units it searched in the partial report; --resume hands them over
+    (run_all searches only the others) and the record notes how many."""
+    machine["verdicts"] = dict.fromkeys(THREE, "killed")
+    machine["cut"], machine["cut_at"] = {"control"}, 5
+    with pytest.raises(KeyboardInterrupt):
+        _main(tmp_path)
+    partial = json.loads((tmp_path / M.PARTIAL).read_text())
+    assert partial["records"] == {} and sorted(partial["units"]["control"]["done"], key=int) == ["0", "1", "2", "3", "4"]
+    machine["cut"] = set()
+    assert _main(tmp_path, "--resume") == 0
+    assert machine["handed"]["control"] == [0, 1, 2, 3, 4] and "5 of their searches (units) done" in capsys.readouterr().out
+    doc = json.loads((tmp_path / "mutants.json").read_text())
+    assert doc["control"]["resumed_units"] == 5 and "resumed" not in doc["control"]
+    # a unit whose place in the search plan now holds another kind and stratum is searched again
+    opts = {"kinds": M.KIND_NAMES, "profile": "ci", "explicit": False}
+    assert M.unit_label(M.mutant_units(M.CONTROL, opts)[0]) == partial["units"]["control"]["done"]["0"]["unit"]
+    partial["units"]["control"]["done"]["0"]["unit"] = ["tails_dense", None]
+    (tmp_path / M.PARTIAL).write_text(json.dumps(partial))
+    _, _, units = M.resumed_records(tmp_path / M.PARTIAL, partial["run"], [M.CONTROL], opts)
+    assert sorted(units["control"]) == [1, 2, 3, 4]

@@ -225,6 +225,7 @@ def checked_adapter(rewrites):
 def _running(units, *, procs, finished=(), current=None, results=(), stop=None, stale=None):
     run = M._Running(M.CONTROL, units, dict.fromkeys(range(procs)), _Stop(len(units) if stop is None else stop), M.time.time())
     run.finished, run.current, run.results, run.stale = set(finished), dict(current or {}), dict.fromkeys(results, {}), stale
+    run.queued = list(range(len(units)))
     return run
 
 
@@ -267,6 +268,43 @@ def test_run_all_gives_a_freed_job_to_a_running_mutant(tmp_path, monkeypatch):
     assert (rec["verdict"], control["verdict"]) == ("stale", "survived"), (rec.get("error"), control.get("error"))
     assert _timeless(control) == _timeless(_one(M.CONTROL, survive, kinds=TWO_KINDS))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["control.1.log", "control.log", "stale.log"]
+
+
+def _unit_results(mutant, check, *, kinds, upto: int) -> dict:
+    """Index -> unit_result of ``mutant``'s first ``upto`` units searched as one process searches them (stopping at a failure)."""
+    import math
+
+    units, out = M.mutant_units(mutant, {"kinds": kinds, "profile": "ci"}), {}
+    for i, (kind, stratum) in enumerate(units[:upto]):
+        one = M.search(kind, None, M.flavors_for(mutant), profile="ci", until=math.inf, t0=0.0, check=check, stratum=stratum)
+        out[i] = M.unit_result(one, 0.0)
+        if one.first is not None:
+            break
+    return out
+
+
+def test_run_all_merges_the_units_an_earlier_call_searched(tmp_path):
+    """Spawned for real: the control's first 10 units handed over as done (an
+    earlier call's, --resume) are not searched again (``on_unit`` sees only
+    the other 6) and the record is the one process's; with a failure among
+    the units handed over (and every unit before it), no process starts."""
+    opts = dict(profile="ci", budget_s=600, kinds=list(TWO_KINDS), findings=None, log_dir=str(tmp_path), threads=1, adapter_factory=no_adapter, check=survive)
+    seen = []
+    (rec,) = M.run_all(
+        [M.CONTROL],
+        opts,
+        jobs=2,
+        progress=lambda line: None,
+        done_units={"control": _unit_results(M.CONTROL, survive, kinds=TWO_KINDS, upto=10)},
+        on_unit=lambda n, i, r: seen.append(i),
+    )
+    assert sorted(seen) == list(range(10, 16)) and _timeless(rec) == _timeless(_one(M.CONTROL, survive, kinds=TWO_KINDS))
+    failing = _unit_results(M.CONTROL, fail_late, kinds=TWO_KINDS, upto=16)
+    assert any(r["failure"] for r in failing.values())
+    logs = set(tmp_path.iterdir())
+    (rec,) = M.run_all([M.CONTROL], opts | {"check": fail_late}, jobs=2, progress=lambda line: None, done_units={"control": failing})
+    assert set(tmp_path.iterdir()) == logs  # no process, no new log
+    assert rec["killed_by"] == "tails_dense" and _timeless(rec) == _timeless(_one(M.CONTROL, fail_late, kinds=TWO_KINDS))
 
 
 def _validate(*argv):
