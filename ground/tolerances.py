@@ -118,6 +118,7 @@ RCP_REL = 2.0**-22
 # exact data, so their remainders are computed; the accumulator's is charged a
 # whole grid step, each pass result one fp32 ulp.
 TC_WINDOW_BITS = 24
+F64_MANTISSA_BITS = 52  # _grid reads the float64 exponent field above them
 TC_HALF = 8  # products per pass in the two-pass structure
 # The P@V mma (O's accumulator) is charged more simply: each step's magnitudes
 # bounded by the running sum of |p v| (no cancellation assumed), 2 x (9 terms +
@@ -227,20 +228,26 @@ def _per_tile(x: torch.Tensor, width: int, fill, reduce) -> torch.Tensor:
 
 
 def _grid(m: torch.Tensor) -> torch.Tensor:
-    """The alignment grid of a pass whose largest magnitude is ``m`` (also one
-    fp32 ulp of ``m``): 2^(floor(log2 m) - 23); 0 where m == 0."""
-    _, e = torch.frexp(m)  # m = f * 2^e, f in [0.5, 1): floor(log2 m) = e - 1
-    return torch.where(m > 0, torch.ldexp(torch.ones_like(m), (e - TC_WINDOW_BITS).to(torch.int32)), 0.0)
+    """The alignment grid of a pass whose largest magnitude is ``m`` (float64,
+    >= 0; also one fp32 ulp of ``m``): 2^(floor(log2 m) - 23), read off the
+    float64 exponent field (four launches where frexp and ldexp take seven:
+    on a GPU the model's cost is its launches); 0 where m == 0, and where the
+    grid would fall below the normal float64 range (m < 2^-999, far below any
+    product of two fp16/bf16 values): a grid of 0 charges whole terms
+    (``_lost``), more than any grid."""
+    biased = (m.view(torch.int64) >> F64_MANTISSA_BITS) - (TC_WINDOW_BITS - 1)  # the grid's exponent field
+    return (biased.clamp(min=0) << F64_MANTISSA_BITS).view(torch.float64)
 
 
 def _lost(a: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
     """Sum over the last axis of |t| mod grid: the bits of each term below the
-    grid (``a`` fp32, exact; the sum in float64)."""
+    grid (``a`` fp32, exact; the sum in float64); ``grid`` is shaped like
+    ``a`` without its last axis."""
     if a.shape[-1] == 0:
         return torch.zeros_like(grid)
-    g = grid.to(a.dtype)[..., None]  # 0 when it underflows fp32: then the whole term counts
-    pos = g > 0
-    return torch.where(pos, torch.fmod(a, torch.where(pos, g, 1.0)), a).to(grid.dtype).sum(-1)  # fmod is exact
+    g = grid.to(a.dtype)  # 0 when it underflows fp32: then the whole term counts (fmod(t, inf) = t)
+    g = torch.where(g > 0, g, math.inf)[..., None]
+    return torch.fmod(a, g).sum(-1, dtype=grid.dtype)  # fmod is exact
 
 
 def _amax(a: torch.Tensor) -> torch.Tensor:
@@ -333,44 +340,53 @@ def dot_error(q: torch.Tensor, k: torch.Tensor, group: int) -> torch.Tensor:
     one pass   sum_16 rem(|p|, G) + G + ulp(|D|),  G = grid(max(|C|, |p|))
     two passes sum_8 rem(|p|, Ga) + Ga + ulp(|C'|) + sum_8 rem(|p|, Gb) + Gb + ulp(|D|),
                Ga = grid(max(|C|, |p_1..8|)), Gb = grid(max(|C'|, |p_9..16|)).
-    A step whose products are all 0 (the envelope's zero columns) is exact."""
+    A step whose products are all 0 (the envelope's zero columns) is exact.
+
+    Only E carries from one step to the next, so the partial sums C' and D
+    of every step (float64 matmuls of each half step, accumulated in order by
+    one cumsum) are computed for all steps at once, and Ga and G, which wait
+    on nothing but C, are read and charged together (the ``pair`` axis: the
+    first pass's 8 products, then the one pass's 16)."""
     b, h_kv, s_kv, d = k.shape
     qg = q.reshape(b, h_kv, -1, d)
     rows = qg.shape[2]
-    out = torch.zeros(qg.shape[:3] + (s_kv,), dtype=q.dtype, device=q.device)
-    kt = k.transpose(-1, -2)
+    out = torch.zeros((b, h_kv, rows, s_kv), dtype=q.dtype, device=q.device)
+    steps = -(-d // MMA_K)
+    if not (rows and s_kv and steps):
+        return out.view(q.shape[0], q.shape[1], q.shape[2], s_kv)
+    if steps * MMA_K > d:  # zero columns: zero products, which no term charges
+        qg, k = (torch.nn.functional.pad(x, (0, steps * MMA_K - d)) for x in (qg, k))
+    halves = lambda x: x.unflatten(-1, (2 * steps, TC_HALF)).transpose(-2, -3)  # noqa: E731  (..., n, D) -> (..., half steps, n, 8)
+    k_halves = halves(k).transpose(-1, -2)
+    k32 = k.abs().to(torch.float32).unflatten(-1, (steps, MMA_K))  # (b, h, keys, steps, 16)
+    first = (torch.arange(MMA_K, device=q.device) < TC_HALF).to(torch.float32)
+    pair_terms = torch.stack((first, torch.ones_like(first)))  # the products each grid of the pair charges
     block = max(1, ROW_BLOCK // max(1, s_kv * MMA_K))
-    k32 = kt.abs().to(torch.float32)
     for r0 in range(0, rows, block):
         qb = qg[:, :, r0 : r0 + block]
-        q32 = qb.abs().to(torch.float32)
+        # sums[:, :, 2s] = C' (C + the first 8 products of step s), sums[:, :, 2s + 1] = D
+        sums = torch.cumsum(torch.matmul(halves(qb), k_halves), 2)
+        mags = sums.abs()
+        c_term = (sums[:, :, 1::2] != 0).to(q.dtype)  # C != 0: the accumulator is exact before the first step
+        q32 = qb.abs().to(torch.float32).unflatten(-1, (steps, MMA_K))
         err = torch.zeros(qb.shape[:3] + (s_kv,), dtype=q.dtype, device=q.device)
-        acc = torch.zeros_like(err)
-        for c0 in range(0, d, MMA_K):
-            c1 = min(d, c0 + TC_HALF)
+        for s in range(steps):
             # |products|: fp16 x fp16 (22 bits) and bf16 x bf16 (16 bits) are exact in fp32, and so
             # are their remainders against a power-of-two grid
-            a = q32[..., c0 : c0 + MMA_K][..., :, None, :] * k32[..., c0 : c0 + MMA_K, :].transpose(-1, -2)[..., None, :, :]
-            a1, a2 = a[..., : c1 - c0], a[..., c1 - c0 :]
-            mid = acc + torch.matmul(qb[..., c0:c1], kt[..., c0:c1, :])
-            end = mid + torch.matmul(qb[..., c1 : c0 + MMA_K], kt[..., c1 : c0 + MMA_K, :])
-            m1, m2 = _amax(a1).to(q.dtype), _amax(a2).to(q.dtype)
-            c = acc.abs() + err
-            c_term = (acc != 0).to(q.dtype)  # the accumulator is exact before the first step
-            m12, end_abs, mid_abs = torch.maximum(m1, m2), end.abs(), mid.abs()
-            # The grids that do not wait on each other are read in one _grid call (elementwise: the
-            # same values; a launch each costs more than the work on the GPU).
-            g1, ga = _grid(torch.stack((torch.maximum(c, m12), torch.maximum(c, m1))))
-            r1 = _lost(a, g1) + c_term * g1
-            ra = _lost(a1, ga) + c_term * ga
-            u1, ua = _grid(torch.stack((end_abs + err + r1, mid_abs + err + ra)))
-            one = r1 + u1
-            ea = ra + ua
-            gb = _grid(torch.maximum(mid_abs + err + ea, m2))
-            rb = _lost(a2, gb) + gb
-            two = ea + rb + _grid(end_abs + err + ea + rb)
+            a = q32[..., s, :][..., :, None, :] * k32[..., s, :][..., None, :, :]
+            m1, m12 = torch.cummax(a.unflatten(-1, (2, TC_HALF)).amax(-1), -1).values.to(q.dtype).movedim(-1, 0)
+            m2 = a[..., TC_HALF:].amax(-1).to(q.dtype)
+            c = mags[:, :, 2 * s - 1] + err if s else err  # |C| + E
+            pair = _grid(torch.maximum(c, torch.stack((m1, m12))))  # (Ga, G)
+            r = _lost(a[..., None, :] * pair_terms, pair.movedim(0, -1)).movedim(-1, 0)
+            if s:
+                r = r + c_term[:, :, s - 1] * pair
+            r = r + _grid(mags[:, :, 2 * s : 2 * s + 2].movedim(2, 0) + err + r)  # + ulp(|C'|), + ulp(|D|)
+            ea, one = r
+            gb = _grid(torch.maximum(mags[:, :, 2 * s] + err + ea, m2))
+            rb = _lost(a[..., TC_HALF:], gb) + gb
+            two = ea + rb + _grid(mags[:, :, 2 * s + 1] + err + ea + rb)
             err = err + torch.where(m12 > 0, torch.maximum(one, two), 0.0)
-            acc = end
         out[:, :, r0 : r0 + block] = err
     return out.view(q.shape[0], q.shape[1], q.shape[2], s_kv)
 

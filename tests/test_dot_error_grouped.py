@@ -1,9 +1,12 @@
-"""ground.tolerances.dot_error reads the grids that do not wait on each other
-in one call (fewer GPU launches per k16 step): its bound must be the per-grid
-formula's bit for bit. The per-grid formula is kept here as the oracle, and
-both run on the q/k of drawn Cases (through the float64 reference, as
-kernel_bounds sees them) and on adversarial operands (zeros, subnormal and
-overflowing products, a head dim that is not a multiple of the k16 step)."""
+"""ground.tolerances.dot_error computes what does not wait on the carried
+error for every k16 step at once, reads the grids that do not wait on each
+other in one call and its grids off the float64 exponent field (fewer GPU
+launches per step): its bound must be the per-step, per-grid formula's bit
+for bit (a NaN, where an fp32 product overflows, as any NaN). The per-grid
+formula is kept here as the oracle, and both run on the q/k of drawn Cases
+(through the float64 reference, as kernel_bounds sees them) and on
+adversarial operands (zeros, subnormal and overflowing products, a head dim
+that is not a multiple of the k16 step)."""
 
 from __future__ import annotations
 
@@ -69,7 +72,10 @@ def per_grid_dot_error(q, k, group):
 
 
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a.view(torch.int64), b.view(torch.int64))
+    """Bit for bit, every NaN one value (its payload is the platform's)."""
+    if a.shape != b.shape or a.dtype != b.dtype or not torch.equal(a.isnan(), b.isnan()):
+        return False
+    return torch.equal(a.nan_to_num(0.0).view(torch.int64), b.nan_to_num(0.0).view(torch.int64))
 
 
 def _agree_on(case) -> None:
