@@ -391,6 +391,15 @@ def dot_error(q: torch.Tensor, k: torch.Tensor, group: int) -> torch.Tensor:
     return out.view(q.shape[0], q.shape[1], q.shape[2], s_kv)
 
 
+def _k16_steps(it, s_kv: int):
+    """The k16 steps of P@V the kernel takes per row: over SKV keys, or per
+    batch entry over the keys it walks (``Internals.walked``: THD sequences
+    padded to one call), shaped (B, 1, 1, 1)."""
+    if it.walked is None:
+        return -(-s_kv // MMA_K)
+    return (-(-it.walked // MMA_K)).to(it.o.dtype).view(-1, 1, 1, 1)
+
+
 def _row_facts(z: torch.Tensor):
     """What both kernels' bounds read off the scaled logits ``z`` (B,H,SQ,SKV),
     -inf where masked: (vis, zero, visible keys per row, has_key, z0 (masked
@@ -526,7 +535,7 @@ def kernel_bounds(it, dtype: str, *, parts: bool = False) -> Dict[str, torch.Ten
     t_p = _p_rounding(it, dtype, p, vis, gap, z0, m_k0)
     # logit / ex2 errors: sum_j P_j rho_j |v_j - O|, centred on the largest key so one-hot rows stay tight
     t_rho = _logit_spread(it, p * rho, z0, vis) + (p_s * rho_s)[..., None] * abs_o
-    steps = -(-s_kv // MMA_K) if s_kv else 0
+    steps = _k16_steps(it, s_kv)
     t_acc = _pv_accumulation(it, p, vis, per_key(rescales_after) if s_kv else None)
     kappa = U32 * _rowsum(p * depth) + RCP_REL + U32
     if has_sink:
@@ -661,7 +670,7 @@ def sm90_kernel_bounds(it, dtype: str, *, parts: bool = False) -> Dict[str, torc
     t_p = _p_rounding(it, dtype, p, vis, gap, z0, m_k0)
     t_rho = _logit_spread(it, p * rho, z0, vis) + (p_s * rho_s)[..., None] * abs_o
     t_acc = _pv_accumulation(it, p, vis, per_key(rescales_after) if s_kv else None)
-    steps = -(-s_kv // MMA_K) if s_kv else 0
+    steps = _k16_steps(it, s_kv)
     # the row sum's adds, rcp, acc * inv; with sinks shrink * rcp
     kappa = U32 * _rowsum(p * depth) + RCP_REL + U32 + U32 * has_sink
     # flush to zero: each p, each k16 step, acc * inv; an alpha or a sink shrink flushing an accumulator <= sum |v|
@@ -797,6 +806,7 @@ def handed_error(given: Optional[torch.Tensor], exact: torch.Tensor, rows: torch
     return torch.where(rows, err, torch.zeros_like(err))
 
 
+@timed("bounds")
 def backward_bounds(
     it,
     grads: Dict[str, torch.Tensor],

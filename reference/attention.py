@@ -81,7 +81,12 @@ LOG2E = 1.4426950408889634  # log2(e), the kernel's base-2 Stats factor (f16:140
 def _lens(lens: Lens, b: int, phys: int, device) -> torch.Tensor:
     if lens is None:
         return torch.full((b,), phys, dtype=torch.int64, device=device)
-    t = torch.as_tensor(lens).to(device=device, dtype=torch.int64).reshape(-1)
+    if not isinstance(lens, torch.Tensor):  # checked on the host: no wait for the device
+        lens = [int(n) for n in lens]
+        if len(lens) != b or (lens and (min(lens) < 0 or max(lens) > phys)):
+            raise ValueError(f"lengths: expected {b} entries in [0, {phys}], got {lens}")
+        return torch.tensor(lens, dtype=torch.int64).to(device)
+    t = lens.to(device=device, dtype=torch.int64).reshape(-1)
     if t.numel() != b:
         raise ValueError(f"lengths: expected {b} entries, got {t.numel()}")
     if t.numel() and (int(t.min()) < 0 or int(t.max()) > phys):
@@ -120,6 +125,8 @@ class Internals:
     - q_live (B,SQ): rows inside the q lengths.
     - q_unsure, k_unsure: per element, how far the kernel's own q / k operand
       may differ from q / k (RoPE's rounding; dead rows 0), or None: exact.
+    - walked: the keys each batch entry's kernel walks, where the call pads
+      entries of fewer keys to SKV (``reference_for_case``'s THD buckets); None: SKV.
     """
 
     q: torch.Tensor
@@ -139,6 +146,9 @@ class Internals:
     q_live: torch.Tensor
     q_unsure: Optional[torch.Tensor] = None  # (B,H,SQ,Dqk): how far the kernel's q operand may sit from q (RoPE), or None
     k_unsure: Optional[torch.Tensor] = None  # (B,Hkv,SKV,Dqk): the same for k
+    walked: Optional[torch.Tensor] = (
+        None  # (B,) int64: the keys the kernel walks per batch entry where fewer than SKV (THD sequences batched together), or None: SKV
+    )
 
 
 def attention(
@@ -161,6 +171,7 @@ def attention(
     q_phys: Optional[int] = None,
     q_unsure: Optional[torch.Tensor] = None,
     k_unsure: Optional[torch.Tensor] = None,
+    walked: Lens = None,
 ):
     """Attention on dense logical tensors q (B,Hq,SQ,Dqk), k (B,Hkv,SKV,Dqk),
     v (B,Hkv,SKV,Dv). Returns O (B,Hq,SQ,Dv) and natural-log LSE (B,Hq,SQ), in
@@ -169,6 +180,7 @@ def attention(
 
     ``q_unsure``/``k_unsure`` (shaped like q / k): carried into the Internals
     for the error model (``rotate(..., unsure=True)``); the result ignores them.
+    ``walked`` (B,): carried into the Internals likewise (``Internals.walked``).
 
     A chunk of rows: ``q`` (and ``bias``, ``q_unsure``) hold query rows row0 .. row0+SQ-1 of
     a query of ``q_phys`` physical rows (``q_lens`` and the mask are the whole
@@ -266,6 +278,7 @@ def attention(
                 q_live=q_live,
                 q_unsure=unsure[0],
                 k_unsure=unsure[1],
+                walked=None if walked is None else _lens(walked, b, s_kv, dev),
             )
 
     if q_lens is not None:  # dense padded Q rows: O = 0, LSE = -inf (sinks or not)
@@ -371,7 +384,7 @@ def reference_for_case(case, tensors, compute_dtype: torch.dtype = torch.float32
     sequence are NaN: the tail property, not the reference, judges them.
 
     ``extra`` (float64 only): called with the ``Internals`` of every attention
-    call (one per THD sequence); its tensors come back as a third item, a
+    call (THD: one per bucket of sequences, ``thd_buckets``); its tensors come back as a third item, a
     dict laid out like O or LSE (by rank), NaN outside every THD sequence;
     empty when no THD sequence has a Q row (no call was made).
     ``chunk_elems``: the row chunking (``chunked_attention``; default
@@ -406,25 +419,75 @@ def reference_for_case(case, tensors, compute_dtype: torch.dtype = torch.float32
     t_q, h_q, _ = tensors.q.shape
     o = torch.full((t_q, h_q, tensors.v.shape[-1]), float("nan"), dtype=acc, device=dev)
     lse = torch.full((h_q, t_q), float("nan"), dtype=acc, device=dev)
-    cu_q, cu_kv = case.cu_seqlens("q"), case.cu_seqlens("kv")
     extras: Dict[str, torch.Tensor] = {}
-    for s in range(case.n_seq):
-        q0, q1, k0, k1 = cu_q[s], cu_q[s + 1], cu_kv[s], cu_kv[s + 1]
-        if q1 == q0:
-            continue
-        as_bhsd = lambda x: x.permute(1, 0, 2).unsqueeze(0)  # noqa: E731  (T,H,D) -> (1,H,T,D)
-        got = chunked_attention(as_bhsd(tensors.q[q0:q1]), as_bhsd(tensors.k[k0:k1]), as_bhsd(tensors.v[k0:k1]), **common)
-        o[q0:q1] = got[0][0].permute(1, 0, 2)
-        lse[:, q0:q1] = got[1][0]
+    for bucket in thd_buckets(case.q_lens, case.kv_lens):
+        # The bucket's sequences as one dense batch: each padded to the longest,
+        # its own lengths masking the rest (the dense path's seq lens), so the
+        # model's launches are per bucket, not per sequence.
+        n_q, n_kv = [case.q_lens[s] for s in bucket], [case.kv_lens[s] for s in bucket]
+        rows, keys = _packed_index(case.cu_seqlens("q"), bucket, n_q, dev), _packed_index(case.cu_seqlens("kv"), bucket, n_kv, dev)
+        as_bhsd = lambda x, index, n: x.index_select(0, index).unflatten(0, (len(bucket), n)).transpose(1, 2)  # noqa: E731
+        got = chunked_attention(
+            as_bhsd(tensors.q, rows, max(n_q)),
+            as_bhsd(tensors.k, keys, max(n_kv)),
+            as_bhsd(tensors.v, keys, max(n_kv)),
+            q_lens=n_q,
+            kv_lens=n_kv,
+            walked=n_kv,
+            **common,
+        )
+        live = _live_rows(n_q, dev)  # the bucket's live (entry, row) positions, in packed order
+        packed = rows.index_select(0, live)
+        o.index_copy_(0, packed, got[0].transpose(1, 2).flatten(0, 1).index_select(0, live))
+        lse.index_copy_(1, packed, got[1].transpose(0, 1).flatten(1, 2).index_select(1, live))
         for name, x in (got[2] if extra is not None else {}).items():
             if name not in extras:  # O-like (T_q,H,D) or LSE-like (H,T_q), NaN outside sequences
                 shape = (t_q, h_q, x.shape[-1]) if x.dim() == 4 else (h_q, t_q)
                 extras[name] = torch.full(shape, float("nan"), dtype=x.dtype, device=dev)
             if x.dim() == 4:
-                extras[name][q0:q1] = x[0].permute(1, 0, 2)
+                extras[name].index_copy_(0, packed, x.transpose(1, 2).flatten(0, 1).index_select(0, live))
             else:
-                extras[name][:, q0:q1] = x[0]
+                extras[name].index_copy_(1, packed, x.transpose(0, 1).flatten(1, 2).index_select(1, live))
     return _lse_units(case, o, lse, None if extra is None else extras)
+
+
+# THD buckets. The sequences of a bucket are padded to its longest Q and K/V
+# lengths; a bucket takes the next sequence (longest first) while its padded
+# (row, key) pairs stay within THD_PAD_SLACK times their own plus
+# THD_PAD_FREE, so many short sequences share one call and a long one is not
+# padded to another's length.
+THD_PAD_SLACK = 1.25
+THD_PAD_FREE = 1 << 16
+
+
+def thd_buckets(q_lens: Sequence[int], kv_lens: Sequence[int]) -> list:
+    """The sequences with a Q row, as lists of indices, one dense reference call each."""
+    area = lambda n, m: n * max(m, 1)  # noqa: E731  a sequence without keys still has rows
+    order = sorted((s for s in range(len(q_lens)) if q_lens[s]), key=lambda s: (-area(q_lens[s], kv_lens[s]), s))
+    buckets: list = []
+    for s in order:
+        if buckets:
+            b = buckets[-1] + [s]
+            padded = len(b) * area(max(q_lens[i] for i in b), max(kv_lens[i] for i in b))
+            if padded <= THD_PAD_SLACK * sum(area(q_lens[i], kv_lens[i]) for i in b) + THD_PAD_FREE:
+                buckets[-1] = b
+                continue
+        buckets.append([s])
+    return buckets
+
+
+def _packed_index(cu: Sequence[int], bucket: Sequence[int], lens: Sequence[int], dev) -> torch.Tensor:
+    """Packed token of each (entry, row) of a bucket padded to max(lens); a
+    padded row reads the buffer's token 0 (``attention`` zeroes it before any
+    product, whatever it holds)."""
+    width = max(lens)
+    index = [cu[s] + i if i < n else 0 for s, n in zip(bucket, lens) for i in range(width)]
+    return torch.tensor(index, dtype=torch.int64).to(dev)
+
+
+def _live_rows(lens: Sequence[int], dev) -> torch.Tensor:
+    width = max(lens)
+    return torch.tensor([e * width + i for e, n in enumerate(lens) for i in range(n)], dtype=torch.int64).to(dev)
 
 
 def _lse_units(case, o: torch.Tensor, lse: torch.Tensor, extras: Optional[Dict[str, torch.Tensor]] = None):
