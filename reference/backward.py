@@ -45,6 +45,8 @@ from typing import Callable, Dict, Optional
 
 import torch
 
+from ground.phases import timed
+
 from .attention import Internals, attention
 
 GRADS = ("dq", "dk", "dv", "dbias", "dsink")
@@ -117,6 +119,7 @@ def structural_zeros(it: Internals, grads: Dict[str, torch.Tensor]) -> Dict[str,
 Extra = Callable[..., Dict[str, torch.Tensor]]
 
 
+@timed("reference")
 def backward_for_case(case, tensors, do: torch.Tensor, *, extra: Optional[Extra] = None, o=None, lse=None) -> Dict[str, torch.Tensor]:
     """The float64 gradients of a Case for dO (laid out like O:
     dense logical (B,H,SQ,Dv), THD (T_q,H,Dv)), in the layouts the backward

@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""Count the torch ops one numerics example's reference and error model make.
+
+    PYTHONPATH=$PWD python3 tools/count_model_ops.py              # 60 ci draws per test
+    PYTHONPATH=$PWD python3 tools/count_model_ops.py --examples 200 --by-function
+
+Each numerics example computes the float64 reference and its error model's
+bounds (``reference_for_case(..., extra=bounds_for(case.family))``) as a
+sequence of small torch ops. On a GPU each op that is not a view is a kernel
+launch, and with 16 workers sharing one GPU their count, not their
+arithmetic, sets what these small shapes cost; a host sync (``.item()``,
+``nonzero``, a tensor's truth value) waits for every queued launch. Both
+counts are the same on any device, so they are measured here on the CPU,
+with a ``TorchDispatchMode``, over the Cases the ``ci`` profile draws for the
+numerics tests (derandomized: the Cases a GPU run judges), SM80 and sm90.
+``--by-function`` adds the ops per example of the functions that make most.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import traceback
+from collections import Counter
+from pathlib import Path
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+ROOT = Path(__file__).resolve().parents[1]
+TESTS = ("test_numerics_dense", "test_numerics_thd", "test_sm90_numerics_dense", "test_sm90_numerics_thd")
+# What reaches the dispatcher without launching a kernel: allocation, and the
+# host syncs (counted apart).
+SYNCS = {"aten._local_scalar_dense.default", "aten.nonzero.default", "aten.is_nonzero.default", "aten.equal.default"}
+NO_LAUNCH = {"aten.empty.memory_format", "aten.empty_strided.default", "aten.lift_fresh.default", "aten.detach.default"}
+
+
+class OpCount(TorchDispatchMode):
+    """Launching ops and host syncs; with ``by_function``, ops per innermost function of ours."""
+
+    def __init__(self, by_function: bool = False):
+        super().__init__()
+        self.ops = self.syncs = 0
+        self.by_function = by_function
+        self.functions: Counter = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = str(func)
+        if name in SYNCS:
+            self.syncs += 1
+        elif not func.is_view and name not in NO_LAUNCH:
+            self.ops += 1
+            if self.by_function:
+                ours = [f for f in traceback.extract_stack(limit=16) if f.filename.startswith(str(ROOT)) and "/tools/" not in f.filename]
+                if ours:
+                    self.functions[f"{Path(ours[-1].filename).relative_to(ROOT)}:{ours[-1].name}"] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def cases_of(examples: int) -> dict:
+    from conformance.pairs import draw, sm90_draws
+
+    drawn = {**draw("ci", select="test_numerics_"), **sm90_draws("ci")}
+    return {name: drawn[name][:examples] for name in TESTS}
+
+
+def count(case, by_function: bool) -> tuple:
+    from ground.data import FINITE_PAD, make_inputs
+    from ground.tolerances import bounds_for
+    from reference.attention import reference_for_case
+
+    inputs = make_inputs(case, "cpu", poison=True, pad_fill=FINITE_PAD)
+    start = time.perf_counter()
+    with OpCount(by_function) as k:
+        reference_for_case(case, inputs, torch.float64, extra=lambda it: bounds_for(case.family)(it, case.dtype))
+    return k, time.perf_counter() - start
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--examples", type=int, default=60, help="the first N ci draws of each numerics test (default 60)")
+    p.add_argument("--by-function", action="store_true", help="also the ops per example of the functions that make most")
+    args = p.parse_args(argv)
+    if args.examples < 1:
+        p.error("--examples must be at least 1")
+    print("| test | examples | ops per example: mean | median | max | host syncs per example | CPU s per example |")
+    print("|---|---|---|---|---|---|---|")
+    for name, cases in cases_of(args.examples).items():
+        counted = [count(c, args.by_function) for c in cases]
+        ops = sorted(k.ops for k, _ in counted)
+        n = len(ops)
+        syncs = sum(k.syncs for k, _ in counted) / n
+        secs = sum(s for _, s in counted) / n
+        print(f"| {name} | {n} | {sum(ops) / n:,.0f} | {ops[n // 2]:,} | {ops[-1]:,} | {syncs:.1f} | {secs:.3f} |", flush=True)
+        if args.by_function:
+            total = sum((k.functions for k, _ in counted), Counter())
+            print("  " + ", ".join(f"{f} {c / n:,.0f}" for f, c in total.most_common(8)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
