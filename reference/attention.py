@@ -412,7 +412,8 @@ def reference_for_case(case, tensors, compute_dtype: torch.dtype = torch.float32
         v, keys = tensors.v, live_key_extent(case)
         if keys < case.s_kv:  # the dead key tail of a huge dense K/V (ground.data.live_key_extent)
             k, v = k[:, :, :keys], v[:, :, :keys]
-        got = chunked_attention(q, k, v, bias=tensors.bias, q_lens=tensors.seq_q_lens, kv_lens=tensors.seq_kv_lens, **common, **unsure)
+        # the padding lengths from the Case's facts (the buffers the kernel reads hold the same): no device read
+        got = chunked_attention(q, k, v, bias=tensors.bias, q_lens=case.seq_q_lens, kv_lens=case.seq_kv_lens, **common, **unsure)
         return _lse_units(case, *got)
     acc = torch.float64 if compute_dtype == torch.float64 else torch.float32
     dev = tensors.q.device

@@ -152,7 +152,7 @@ def backward_for_case(case, tensors, do: torch.Tensor, *, extra: Optional[Extra]
         return keep
 
     if not case.is_thd:
-        return one(tensors.q, tensors.k, tensors.v, do, o, lse, bias=tensors.bias, q_lens=tensors.seq_q_lens, kv_lens=tensors.seq_kv_lens)
+        return one(tensors.q, tensors.k, tensors.v, do, o, lse, bias=tensors.bias, q_lens=case.seq_q_lens, kv_lens=case.seq_kv_lens)
     dev = tensors.q.device
     f64 = torch.float64
     shapes = {"dq": (case.t_q, case.h_q, case.d_qk), "dk": (case.t_kv, case.h_kv, case.d_qk), "dv": (case.t_kv, case.h_kv, case.d_v), "dsink": (case.h_q,)}

@@ -9,7 +9,7 @@ bounds (``reference_for_case(..., extra=bounds_for(case.family))``) as a
 sequence of small torch ops. On a GPU each op that is not a view is a kernel
 launch, and with 16 workers sharing one GPU their count, not their
 arithmetic, sets what these small shapes cost; a host sync (``.item()``,
-``nonzero``, a tensor's truth value) waits for every queued launch. Both
+``tolist()``, ``nonzero``, a tensor's truth value) waits for every queued launch. Both
 counts are the same on any device, so they are measured here on the CPU,
 with a ``TorchDispatchMode``, over the Cases the ``ci`` profile draws for the
 numerics tests (derandomized: the Cases a GPU run judges), SM80 and sm90.
@@ -44,6 +44,22 @@ class OpCount(TorchDispatchMode):
         self.ops = self.syncs = 0
         self.by_function = by_function
         self.functions: Counter = Counter()
+
+    def __enter__(self):
+        # A CPU tensor's tolist() never reaches the dispatcher; on a GPU it is a copy to the host.
+        self._tolist = torch.Tensor.tolist
+        counter = self
+
+        def tolist(t, *args, **kwargs):
+            counter.syncs += 1
+            return counter._tolist(t, *args, **kwargs)
+
+        torch.Tensor.tolist = tolist
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        torch.Tensor.tolist = self._tolist
+        return super().__exit__(*exc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = str(func)
