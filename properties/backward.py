@@ -168,6 +168,7 @@ def check_backward(case: Case, adapter) -> Observation:
                 fixed,
                 f"{name} the kernel's gating makes exactly 0 (no visible key, padded rows, unseen keys, masked cells)",
                 check="contract rows",
+                defer=True,
             )
             bound = ref.get(f"bound:{name}", torch.zeros_like(want))
             ratios[name] = judge.within_model("backward", case, name, got, want, bound, live & ~fixed)
