@@ -433,6 +433,15 @@ def _walk_facts(vis: torch.Tensor, f64: torch.dtype):
     return j // TILE_N, (-(-s_kv // TILE_N) if s_kv else 0), lane_depth, tile_vis, tiles_after, neg_inf
 
 
+def _walked_before(tile_max: torch.Tensor) -> torch.Tensor:
+    """(..., T) -> per tile t, the largest tile max of the tiles the walk
+    visits before it (t' > t; -inf: none)."""
+    if not tile_max.shape[-1]:
+        return tile_max
+    after = torch.flip(torch.cummax(torch.flip(tile_max, [-1]), -1).values, [-1])
+    return torch.cat([after[..., 1:], torch.full_like(after[..., :1], -math.inf)], -1)
+
+
 @timed("bounds")
 def kernel_bounds(it, dtype: str, *, parts: bool = False) -> Dict[str, torch.Tensor]:
     """Bounds on |kernel - reference| from one float64 reference call's
@@ -445,7 +454,7 @@ def kernel_bounds(it, dtype: str, *, parts: bool = False) -> Dict[str, torch.Ten
     u, tiny = IO_UNIT[dtype], IO_TINY[dtype]
     z, p, g = it.logits, it.p, it.group
     b, h, s_q, s_kv = z.shape
-    dev, f64 = z.device, z.dtype
+    f64 = z.dtype
     vis, zero, visible, has_key, z0, m_k0, gap = _row_facts(z)
     has_sink = it.sink is not None
     has_bias = it.bias is not None
@@ -466,31 +475,35 @@ def kernel_bounds(it, dtype: str, *, parts: bool = False) -> Dict[str, torch.Ten
     # kernel's own error to the threshold is ambiguous: from there on, the walk is unknown.
     y_tile = tile_max * LOG2E
     dz_max = _amax(dz) if s_kv else torch.zeros_like(m_k0)
+    # What the walk reads that does not wait on it, for every tile at once: the max of the
+    # tiles walked before tile t (x -> x log2(e) is monotone, so it commutes with the max),
+    # and the slack's terms but the running max's
+    prev = _walked_before(tile_max)
+    y_before = prev * LOG2E
+    slack_dz, slack_y = 2 * LOG2E * dz_max, 1 + y_tile.abs().nan_to_num(0, 0, 0)
     run = torch.full_like(m_k0, -math.inf)
     lost = torch.zeros_like(has_key)  # an ambiguous decision was taken
-    maybe = torch.zeros_like(tile_vis)  # a rescale may happen at this tile
-    before = torch.full_like(m_k0, -math.inf)  # max of the tiles walked so far
+    maybe = []  # per tile, walked from the last: a rescale may happen at this tile
     for t in reversed(range(n_tiles)):
         yt, vt = y_tile[..., t], tile_vis[..., t]
-        started = vt & torch.isfinite(run)
+        finite = torch.isfinite(run)
+        started = vt & finite
         diff = yt - torch.where(started, run, zero)
-        slack = 2 * LOG2E * dz_max + RECORD_MARGIN * (1 + yt.abs().nan_to_num(0, 0, 0) + run.abs().nan_to_num(0, 0, 0))
+        slack = slack_dz + RECORD_MARGIN * (slack_y[..., t] + run.abs().nan_to_num(0, 0, 0))
         near = started & ((diff - RESCALE_LOG2).abs() <= slack)
-        move = vt & (~torch.isfinite(run) | (diff > RESCALE_LOG2))
-        record = started & (yt > before - slack)  # a new maximum: all that is known once lost
-        maybe[..., t] = started & torch.where(lost, record, move | near)
+        move = vt & (~finite | (diff > RESCALE_LOG2))
+        record = started & (yt > y_before[..., t] - slack)  # a new maximum: all that is known once lost
+        maybe.append(started & torch.where(lost, record, move | near))
         lost = lost | near
         run = torch.where(move, yt, run)
-        before = torch.where(vt, torch.maximum(before, yt), before)
+    maybe = torch.stack(maybe[::-1], -1) if n_tiles else torch.zeros_like(tile_vis)
     lag_log2 = torch.where(lost | ~has_key, torch.full_like(run, RESCALE_LOG2), (m_k0 * LOG2E - run).clamp(0, RESCALE_LOG2))
     lag = lag_log2 * LN2  # how far the kernel's final running max sits below the key max, natural units
     # x = S*c - m: -x <= gap (m never passes the key max) and x <= 8 (log2 units: m lags
     # the max walked so far by at most that); its rounding joins the logit error
     dz = dz + U32 * torch.where(vis, gap + RESCALE_LOG2 * LN2, zero)
-    # a rescale costs ex2 on alpha, its argument's rounding (|m_old - m_new| <= (tile max - before) + lag)
+    # a rescale costs ex2 on alpha, its argument's rounding (|m_old - m_new| <= (tile max - prev) + lag)
     # and the O / row-sum multiplications by alpha
-    prev = torch.flip(torch.cummax(torch.flip(tile_max, [-1]), -1).values, [-1]) if n_tiles else tile_max
-    prev = torch.cat([prev[..., 1:], torch.full(prev.shape[:-1] + (min(1, n_tiles),), -math.inf, dtype=f64, device=dev)], -1)[..., :n_tiles]
     jump = torch.where(maybe, (tile_max - prev).nan_to_num(0, 0, 0), zero).clamp(min=0)
     cost = torch.where(maybe, EX2_REL + 3 * U32 + U32 * (jump + RESCALE_LOG2 * LN2), zero)
     rescales_after = torch.cumsum(maybe.to(f64), -1) - maybe.to(f64)  # in tiles walked after t
@@ -611,7 +624,7 @@ def sm90_kernel_bounds(it, dtype: str, *, parts: bool = False) -> Dict[str, torc
     u, tiny = IO_UNIT[dtype], IO_TINY[dtype]
     z, p, g = it.logits, it.p, it.group
     b, h, s_q, s_kv = z.shape
-    dev, f64 = z.device, z.dtype
+    f64 = z.dtype
     vis, zero, visible, has_key, z0, m_k0, gap = _row_facts(z)  # m_k0: the anchor's logit (scale * the raw extremum)
     has_sink = it.sink is not None
     ks = abs(it.scale)
@@ -625,8 +638,7 @@ def sm90_kernel_bounds(it, dtype: str, *, parts: bool = False) -> Dict[str, torc
     # ---- the walk: tiles from the last down; a rescale where the tile max may reach the running max
     tile, n_tiles, lane_depth, tile_vis, tiles_after, neg_inf = _walk_facts(vis, f64)
     tile_max = _per_tile(torch.where(vis, z, neg_inf), TILE_N, -math.inf, lambda x: x.amax(-1)) if s_kv else z[..., :0]
-    prev = torch.flip(torch.cummax(torch.flip(tile_max, [-1]), -1).values, [-1]) if n_tiles else tile_max
-    prev = torch.cat([prev[..., 1:], torch.full(prev.shape[:-1] + (min(1, n_tiles),), -math.inf, dtype=f64, device=dev)], -1)[..., :n_tiles]
+    prev = _walked_before(tile_max)
     started = tile_vis & torch.isfinite(prev)
     dz_max = _amax(dz)[..., None]
     slack = 2 * dz_max + RECORD_MARGIN * (1 + tile_max.abs().nan_to_num(0, 0, 0) + prev.abs().nan_to_num(0, 0, 0))
