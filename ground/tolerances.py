@@ -346,7 +346,7 @@ def dot_error(q: torch.Tensor, k: torch.Tensor, group: int) -> torch.Tensor:
     of every step (float64 matmuls of each half step, accumulated in order by
     one cumsum) are computed for all steps at once, and Ga and G, which wait
     on nothing but C, are read and charged together (the ``pair`` axis: the
-    first pass's 8 products, then the one pass's 16)."""
+    first pass of 8 products, then the one pass of 16)."""
     b, h_kv, s_kv, d = k.shape
     qg = q.reshape(b, h_kv, -1, d)
     rows = qg.shape[2]
@@ -359,8 +359,6 @@ def dot_error(q: torch.Tensor, k: torch.Tensor, group: int) -> torch.Tensor:
     halves = lambda x: x.unflatten(-1, (2 * steps, TC_HALF)).transpose(-2, -3)  # noqa: E731  (..., n, D) -> (..., half steps, n, 8)
     k_halves = halves(k).transpose(-1, -2)
     k32 = k.abs().to(torch.float32).unflatten(-1, (steps, MMA_K))  # (b, h, keys, steps, 16)
-    first = (torch.arange(MMA_K, device=q.device) < TC_HALF).to(torch.float32)
-    pair_terms = torch.stack((first, torch.ones_like(first)))  # the products each grid of the pair charges
     block = max(1, ROW_BLOCK // max(1, s_kv * MMA_K))
     for r0 in range(0, rows, block):
         qb = qg[:, :, r0 : r0 + block]
@@ -378,7 +376,7 @@ def dot_error(q: torch.Tensor, k: torch.Tensor, group: int) -> torch.Tensor:
             m2 = a[..., TC_HALF:].amax(-1).to(q.dtype)
             c = mags[:, :, 2 * s - 1] + err if s else err  # |C| + E
             pair = _grid(torch.maximum(c, torch.stack((m1, m12))))  # (Ga, G)
-            r = _lost(a[..., None, :] * pair_terms, pair.movedim(0, -1)).movedim(-1, 0)
+            r = torch.stack((_lost(a[..., :TC_HALF], pair[0]), _lost(a, pair[1])))
             if s:
                 r = r + c_term[:, :, s - 1] * pair
             r = r + _grid(mags[:, :, 2 * s : 2 * s + 2].movedim(2, 0) + err + r)  # + ulp(|C'|), + ulp(|D|)
