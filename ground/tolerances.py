@@ -372,8 +372,8 @@ def dot_error(q: torch.Tensor, k: torch.Tensor, group: int) -> torch.Tensor:
             # |products|: fp16 x fp16 (22 bits) and bf16 x bf16 (16 bits) are exact in fp32, and so
             # are their remainders against a power-of-two grid
             a = q32[..., s, :][..., :, None, :] * k32[..., s, :][..., None, :, :]
-            m1, m12 = torch.cummax(a.unflatten(-1, (2, TC_HALF)).amax(-1), -1).values.to(q.dtype).movedim(-1, 0)
-            m2 = a[..., TC_HALF:].amax(-1).to(q.dtype)
+            m1, m2 = a.unflatten(-1, (2, TC_HALF)).amax(-1).to(q.dtype).unbind(-1)  # the largest product of each pass of 8
+            m12 = torch.maximum(m1, m2)
             c = mags[:, :, 2 * s - 1] + err if s else err  # |C| + E
             pair = _grid(torch.maximum(c, torch.stack((m1, m12))))  # (Ga, G)
             r = torch.stack((_lost(a[..., :TC_HALF], pair[0]), _lost(a, pair[1])))
