@@ -458,7 +458,7 @@ def reference_for_case(case, tensors, compute_dtype: torch.dtype = torch.float32
 # THD_PAD_FREE, so many short sequences share one call and a long one is not
 # padded to another's length.
 THD_PAD_SLACK = 1.25
-THD_PAD_FREE = 1 << 16
+THD_PAD_FREE = 1 << 14
 
 
 def thd_buckets(q_lens: Sequence[int], kv_lens: Sequence[int]) -> list:
