@@ -400,10 +400,13 @@ def frontend_cache_keys(adapter, case: Case) -> tuple:
     return tuple(asked)
 
 
-def compile_only_backward(adapter, case: Case) -> CompileDelta:
+def compile_only_backward(adapter, case: Case, *, live: bool = False) -> CompileDelta:
     """Plan and compile the backward of ``case`` for sm_80 from its facts
     alone (meta tensors, no CUDA): check_support sees an SM80 with CUDA, the
-    pointer host's compiles are pinned to sm_80."""
+    pointer host's compiles are pinned to sm_80. ``live`` (a GPU present):
+    for the live device as ``prepared_backward`` compiles (no arch pinned,
+    the capability answered only off SM80), so the run's compiled cache keeps
+    an artifact that loads there and a later run asks it again."""
     from cudnn.sdpa.bwd.kernels.sm80 import prepared_host
 
     from kernels.source import backward_sources
@@ -433,6 +436,15 @@ def compile_only_backward(adapter, case: Case) -> CompileDelta:
             bias = guarded((case.bias_batch, case.h_q, case.s_q, case.s_kv), TORCH_DTYPES[case.bias]) if case.bias else None
         sinks = guarded((case.h_q,), torch.float32, row=1) if case.sinks else None
     api = plan(case, q, k, v, o, do, lse, grads, bias, sinks)
+    if live:
+        env = adapter.live_environment()
+        with ExitStack() as stack:
+            if not env.native:
+                stack.enter_context(sm80_answer())
+            box = stack.enter_context(measure())
+            stack.enter_context(backward_sources(adapter.rewrites))
+            _compile(api, case)
+        return box.delta
     with sm80_answer(available=True), measure() as box, backward_sources(adapter.rewrites), compile_arch(prepared_host, COMPILE_ONLY_ARCH, add=True):
         try:
             _compile(api, case)

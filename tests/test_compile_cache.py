@@ -441,7 +441,8 @@ def test_compile_distinct_on_a_gpu_asks_the_runs_cache(frontend, monkeypatch):
     the live device's, which the run's compiled cache keeps: the check judges
     the same requests, still fails a key that omits the fact, and its compiles
     are the run's, not deliberate (a warm run asks the cache again). A
-    backward Case compiles as before (its compile_only has no live mode)."""
+    backward Case compiles live too: the prepared adapter hands the flag to
+    the backward's compile_only (its live compile itself needs the GPU)."""
     import types
 
     from kernels.prepared import PreparedAdapter
@@ -461,7 +462,13 @@ def test_compile_distinct_on_a_gpu_asks_the_runs_cache(frontend, monkeypatch):
     _drop_from_key(monkeypatch, "swa_window")
     obs, failure = _distinct(WINDOWED, "window_left")
     assert failure is not None and failure.check == "distinct kernel"
-    assert not compile_cache._live_compiles(Case(direction="bwd")) and compile_cache._live_compiles(WINDOWED)
+    assert compile_cache._live_compiles(Case(direction="bwd")) and compile_cache._live_compiles(WINDOWED)
+    import kernels.prepared as prepared
+
+    handed = []
+    monkeypatch.setattr(prepared, "compile_only_backward", lambda adapter, case, live=False: handed.append(live))
+    real(PreparedAdapter(), Case(direction="bwd", d_qk=64, d_v=64), live=True)  # compile_only as it is
+    assert handed == [True]
 
 
 def test_compile_distinct_reuses_a_base_compiled_before(frontend):
