@@ -294,7 +294,10 @@ def guards_intact(property: str, case: Case, buffers: Mapping[str, torch.Tensor]
     first element: negative before it, >= its length after it) with the
     addresses. Buffers sharing an allocation are checked once. Returns how
     many allocations were checked. A buffer without bands is a suite bug
-    (ValueError), never a pass."""
+    (ValueError), never a pass. Inside ``collecting()`` the verdict settles
+    with the other deferred checks (``_fail_if``): the bands are compared
+    when this is called, so a later launch into other buffers changes
+    nothing."""
     seen, banded = set(), []
     for name, t in buffers.items():
         if t is None:
@@ -307,39 +310,45 @@ def guards_intact(property: str, case: Case, buffers: Mapping[str, torch.Tensor]
             banded.append((name, t, *guard_bits(t)))
         except ValueError as e:
             raise ValueError(f"buffer {name!r}: {e}") from None
-    # One host sync for every band of every buffer (a GPU wait per band is most of a passing example's judging);
-    # the bands that differ are located below.
+    # One flag per band, read with the example's other deferred checks (one host sync for all:
+    # a GPU wait per band was most of a passing example's judging); the bands that differ are
+    # located only for the failure.
     flags = [(band != want).any() for _, _, front, back, want in banded for band in (front, back)]
-    touched = iter(torch.stack([f.to(flags[0].device) for f in flags]).tolist() if flags else ())
-    hits = []
-    for name, t, front, back, want in banded:
-        g, size = front.numel(), t.element_size()
-        n = t.untyped_storage().nbytes() // size - 2 * g
-        base = t.untyped_storage().data_ptr() + g * size  # address of the buffer's first element
-        for side, band, first in (("before the start", front, -g), ("after the end", back, n)):
-            if not next(touched):
-                continue
-            bad = (band != want).nonzero().flatten()
-            lo, hi = first + int(bad.min()), first + int(bad.max()) + 1
-            hits.append(
-                {
-                    "buffer": name,
-                    "side": side,
-                    "count": int(bad.numel()),
-                    "elements": [lo, hi],
-                    "bytes": [lo * size, hi * size],
-                    "addresses": [hex(base + lo * size), hex(base + hi * size)],
-                    "length": n,
-                    "dtype": str(t.dtype).replace("torch.", ""),
-                    "sentinel_bits": hex(want & ((1 << (8 * size)) - 1)),
-                    "found_bits": [hex(int(x) & ((1 << (8 * size)) - 1)) for x in band[bad[:4]].tolist()],
-                }
-            )
-    if hits:
+    if not flags:
+        return len(seen)
+    touched = torch.stack([f.to(flags[0].device) for f in flags])
+
+    def failure() -> PropertyFailure:
+        marks, hits = iter(touched.tolist()), []
+        for name, t, front, back, want in banded:
+            g, size = front.numel(), t.element_size()
+            n = t.untyped_storage().nbytes() // size - 2 * g
+            base = t.untyped_storage().data_ptr() + g * size  # address of the buffer's first element
+            for side, band, first in (("before the start", front, -g), ("after the end", back, n)):
+                if not next(marks):
+                    continue
+                bad = (band != want).nonzero().flatten()
+                lo, hi = first + int(bad.min()), first + int(bad.max()) + 1
+                hits.append(
+                    {
+                        "buffer": name,
+                        "side": side,
+                        "count": int(bad.numel()),
+                        "elements": [lo, hi],
+                        "bytes": [lo * size, hi * size],
+                        "addresses": [hex(base + lo * size), hex(base + hi * size)],
+                        "length": n,
+                        "dtype": str(t.dtype).replace("torch.", ""),
+                        "sentinel_bits": hex(want & ((1 << (8 * size)) - 1)),
+                        "found_bits": [hex(int(x) & ((1 << (8 * size)) - 1)) for x in band[bad[:4]].tolist()],
+                    }
+                )
         said = "; ".join(
             f"{h['buffer']}: {h['count']} element(s) {h['side']} in elements [{h['elements'][0]}, {h['elements'][1]}) "
             f"(bytes {h['bytes'][0]:+d}..{h['bytes'][1]:+d}, {h['addresses'][0]}-{h['addresses'][1]}; the buffer has {h['length']} {h['dtype']} elements)"
             for h in hits
         )
-        _fail(PropertyFailure(property, case, f"out-of-bounds write: {said}", {"guards": hits}, check="guards"))
+        return PropertyFailure(property, case, f"out-of-bounds write: {said}", {"guards": hits}, check="guards")
+
+    _fail_if(touched.any(), failure, defer=True)
     return len(seen)
