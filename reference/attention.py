@@ -456,9 +456,13 @@ def reference_for_case(case, tensors, compute_dtype: torch.dtype = torch.float32
 # lengths; a bucket takes the next sequence (longest first) while its padded
 # (row, key) pairs stay within THD_PAD_SLACK times their own plus
 # THD_PAD_FREE, so many short sequences share one call and a long one is not
-# padded to another's length.
+# padded to another's length; and while its entries times its longest K/V
+# stay within THD_BUCKET_KEYS, so one row of every entry fits a reference
+# chunk (REF_CHUNK_ELEMS, up to 256 heads) and the large tier's long sequences
+# go one per call.
 THD_PAD_SLACK = 1.25
 THD_PAD_FREE = 1 << 14
+THD_BUCKET_KEYS = 1 << 16
 
 
 def thd_buckets(q_lens: Sequence[int], kv_lens: Sequence[int]) -> list:
@@ -469,8 +473,9 @@ def thd_buckets(q_lens: Sequence[int], kv_lens: Sequence[int]) -> list:
     for s in order:
         if buckets:
             b = buckets[-1] + [s]
-            padded = len(b) * area(max(q_lens[i] for i in b), max(kv_lens[i] for i in b))
-            if padded <= THD_PAD_SLACK * sum(area(q_lens[i], kv_lens[i]) for i in b) + THD_PAD_FREE:
+            keys = max(kv_lens[i] for i in b)
+            padded = len(b) * area(max(q_lens[i] for i in b), keys)
+            if padded <= THD_PAD_SLACK * sum(area(q_lens[i], kv_lens[i]) for i in b) + THD_PAD_FREE and len(b) * keys <= THD_BUCKET_KEYS:
                 buckets[-1] = b
                 continue
         buckets.append([s])

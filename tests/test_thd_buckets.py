@@ -74,6 +74,12 @@ def test_buckets_hold_each_sequence_with_rows_once_within_the_padding_bound(lens
     for b in buckets:
         padded = len(b) * max(q_lens[s] for s in b) * max(max(kv_lens[s] for s in b), 1)
         assert len(b) == 1 or padded <= A.THD_PAD_SLACK * sum(area(s) for s in b) + A.THD_PAD_FREE
+        assert len(b) == 1 or len(b) * max(kv_lens[s] for s in b) <= A.THD_BUCKET_KEYS
+
+
+def test_the_large_tiers_long_sequences_go_one_per_call():
+    """64 sequences of 64k tokens: equal lengths pad nothing, yet one row of all of them would not fit a reference chunk."""
+    assert A.thd_buckets([1 << 16] * 64, [1 << 16] * 64) == [[s] for s in range(64)]
 
 
 def test_short_sequences_share_a_call_and_a_long_one_does_not():
