@@ -208,6 +208,21 @@ def _compile(api, case: Case):
     api.compile()
 
 
+def _compile_live(adapter, env, api, case: Case):
+    """Compile ``api`` for the live device ``env`` as a launch does (the
+    adapter's kernel sources; the capability answered off SM80 only): the
+    counters' box (``.delta``)."""
+    from kernels.source import backward_sources
+
+    with ExitStack() as stack:
+        if not env.native:
+            stack.enter_context(sm80_answer())
+        box = stack.enter_context(measure())
+        stack.enter_context(backward_sources(adapter.rewrites))
+        _compile(api, case)
+    return box
+
+
 def compile_key(case: Case) -> str:
     """A short name of what a backward Case compiles (reports count distinct keys):
     its TemplateParams facts and the geometry facts that reach the compile."""
@@ -253,7 +268,6 @@ def _dense_strides(case: Case) -> tuple:
 def prepared_backward(adapter, case: Case, inputs, o, lse, do, grads=None, *, initialize_outputs: bool = True, addressing: str = "backward") -> KernelResult:
     """Run the backward of ``case`` through ``SdpaBwdDslSm80`` on caller buffers
     (THD buffers handed from ``thd_origin(case, addressing)``)."""
-    from kernels.source import backward_sources
 
     env = adapter.live_environment()
     dev = inputs.q.device
@@ -283,12 +297,7 @@ def prepared_backward(adapter, case: Case, inputs, o, lse, do, grads=None, *, in
     else:
         q, k, v, o_run, do_run, run, view = inputs.q, inputs.k, inputs.v, o, do, dict(grads), dict(grads)
     api = plan(case, q, k, v, o_run, do_run, lse_run, run, inputs.bias, inputs.sinks, initialize_outputs=initialize_outputs)
-    with ExitStack() as stack:
-        if not env.native:
-            stack.enter_context(sm80_answer())
-        box = stack.enter_context(measure())
-        stack.enter_context(backward_sources(adapter.rewrites))
-        _compile(api, case)
+    box = _compile_live(adapter, env, api, case)
     workspace = guarded((max(1, api.scratch_workspace_bytes()),), torch.uint8, dev, row=1, fill=SCRATCH_FILL)
     if case.is_thd:
         env_view = lambda t: t.unsqueeze(0).transpose(1, 2)  # noqa: E731
@@ -437,14 +446,7 @@ def compile_only_backward(adapter, case: Case, *, live: bool = False) -> Compile
         sinks = guarded((case.h_q,), torch.float32, row=1) if case.sinks else None
     api = plan(case, q, k, v, o, do, lse, grads, bias, sinks)
     if live:
-        env = adapter.live_environment()
-        with ExitStack() as stack:
-            if not env.native:
-                stack.enter_context(sm80_answer())
-            box = stack.enter_context(measure())
-            stack.enter_context(backward_sources(adapter.rewrites))
-            _compile(api, case)
-        return box.delta
+        return _compile_live(adapter, adapter.live_environment(), api, case).delta
     with sm80_answer(available=True), measure() as box, backward_sources(adapter.rewrites), compile_arch(prepared_host, COMPILE_ONLY_ARCH, add=True):
         try:
             _compile(api, case)
