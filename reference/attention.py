@@ -146,9 +146,7 @@ class Internals:
     q_live: torch.Tensor
     q_unsure: Optional[torch.Tensor] = None  # (B,H,SQ,Dqk): how far the kernel's q operand may sit from q (RoPE), or None
     k_unsure: Optional[torch.Tensor] = None  # (B,Hkv,SKV,Dqk): the same for k
-    walked: Optional[torch.Tensor] = (
-        None  # (B,) int64: the keys the kernel walks per batch entry where fewer than SKV (THD sequences batched together), or None: SKV
-    )
+    walked: Optional[torch.Tensor] = None  # (B,) int64: the keys each entry's kernel walks (THD buckets), or None: SKV
 
 
 def attention(
