@@ -345,8 +345,8 @@ def dot_error(q: torch.Tensor, k: torch.Tensor, group: int) -> torch.Tensor:
     Only E carries from one step to the next, so the partial sums C' and D
     of every step (float64 matmuls of each half step, accumulated in order by
     one cumsum) are computed for all steps at once, and Ga and G, which wait
-    on nothing but C, are read and charged together (the ``pair`` axis: the
-    first pass of 8 products, then the one pass of 16)."""
+    on nothing but C, are read in one call and carried together (the
+    ``pair`` axis: the first pass of 8 products, then the one pass of 16)."""
     b, h_kv, s_kv, d = k.shape
     qg = q.reshape(b, h_kv, -1, d)
     rows = qg.shape[2]
