@@ -210,7 +210,8 @@ class CaseTensors:
         moved = {}
         for name in ("q", "k", "v", "bias", "sinks", "seq_q_lens", "seq_kv_lens", "cu_q", "cu_kv", "rope", "q_live", "kv_live"):
             t = getattr(self, name)
-            moved[name] = None if t is None else _to_preserving_strides(t, device)
+            moved[name] = None if t is None else _to_preserving_strides(t, device, wait=False)
+        _uploaded(device)
         return CaseTensors(case=self.case, **moved)
 
     def buffers(self) -> Dict[str, torch.Tensor]:
@@ -228,20 +229,43 @@ def flat_storage(t: torch.Tensor) -> torch.Tensor:
     return t.as_strided((t.untyped_storage().nbytes() // t.element_size(),), (1,), 0)
 
 
-def _to_preserving_strides(t: torch.Tensor, device) -> torch.Tensor:
+def _to_preserving_strides(t: torch.Tensor, device, *, wait: bool = True) -> torch.Tensor:
     """Copy a (possibly strided) view to ``device`` keeping its storage layout,
     pad columns and guard bands included, so poisoned pad elements and the
     sentinels travel too."""
     if t.device == torch.device(device):
         return t
-    return relocate(t, device)
+    return relocate(t, device, wait=wait)
 
 
-def relocate(t: torch.Tensor, device) -> torch.Tensor:
+# Host buffers up to this size go to a GPU through a pinned staging copy, without
+# waiting: a pageable upload waits for the device (a host sync per buffer, a dozen
+# per example, each behind 15 other workers' launches); larger ones (the large
+# tier's) are not pinned, to keep page-locked host memory small.
+PINNED_UPLOAD_BYTES = 64 << 20
+
+
+def relocate(t: torch.Tensor, device, *, wait: bool = True) -> torch.Tensor:
     """``t`` as the same view over a copy of its whole allocation on ``device``
-    (a new allocation even on ``t``'s own device)."""
-    moved = flat_storage(t).to(device, copy=True)
+    (a new allocation even on ``t``'s own device). ``wait=False``: a small
+    upload to a GPU may still be in flight on the current stream when this
+    returns (``_uploaded`` waits for it)."""
+    src, dev = flat_storage(t), torch.device(device)
+    if dev.type == "cuda" and src.device.type == "cpu" and src.numel() * src.element_size() <= PINNED_UPLOAD_BYTES:
+        moved = src.pin_memory().to(dev, non_blocking=True)
+        if wait:
+            _uploaded(dev)
+    else:
+        moved = src.to(dev, copy=True)
     return moved.as_strided(t.shape, t.stride(), t.storage_offset())
+
+
+def _uploaded(device) -> None:
+    """Wait for the uploads in flight to ``device``: once per example's inputs,
+    so no launch on another stream can read a buffer before it has arrived."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        torch.cuda.current_stream(dev).synchronize()
 
 
 def _dense_storage(b: int, h: int, s: int, d: int, dtype, memory: str, device=None) -> torch.Tensor:
