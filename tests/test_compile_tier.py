@@ -4,6 +4,8 @@ a Case's facts, and the counters see compiles, hits and template modules.
 Each test uses shapes no other test compiles, so a compile cached in this
 process by another test cannot turn an expected miss into a hit."""
 
+from types import SimpleNamespace
+
 import pytest
 
 from ground.case import Case
@@ -45,12 +47,15 @@ def test_thd_second_compile_with_same_heads_and_sequences_is_a_hit():
     assert padded.misses == 0 and padded.modules == 0
 
 
-def test_live_compile_only_is_the_runs_compile_step():
+def test_live_compile_only_is_the_runs_compile_step(monkeypatch):
     """compile_only(live=True), as the rejection property asks on a GPU: the
     dense compile a run makes (no --gpu-arch pinned), memoised by the same
     (key, arch) as a run's, so a later run or call with the key compiles nothing.
-    Here with the environment of an sm_90 device faked (nothing is loaded)."""
-    from kernels import prepared
+    Here with the environment of an sm_90 device faked (nothing is loaded).
+    A backward Case goes to the backward launch's own compile step, for the
+    live environment (that compile needs CUDA: recorded here, not made)."""
+    from kernels import backward, prepared
+    from kernels.base import CompileDelta
     from kernels.environment import Environment, run_mode
 
     adapter = get_adapter("prepared")
@@ -59,8 +64,10 @@ def test_live_compile_only_is_the_runs_compile_step():
     first = adapter.compile_only(case, live=True)
     assert first.misses >= 1 and any(arch is None for (_, arch) in prepared._DENSE)
     assert adapter.compile_only(case.replace(seed=3), live=True).misses == 0
-    with pytest.raises(ValueError, match="live"):
-        adapter.compile_only(case.replace(direction="bwd"), live=True)
+    seen = []
+    monkeypatch.setattr(backward, "_compile_live", lambda adapter, env, api, case: seen.append(env) or SimpleNamespace(delta=CompileDelta()))
+    adapter.compile_only(case.replace(direction="bwd"), live=True)
+    assert seen == [adapter._env]
 
 
 def test_rewritten_host_never_aliases_the_pristine_compile():
