@@ -288,4 +288,4 @@ def lse_pitch_untouched(property: str, case, lse) -> int:
     pad = ~used[bands[0] : bands[0] + bands[1]]
     flat = body_storage(lse)
     judge.exactly(property, case, "lse", flat, torch.full_like(flat, float("nan")), pad, "LSE pitch padding (never written)", check="lse pitch", defer=True)
-    return int(pad.sum())
+    return pad.numel() - lse.numel()  # the body less the view's distinct elements: counted on the host (no host sync)
