@@ -151,7 +151,7 @@ def check_backward(case: Case, adapter) -> Observation:
         missing = [n for n in GRADS if n in ref and n not in kept]
         if missing:
             raise PropertyFailure("backward", case, f"the backward returned no {', '.join(missing)}", {"missing": missing}, check="outputs")
-        ratios = {}
+        modelled = []
         for name in GRADS:
             if name not in ref:
                 continue
@@ -170,9 +170,8 @@ def check_backward(case: Case, adapter) -> Observation:
                 check="contract rows",
                 defer=True,
             )
-            bound = ref.get(f"bound:{name}", torch.zeros_like(want))
-            ratios[name] = judge.within_model("backward", case, name, got, want, bound, live & ~fixed)
-        return ratios
+            modelled.append((name, got, want, ref.get(f"bound:{name}", torch.zeros_like(want)), live & ~fixed))
+        return judge.within_models("backward", case, modelled)
 
     return finish("backward", case, start, judged, compile=result.compile.to_dict(), notes=notes)
 

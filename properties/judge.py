@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Callable, List, Mapping, Optional, Sequence
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 import torch
 
@@ -166,49 +166,69 @@ def within_model(property: str, case: Case, quantity: str, got, ref, bound, live
     shaped like ``ref``: per element for O, per row for LSE); return the worst
     error/bound. A bound that is not finite on a judged element fails: the
     error model itself broke, so nothing it would accept can be trusted."""
-    b = bound.to(torch.float64)
-    broken = live & ~(torch.isfinite(b) & (b >= 0))
-    err = abs_diff(got, ref)
-    ratio = torch.where(live, _ratio(err, b), torch.zeros_like(err))
-    # One host sync for the three facts the verdict reads (a GPU wait each otherwise).
-    facts = [broken.any(), live.any()] + ([ratio.max()] if ratio.numel() else [])
-    any_broken, any_live, *worst = torch.stack([f.to(torch.float64) for f in facts]).tolist()
-    if any_broken:
-        _fail(
-            PropertyFailure(
-                property,
-                case,
-                f"{quantity.upper()}: the error model is non-finite on {int(broken.sum())} judged element(s); nothing can be accepted",
-                {"quantity": quantity, "model_non_finite": int(broken.sum()), "worst": worst_elements(case, quantity, b, torch.zeros_like(b), broken, regions)},
-                check="model finite",
+    return within_models(property, case, [(quantity, got, ref, bound, live)], regions, check=check)[quantity]
+
+
+def within_models(property: str, case: Case, judged: Sequence[tuple], regions=None, *, check: str = "error model") -> Dict[str, float]:
+    """``within_model`` for each (quantity, got, ref, bound, live) of
+    ``judged``, in order: quantity -> its worst error/bound. The facts every
+    verdict reads are read in one host sync (a GPU wait per quantity
+    otherwise); failures are built only for the quantities that fail."""
+    seen, facts = [], []
+    for quantity, got, ref, bound, live in judged:
+        b = bound.to(torch.float64)
+        broken = live & ~(torch.isfinite(b) & (b >= 0))
+        err = abs_diff(got, ref)
+        ratio = torch.where(live, _ratio(err, b), torch.zeros_like(err))
+        worst = ratio.max() if ratio.numel() else torch.zeros((), dtype=torch.float64, device=ratio.device)
+        facts += [broken.any(), live.any(), worst]
+        seen.append((quantity, got, ref, live, b, broken, err, ratio))
+    read = torch.stack([f.to(torch.float64).to(facts[0].device) for f in facts]).tolist() if facts else []
+    out: Dict[str, float] = {}
+    for i, (quantity, got, ref, live, b, broken, err, ratio) in enumerate(seen):
+        any_broken, any_live, worst = read[3 * i : 3 * i + 3]
+        if any_broken:
+            _fail(
+                PropertyFailure(
+                    property,
+                    case,
+                    f"{quantity.upper()}: the error model is non-finite on {int(broken.sum())} judged element(s); nothing can be accepted",
+                    {
+                        "quantity": quantity,
+                        "model_non_finite": int(broken.sum()),
+                        "worst": worst_elements(case, quantity, b, torch.zeros_like(b), broken, regions),
+                    },
+                    check="model finite",
+                )
             )
-        )
-        return float("inf")
-    if not any_live:
-        return 0.0
-    worst = worst[0]
-    if not worst <= 1.0:
-        at = int(ratio.flatten().argmax())
-        e, bb = float(err.flatten()[at]), float(b.flatten()[at])
-        over = int((ratio > 1).sum())
-        _fail(
-            PropertyFailure(
-                property,
-                case,
-                f"{quantity.upper()} |kernel - ref| = {e:.3g} exceeds its bound {bb:.3g} (ratio {worst:.3g}; {over} element(s) over)",
-                {
-                    "quantity": quantity,
-                    "error": e,
-                    "bound": bb,
-                    "ratio": worst,
-                    "over": over,
-                    "worst": worst_elements(case, quantity, got, ref, live, regions, bound=b),
-                },
-                check=check,
-                where=live & (ratio > 1),
+            out[quantity] = float("inf")
+            continue
+        if not any_live:
+            out[quantity] = 0.0
+            continue
+        if not worst <= 1.0:
+            at = int(ratio.flatten().argmax())
+            e, bb = float(err.flatten()[at]), float(b.flatten()[at])
+            over = int((ratio > 1).sum())
+            _fail(
+                PropertyFailure(
+                    property,
+                    case,
+                    f"{quantity.upper()} |kernel - ref| = {e:.3g} exceeds its bound {bb:.3g} (ratio {worst:.3g}; {over} element(s) over)",
+                    {
+                        "quantity": quantity,
+                        "error": e,
+                        "bound": bb,
+                        "ratio": worst,
+                        "over": over,
+                        "worst": worst_elements(case, quantity, got, ref, live, regions, bound=b),
+                    },
+                    check=check,
+                    where=live & (ratio > 1),
+                )
             )
-        )
-    return worst
+        out[quantity] = worst
+    return out
 
 
 def exactly(property: str, case: Case, quantity: str, got, want, where, what: str, regions=None, *, check: Optional[str] = None, defer: bool = False) -> None:

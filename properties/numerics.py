@@ -112,10 +112,12 @@ def check_numerics(case: Case, adapter, *, legacy: bool = False, tails: bool = F
         if legacy:
             notes["legacy_ratios"] = legacy_ratios(case, inputs, result.o, result.lse, o_rows, lse_rows)
         # Inside finish every check is judged (judge.collecting): both ratios are recorded either way.
-        return {
-            quantity: judge.within_model("numerics", case, quantity, got, ref, model[quantity], live, regions)
-            for quantity, got, ref, live in (("o", result.o, ref_o, o_rows & ~o_fixed), ("lse", result.lse, ref_lse, lse_rows & ~lse_fixed))
-        }
+        return judge.within_models(
+            "numerics",
+            case,
+            [("o", result.o, ref_o, model["o"], o_rows & ~o_fixed), ("lse", result.lse, ref_lse, model["lse"], lse_rows & ~lse_fixed)],
+            regions,
+        )
 
     observed = finish("numerics", case, start, judged, compile=result.compile.to_dict(), notes=notes)
     if tails and case.is_thd and result.notes.get("initialize_outputs", True):
