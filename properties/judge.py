@@ -27,7 +27,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence
 import torch
 
 from ground.case import Case
-from ground.data import guard_bits
+from ground.data import bits_of, guard_bits
 from ground.outcome import PropertyFailure
 from ground.tolerances import abs_diff
 
@@ -248,6 +248,19 @@ def exactly(property: str, case: Case, quantity: str, got, want, where, what: st
         )
 
     _fail_if(bad.any(), failure, defer)
+
+
+def same_bits(property: str, case: Case, quantity: str, a, b, where, what: str, *, check: str) -> None:
+    """Assert ``a`` and ``b`` hold the same bits on ``where``; the failure
+    ("<what>: <quantity> in <n> element(s)") counts the elements that differ.
+    Settled with the example's other deferred checks (``_fail_if``)."""
+    bad = (bits_of(a) != bits_of(b)) & where
+
+    def failure() -> PropertyFailure:
+        n = int(bad.sum())
+        return PropertyFailure(property, case, f"{what}: {quantity} in {n} element(s)", {"quantity": quantity, "count": n}, check=check, where=bad)
+
+    _fail_if(bad.any(), failure, True)
 
 
 def raises_contract(property: str, case: Case, call: Callable[[], object], exc_type, fragment: str, *, check: str = "rejects") -> Optional[BaseException]:
