@@ -492,8 +492,8 @@ def check_metamorphic(case: Case, adapter, *, relation: str) -> Observation:
             spacing = tiny * torch.finfo(io).eps  # one subnormal ulp
             bound = torch.full_like(o_want, SUBNORMAL_RESCALE_ULPS * spacing)
             judge.within_model(NAME, case, "o", r2.o.double() / 2.0**k, r1.o.double(), bound, sub, regions, check="subnormal rescale")
-        judge.exactly(NAME, case, "o", r2.o, o_want, o_exact, f"O of {what}", regions, check="o")
-        judge.exactly(NAME, case, "lse", r2.lse, lse_want, lse_where, f"LSE of {what}", regions, check="lse")
+        judge.exactly(NAME, case, "o", r2.o, o_want, o_exact, f"O of {what}", regions, check="o", defer=True)
+        judge.exactly(NAME, case, "lse", r2.lse, lse_want, lse_where, f"LSE of {what}", regions, check="lse", defer=True)
         return {}
 
     return finish(NAME, case, start, judged, compile=r1.compile.to_dict(), notes=notes)
