@@ -61,6 +61,13 @@ def accepted(property: str, case: Case, start: float, launch: Callable[[], T]) -
         raise Refused(property, case, e, start) from e
 
 
+def compiles_live() -> bool:
+    """Whether a property's ``compile_only`` compiles for the live device: on a
+    GPU, an artifact the run's compiled cache keeps (a warm run asks it again);
+    without one, for sm_80 (the CPU compile tier)."""
+    return torch.cuda.is_available()
+
+
 def device() -> torch.device:
     """The CUDA device the properties launch on; refused (``Unsupported``, scope "machine") where there is none."""
     if not torch.cuda.is_available():

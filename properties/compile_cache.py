@@ -10,13 +10,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
-import torch
-
 from ground.case import DIRECTIONS, FACTS, LAYOUTS, Case, Fact, runtime_facts
 from ground.data import make_grad_output, make_grad_outputs, make_inputs, make_outputs
 from ground.outcome import DELIBERATE_COMPILES, Observation, PropertyFailure, Unsupported
 from properties import judge, recorder
-from properties.common import accepted, device, finish, launched_buffers
+from properties.common import accepted, compiles_live, device, finish, launched_buffers
 
 
 # ----------------------------------------------------------- compile reuse
@@ -505,16 +503,6 @@ DISTINCT_RULES = {
 }
 
 
-def _live_compiles(case: Case) -> bool:
-    """Whether compile_distinct compiles for the live device: on a GPU, both
-    passes. Its requests are what the check judges, so artifacts that the
-    run's compiled cache keeps judge the same, and a warm run asks the cache
-    again instead of compiling sm_80 artifacts no launch there loads (53
-    compiles, 130 worker-seconds compiling, of a warm ci run on the H200 when
-    neither pass compiled live; 24 of the ci draws' 56 examples are backward)."""
-    return torch.cuda.is_available()
-
-
 def check_compile_distinct(case: Case, adapter, *, fact: str) -> Observation:
     """``case`` and its variant in the compile-key ``fact``
     (``COMPILED_FACTS``; the pair: ``distinct_pair``, only ``fact`` changed,
@@ -525,7 +513,13 @@ def check_compile_distinct(case: Case, adapter, *, fact: str) -> Observation:
     a base compiled by an earlier example is not compiled again; counters on
     a fresh private cache only where no request can be observed). A Case
     around which no such pair exists is rejected (another draw). Compile
-    only: the CPU tier; on a GPU for the live device (``_live_compiles``)."""
+    only: the CPU tier; on a GPU for the live device, both passes
+    (``compiles_live``). Its requests are what the check judges, so artifacts
+    that the run's compiled cache keeps judge the same, and a warm run asks
+    the cache again instead of compiling sm_80 artifacts no launch there loads
+    (53 compiles, 130 worker-seconds compiling, of a warm ci run on the H200
+    when neither pass compiled live; 24 of the ci draws' 56 examples are
+    backward)."""
     from kernels.counters import can_observe_requests, label
 
     row = COMPILED_FACTS[fact]
@@ -539,7 +533,7 @@ def check_compile_distinct(case: Case, adapter, *, fact: str) -> Observation:
     notes: Dict[str, Any] = {"base": base.describe(), "source": row.source}
     notes.update(variant=other.describe(), changed={n: [getattr(base, n), getattr(other, n)] for n in FACTS if getattr(base, n) != getattr(other, n)})
     recording = can_observe_requests()
-    live = {"live": True} if _live_compiles(base) else {}
+    live = {"live": True} if compiles_live() else {}
     with _asked(recording) as seen:
         first = adapter.compile_only(base, **live)
     with _asked(recording) as asked:

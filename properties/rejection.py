@@ -11,7 +11,7 @@ from ground.case import Case
 from ground.data import body_storage, make_inputs, make_outputs
 from ground.outcome import Observation, Unsupported
 from properties import judge, recorder
-from properties.common import device, entry_adapter, finish, launched_buffers
+from properties.common import compiles_live, device, entry_adapter, finish, launched_buffers
 
 
 def _attempt(call):
@@ -51,7 +51,7 @@ def check_rejection(case: Case, adapter=None, *, entry: str, launch: bool = True
         call = lambda: run_config(rule, case)  # noqa: E731
     elif expect.unsafe_launch or not launch:
         # unsafe_launch: the kernels accept it (a known finding); a launch would read out of bounds.
-        live = torch.cuda.is_available()  # on a GPU: an artifact the run's compiled cache can keep
+        live = compiles_live()
         call = lambda: adapter.compile_only(case, tamper=rule.tamper, live=live)  # noqa: E731
     else:
         dev = device()
@@ -116,15 +116,11 @@ def _compile_key(case: Case, rule, entry: str, delta, asked, accepted) -> str:
         return accepted[0].notes["compile_key"]
     if entry == "prepared":
         try:
-            return named_key(case, tamper=rule.tamper, arch=None if _live() else "sm_80")  # compile_only is live on a GPU
+            return named_key(case, tamper=rule.tamper, arch=None if compiles_live() else "sm_80")
         except (ValueError, NotImplementedError):  # the kernels' refusal of the Case: name what it asked for
             pass
     requests = sorted(asked.keys) or sorted(asked.entries)
     return key_digest(("requests", *requests)) if requests else ""
-
-
-def _live() -> bool:
-    return torch.cuda.is_available()
 
 
 def _reraise(error):

@@ -436,20 +436,18 @@ def test_compile_distinct_fails_on_a_key_that_omits_a_compiled_fact(frontend, mo
 
 
 def test_compile_distinct_on_a_gpu_asks_the_runs_cache(frontend, monkeypatch):
-    """On a GPU (stood in for: torch as the property sees it reports one; each
+    """On a GPU (stood in for: ``compiles_live`` answers yes; each
     compile made as the CPU tier's, its live flag recorded) both compiles are
     the live device's, which the run's compiled cache keeps: the check judges
     the same requests, still fails a key that omits the fact, and its compiles
     are the run's, not deliberate (a warm run asks the cache again). A
     backward Case compiles live too: the prepared adapter hands the flag to
     the backward's compile_only (its live compile itself needs the GPU)."""
-    import types
-
     from kernels.prepared import PreparedAdapter
     from properties import compile_cache
 
     frontend("entries")
-    monkeypatch.setattr(compile_cache, "torch", types.SimpleNamespace(cuda=types.SimpleNamespace(is_available=lambda: True)))
+    monkeypatch.setattr(compile_cache, "compiles_live", lambda: True)
     lives, real = [], PreparedAdapter.compile_only
 
     def recording(self, case, **kw):
@@ -462,7 +460,9 @@ def test_compile_distinct_on_a_gpu_asks_the_runs_cache(frontend, monkeypatch):
     _drop_from_key(monkeypatch, "swa_window")
     obs, failure = _distinct(WINDOWED, "window_left")
     assert failure is not None and failure.check == "distinct kernel"
-    assert compile_cache._live_compiles(Case(direction="bwd")) and compile_cache._live_compiles(WINDOWED)
+    lives.clear()
+    obs, failure = _distinct(Case(direction="bwd", d_qk=64, d_v=64, s_q=16, s_kv=16), "deterministic")
+    assert failure is None and lives == [True, True], (failure, lives)
     import kernels.prepared as prepared
 
     handed = []
