@@ -437,16 +437,22 @@ def reference_for_case(case, tensors, compute_dtype: torch.dtype = torch.float32
         )
         live = _live_rows(n_q, dev)  # the bucket's live (entry, row) positions, in packed order
         packed = rows.index_select(0, live)
-        o.index_copy_(0, packed, got[0].transpose(1, 2).flatten(0, 1).index_select(0, live))
-        lse.index_copy_(1, packed, got[1].transpose(0, 1).flatten(1, 2).index_select(1, live))
+
+        def place(into: torch.Tensor, x: torch.Tensor) -> None:
+            """The bucket's live rows of ``x`` into their packed tokens: O-like
+            (B,H,SQ,D) into (T_q,H,D), LSE-like (B,H,SQ) into (H,T_q)."""
+            if x.dim() == 4:
+                into.index_copy_(0, packed, x.transpose(1, 2).flatten(0, 1).index_select(0, live))
+            else:
+                into.index_copy_(1, packed, x.transpose(0, 1).flatten(1, 2).index_select(1, live))
+
+        place(o, got[0])
+        place(lse, got[1])
         for name, x in (got[2] if extra is not None else {}).items():
             if name not in extras:  # O-like (T_q,H,D) or LSE-like (H,T_q), NaN outside sequences
                 shape = (t_q, h_q, x.shape[-1]) if x.dim() == 4 else (h_q, t_q)
                 extras[name] = torch.full(shape, float("nan"), dtype=x.dtype, device=dev)
-            if x.dim() == 4:
-                extras[name].index_copy_(0, packed, x.transpose(1, 2).flatten(0, 1).index_select(0, live))
-            else:
-                extras[name].index_copy_(1, packed, x.transpose(0, 1).flatten(1, 2).index_select(1, live))
+            place(extras[name], x)
     return _lse_units(case, o, lse, None if extra is None else extras)
 
 
