@@ -725,19 +725,14 @@ def _work(units, opts: dict) -> float:
     return sum(planned_examples(opts["profile"], k, opts.get("examples_scale", 1.0)) * weight_of(k.property) for k, _ in units)
 
 
+# The catalogue fields of a record (base_record) that a mutant with no search result keeps.
+CATALOGUE_FIELDS = ("name", "bug_class", "family", "targets", "expected_killer", "why", "kinds")
+
+
 def _fallback(m: Mutant, verdict: str, error: str) -> dict:
     """The record of a mutant whose process died, hung or failed in the harness."""
-    return {
-        "name": m.name,
-        "bug_class": m.bug_class,
-        "family": m.family,
-        "targets": list(m.targets),
-        "verdict": verdict,
-        "error": error,
-        "expected_killer": m.expected_killer,
-        "why": m.why,
-        "kinds": [],
-    }
+    base = base_record(m)
+    return {k: base[k] for k in CATALOGUE_FIELDS} | {"verdict": verdict, "error": error}
 
 
 @dataclass
@@ -757,6 +752,14 @@ class _Running:
     tasks: object = None  # the mutant's queue of unit indices, then one None per share
     large: object = None  # the lock its shares hold while searching a large-tier kind
     queued: list = field(default_factory=list)  # the unit indices put in its queue, in search order
+
+    def ended(self, share: int, unit: Optional[int], verdict: str, error: str) -> None:
+        """A share ended without its result (it raised in the harness, died or
+        hung) while searching ``unit`` (None: before any): the verdict stops there."""
+        i = -1 if unit is None else unit
+        self.events[i] = (verdict, error)
+        self.stop.value = min(self.stop.value, i)
+        self.finished.add(share)
 
     def unstarted(self) -> List[int]:
         """Units no share has started that the verdict may still need (before the first known failure)."""
@@ -848,9 +851,7 @@ def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print, on
             run.stale = payload
             run.finished.add(share)
         elif what == "harness":
-            run.events[-1 if i is None else i] = ("harness_error", payload)
-            run.stop.value = min(run.stop.value, -1 if i is None else i)
-            run.finished.add(share)
+            run.ended(share, i, "harness_error", payload)
         elif what == "done":
             run.finished.add(share)
 
@@ -910,10 +911,7 @@ def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print, on
                 drain()  # a message may have landed just before it exited
                 if share not in run.finished:
                     # A signal (a crash in the kernel) or a hang is the mutant's; a Python exit is the harness'.
-                    i = run.current.get(share)
-                    run.events[-1 if i is None else i] = ("harness_error" if (p.exitcode or 0) > 0 else "error", why)
-                    run.stop.value = min(run.stop.value, -1 if i is None else i)
-                    run.finished.add(share)
+                    run.ended(share, run.current.get(share), "harness_error" if (p.exitcode or 0) > 0 else "error", why)
             if len(run.finished) == len(run.procs):
                 for p in run.procs.values():
                     p.join(timeout=5)
