@@ -55,8 +55,7 @@ from ground.data import bits_of, body_storage, make_grad_output, make_grad_outpu
 from kernels.base import require
 from properties import judge, recorder
 from properties.backward import GRADS, _live, handed_inputs
-from properties.common import accepted, device, finish, launched_buffers
-from properties.tails import storage_outside_view
+from properties.common import accepted, device, finish, launched_buffers, storage_outside_view
 
 PROPERTY = "backward_tails"
 ZERO, CALLER = "0", "the caller's bytes"

@@ -277,6 +277,21 @@ def lse_untouched(property: str, case, lse) -> int:
     return int(flat.numel())
 
 
+def storage_outside_view(view: torch.Tensor) -> torch.Tensor:
+    """A bool mask over ``view``'s storage body (guard bands excluded: those
+    are judge.guards_intact's): True where no element of the view lives (the
+    pad columns of a padded layout)."""
+    from ground.data import guard_bands
+
+    n = view.untyped_storage().nbytes() // view.element_size()
+    used = torch.zeros(n, dtype=torch.bool, device=view.device)
+    idx = torch.arange(n, device=view.device).as_strided(view.shape, view.stride(), view.storage_offset())
+    used[idx.flatten()] = True
+    bands = guard_bands(view)
+    outside = ~used
+    return outside if bands is None else outside[bands[0] : bands[0] + bands[1]]
+
+
 def lse_pitch_untouched(property: str, case, lse) -> int:
     """The LSE storage between a strided layout's elements (a padded pitch) is
     never written. Returns the elements checked."""
@@ -285,14 +300,9 @@ def lse_pitch_untouched(property: str, case, lse) -> int:
     from ground.data import body_storage, guard_bands
     from properties import judge
 
-    n = lse.untyped_storage().nbytes() // lse.element_size()
-    used = torch.zeros(n, dtype=torch.bool, device=lse.device)
-    idx = torch.arange(n, device=lse.device).as_strided(lse.shape, lse.stride(), lse.storage_offset())
-    used[idx.flatten()] = True
-    bands = guard_bands(lse)
-    if bands is None:
+    if guard_bands(lse) is None:
         return 0
-    pad = ~used[bands[0] : bands[0] + bands[1]]
+    pad = storage_outside_view(lse)
     flat = body_storage(lse)
     judge.exactly(property, case, "lse", flat, torch.full_like(flat, float("nan")), pad, "LSE pitch padding (never written)", check="lse pitch", defer=True)
     return pad.numel() - lse.numel()  # the body less the view's distinct elements: counted on the host (no host sync)

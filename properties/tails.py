@@ -8,24 +8,11 @@ import time
 import torch
 
 from ground.case import Case
-from ground.data import body_storage, guard_bands, make_inputs, make_outputs
+from ground.data import body_storage, make_inputs, make_outputs
 from ground.outcome import Observation
 from kernels.base import require
 from properties import judge, recorder
-from properties.common import device, finish, launched_buffers, lse_pitch_untouched, lse_untouched, row_mask, row_regions
-
-
-def storage_outside_view(view: torch.Tensor) -> torch.Tensor:
-    """A bool mask over ``view``'s storage body (guard bands excluded: those
-    are judge.guards_intact's): True where no element of the view lives (the
-    pad columns of a padded layout)."""
-    n = view.untyped_storage().nbytes() // view.element_size()
-    used = torch.zeros(n, dtype=torch.bool, device=view.device)
-    idx = torch.arange(n, device=view.device).as_strided(view.shape, view.stride(), view.storage_offset())
-    used[idx.flatten()] = True
-    bands = guard_bands(view)
-    outside = ~used
-    return outside if bands is None else outside[bands[0] : bands[0] + bands[1]]
+from properties.common import device, finish, launched_buffers, lse_pitch_untouched, lse_untouched, row_mask, row_regions, storage_outside_view
 
 
 def tail_expectation(initialize_outputs: bool) -> float:
