@@ -213,16 +213,35 @@ def _position(case: Case, x1: CaseTensors, rng, adapter) -> Plan:
 
 
 # -------------------------------------------------------------- isolation
+def _isolation_targets(case: Case) -> list:
+    """What isolation may change on ``case`` so that something else is still
+    compared, from the Case alone: a batch entry / sequence while another one
+    has Q rows, or the storage outside the live rows ("padding" dense,
+    "capacity" THD) where there is some and a Q row is live. Empty: the
+    relation moves nothing (a dense batch of one without padding, a single THD
+    sequence in a full pack: the second launch would repeat the first)."""
+    q, kv = case.q_lengths(), case.kv_lengths()  # a batch entry / sequence with no live row changes nothing
+    others_have_rows = lambda j: any(n > 0 for i, n in enumerate(q) if i != j)  # noqa: E731
+    if case.is_thd:
+        units = [j for j in range(case.n_seq) if (q[j] or kv[j]) and others_have_rows(j)]
+        dead = bool(case.q_base or case.q_slack or case.kv_base or case.kv_slack)
+        return units + ["capacity"] * (dead and sum(q) > 0)
+    padded = any(n < case.s_q for n in q) or any(n < case.s_kv for n in kv)
+    entries = [b for b in range(case.batch) if (q[b] or kv[b]) and others_have_rows(b)]
+    return entries + ["padding"] * (padded and sum(q) > 0)
+
+
 def _isolation(case: Case, x1: CaseTensors, rng, adapter) -> Plan:
     dev = x1.q.device
     seed2 = rng.randrange(1, 2**31)
     seed2 += seed2 == case.seed
     x2 = _fresh(case, dev)  # the first launch's bits, in a fresh allocation
     other = make_inputs(case.replace(seed=seed2), dev, poison=False)  # finite everywhere
+    targets = _isolation_targets(case)
+    if not targets:
+        raise ValueError(f"isolation moves nothing on {case.describe()} (RELATIONS['isolation'].moves refuses it)")
+    target = rng.choice(targets)
     if case.is_thd:
-        units = [j for j in range(case.n_seq) if case.q_lens[j] or case.kv_lens[j]]
-        dead = bool((~x1.q_live).any() or (~x1.kv_live).any())
-        target = rng.choice(units + ["capacity"] * dead) if units or dead else "capacity"
         q_rows, kv_rows = _unit_rows(case, target, x1)
         q_rows, kv_rows = q_rows.to(dev), kv_rows.to(dev)
         for name, rows in (("q", q_rows), ("k", kv_rows), ("v", kv_rows)):
@@ -233,7 +252,6 @@ def _isolation(case: Case, x1: CaseTensors, rng, adapter) -> Plan:
             o_where, lse_where = _defined(case, x2, o1.shape, lse1.shape)
             return o1, lse1, o_where & kept_q[:, None, None], lse_where & kept_q[None, :]
     else:
-        target = rng.randrange(case.batch) if case.batch > 1 else "padding"
         for name in ("q", "k", "v"):
             t2, t1, fresh = getattr(x2, name), getattr(x1, name), getattr(other, name)
             if target == "padding":  # the rows past the padding lengths: FINITE_PAD -> other finite values
@@ -377,7 +395,8 @@ RELATIONS: Dict[str, Relation] = {
             "isolation",
             BOTH,
             _isolation,
-            "no CTA reads another batch entry's / sequence's rows; storage outside the live rows is either never "
+            moves=lambda c: bool(_isolation_targets(c)),
+            exact="no CTA reads another batch entry's / sequence's rows; storage outside the live rows is either never "
             "loaded (THD: rows past a sequence are predicated off and zero-filled) or weighted P = 0 (dense padded "
             "K/V rows of the last tile: 0 x finite = 0; NaN there is the known finding dense-padded-kv-rows-nan, "
             "so this relation changes finite values only): changing those leaves every other output identical",

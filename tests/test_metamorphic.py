@@ -75,8 +75,9 @@ def test_thd_relations_hold_without_any_q_row(relation):
     """Every q length 0 and no base or slack: the first launch has no Q row
     at all (capacity 0) while the repacked one may have some (position shifts
     the base). Seen as an IndexError in the H200 kill table of 2026-12-03.
-    A case the relation does not move (one head, one sequence) is refused
-    (scope "case": no verdict) before anything runs."""
+    A case the relation does not move (one head, one sequence; isolation:
+    no Q row left to compare) is refused (scope "case": no verdict) before
+    anything runs."""
     from ground.outcome import Unsupported
 
     cases = (Case(layout="thd", q_lens=(0,), kv_lens=(3,)), Case(layout="thd", q_lens=(0, 0), kv_lens=(0, 0), kv_slack=1))
@@ -91,7 +92,7 @@ def test_thd_relations_hold_without_any_q_row(relation):
         with pytest.raises(Unsupported, match=f"relation {relation!r} does not move") as refused:
             metamorphic(case, relation)
         assert refused.value.scope == "case"
-    assert moved >= 2
+    assert moved == 0 if relation == "isolation" else moved >= 2
 
 
 def _seed_changing(case: Case, relation: str, good) -> Case:
@@ -125,7 +126,8 @@ PLANTED = [
         "a sequence's first V from the previous sequence",
         lambda n: n["changed"] == 0,
     ),  # the neighbour of the long sequence 1
-    ("isolation", "dense", Plant(neighbour_v_min_keys=16), "a batch entry's first V from the previous entry", lambda n: n["changed"] in (0, 1)),
+    # (the previous entry's last physical row: live in entry 0 (90 keys), padding in entry 1 (64))
+    ("isolation", "dense", Plant(neighbour_v_min_keys=16), "a batch entry's first V from the previous entry", lambda n: n["changed"] in (0, "padding")),
     ("v_pow2", "dense", Plant(v_offset=2.0**-10), "V shifted before P@V", None),
     ("v_pow2", "thd", Plant(v_offset=2.0**-10), "V shifted before P@V", None),
     ("determinism", "dense", Plant(nondeterministic=True), "LSE one ulp off every other launch", None),
@@ -305,3 +307,36 @@ SMALLEST_NORMAL = Case(
 def test_v_pow2_judges_the_smallest_normal_as_rounded_on_the_subnormal_grid():
     obs = metamorphic(SMALLEST_NORMAL, "v_pow2")
     assert obs.outcome == "passed"
+
+
+ISOLATION_CASES = [
+    (Case(batch=1, s_q=70, s_kv=90), False),  # one entry, no padding: nothing to change
+    (Case(batch=1, s_q=70, s_kv=90, seq_q_lens=(70,), seq_kv_lens=(90,)), False),  # lengths at full size: still no padding
+    (Case(batch=1, s_q=70, s_kv=90, seq_kv_lens=(64,)), True),  # padded K/V rows
+    (Case(batch=2, s_q=70, s_kv=90, seq_q_lens=(0, 0), seq_kv_lens=(90, 90)), False),  # no Q row anywhere: nothing compared
+    (DENSE, True),
+    (Case(layout="thd", q_lens=(5,), kv_lens=(9,)), False),  # one sequence, a full pack
+    (Case(layout="thd", q_lens=(5,), kv_lens=(9,), kv_slack=3), True),  # the capacity past it
+    (Case(layout="thd", q_lens=(5, 0), kv_lens=(9, 0)), False),  # the second sequence is empty
+    (Case(layout="thd", q_lens=(0, 5), kv_lens=(4, 9)), True),  # the first one's K/V rows
+    (THD, True),
+]
+
+
+@pytest.mark.parametrize("case,moves", ISOLATION_CASES)
+def test_isolation_changes_inputs_and_compares_outputs(case, moves):
+    """Isolation moves a Case exactly when its second launch has other
+    inputs and some O element is still compared (from the Case alone); a
+    Case it does not move is refused, never judged on nothing."""
+    assert M.RELATIONS["isolation"].moves(case) is moves
+    if not moves:
+        return
+    for seed in range(4):
+        c = case.replace(seed=seed)
+        x1 = make_inputs(c, CPU, poison=True, pad_fill=FINITE_PAD)
+        p = M.plan(c, x1, "isolation")
+        assert any(not torch.equal(getattr(x1, n), getattr(p.inputs, n)) for n in ("q", "k", "v")), p.notes
+        o = torch.zeros(x1.q.shape[:-1] + (c.d_v,))
+        lse = torch.zeros(x1.q.shape[:-1]).transpose(-1, -2) if not c.is_thd else torch.zeros(c.h_q, c.t_q)
+        _, _, o_where, _ = p.expect(o, lse)
+        assert o_where.any(), p.notes
