@@ -263,16 +263,8 @@ def lse_untouched(property: str, case, lse) -> int:
     from properties import judge
 
     flat = body_storage(lse)
-    judge.exactly(
-        property,
-        case,
-        "lse",
-        flat,
-        torch.full_like(flat, float("nan")),
-        torch.ones_like(flat, dtype=torch.bool),
-        "LSE buffer of a run without a Stats output (never handed)",
-        check="lse untouched",
-        defer=True,
+    judge.untouched(
+        property, case, "lse", flat, torch.ones_like(flat, dtype=torch.bool), "LSE buffer of a run without a Stats output (never handed)", check="lse untouched"
     )
     return int(flat.numel())
 
@@ -295,7 +287,6 @@ def storage_outside_view(view: torch.Tensor) -> torch.Tensor:
 def lse_pitch_untouched(property: str, case, lse) -> int:
     """The LSE storage between a strided layout's elements (a padded pitch) is
     never written. Returns the elements checked."""
-    import torch
 
     from ground.data import body_storage, guard_bands
     from properties import judge
@@ -304,5 +295,5 @@ def lse_pitch_untouched(property: str, case, lse) -> int:
         return 0
     pad = storage_outside_view(lse)
     flat = body_storage(lse)
-    judge.exactly(property, case, "lse", flat, torch.full_like(flat, float("nan")), pad, "LSE pitch padding (never written)", check="lse pitch", defer=True)
+    judge.untouched(property, case, "lse", flat, pad, "LSE pitch padding (never written)", check="lse pitch")
     return pad.numel() - lse.numel()  # the body less the view's distinct elements: counted on the host (no host sync)

@@ -27,7 +27,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence
 import torch
 
 from ground.case import Case
-from ground.data import bits_of, guard_bits
+from ground.data import POISON, bits_of, guard_bits
 from ground.outcome import PropertyFailure
 from ground.tolerances import abs_diff
 
@@ -232,8 +232,11 @@ def within_models(property: str, case: Case, judged: Sequence[tuple], regions=No
 
 
 def exactly(property: str, case: Case, quantity: str, got, want, where, what: str, regions=None, *, check: Optional[str] = None, defer: bool = False) -> None:
-    """Assert ``got`` equals ``want`` bit for bit on ``where`` (NaN == NaN).
-    ``defer``: settled at the end of ``collecting()`` (``_fail_if``)."""
+    """Assert ``got`` equals ``want`` value for value on ``where`` (in
+    float64: a NaN matches any NaN, -0 matches +0), the check of a value the
+    contract fixes or a relation predicts; storage that must keep its bytes
+    is ``untouched``'s. ``defer``: settled at the end of ``collecting()``
+    (``_fail_if``)."""
     g, w = got.to(torch.float64), want.to(torch.float64)
     bad = where & ~((g == w) | (torch.isnan(g) & torch.isnan(w)))
 
@@ -244,6 +247,27 @@ def exactly(property: str, case: Case, quantity: str, got, want, where, what: st
             f"{quantity.upper()}: {int(bad.sum())} element(s) of {what} differ from the contract",
             {"quantity": quantity, "what": what, "count": int(bad.sum()), "worst": worst_elements(case, quantity, got, want, bad, regions)},
             check=check or what,
+            where=bad,
+        )
+
+    _fail_if(bad.any(), failure, defer)
+
+
+def untouched(property: str, case: Case, quantity: str, got, where, what: str, regions=None, *, check: str, defer: bool = True) -> None:
+    """Assert the storage ``got`` still holds, on ``where``, the bits the
+    suite filled it with (ground.data.POISON, as make_outputs fills every
+    output): a kernel that stores there, even a NaN of another payload (a
+    GPU's computed NaN, a value read from poison), fails."""
+    bad = where & (bits_of(got) != bits_of(torch.full((), POISON, dtype=got.dtype, device=got.device).expand(got.shape)))
+
+    def failure() -> PropertyFailure:
+        n = int(bad.sum())
+        return PropertyFailure(
+            property,
+            case,
+            f"{quantity.upper()}: {n} element(s) of {what} were written (the suite's fill changed)",
+            {"quantity": quantity, "what": what, "count": n, "worst": worst_elements(case, quantity, got, torch.full_like(got, POISON), bad, regions)},
+            check=check,
             where=bad,
         )
 

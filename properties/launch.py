@@ -80,8 +80,9 @@ def _repoison(case: Case, outputs, dev) -> None:
 
 
 def _bits_equal(property: str, case: Case, quantity: str, got: torch.Tensor, want: torch.Tensor, what: str, check: str) -> None:
+    """The same kernel on the same inputs: the same bits everywhere (NaN payloads and signed zeros included)."""
     everywhere = torch.ones(got.shape, dtype=torch.bool, device=got.device)
-    judge.exactly(property, case, quantity, got, want, everywhere, what, check=check)
+    judge.same_bits(property, case, quantity, got, want, everywhere, what, check=check)
 
 
 def _fresh_eager(adapter, case: Case, dev):
