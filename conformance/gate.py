@@ -6,10 +6,11 @@
 
 Each run is ``python -m pytest -n WORKERS <the properties> --hypothesis-profile=PROFILE``
 with its own report directory (``REPORT_DIR/run-<i>``); the summary is read
-back from that run's report.json. Exit status: 0 when every run passed, else
-the first failing run's pytest status (1 a property failed or a known finding
-went stale; 2-4 usage or internal errors); 2 when there is no GPU (a refusal of
-this machine: ground.outcome.REFUSALS).
+back from that run's report.json. Exit status: 0 when every run asked for
+ran and passed, else the first failing run's pytest status (1 a property
+failed or a known finding went stale; 2-4 usage or internal errors); 1 when
+--deadline cut a run or left one unstarted (fewer verdicts than asked for);
+2 when there is no GPU (a refusal of this machine: ground.outcome.REFUSALS).
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         default=0,
         metavar="SECONDS",
-        help="stop starting runs, and interrupt the one running, this long after the gate began (0: none)",
+        help="stop starting runs, and interrupt the one running, this long after the gate began (0: none); a run cut or left unstarted exits 1",
     )
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, metavar="-- PYTEST_ARGS", help="passed to every pytest run, after --")
 
@@ -177,7 +178,8 @@ def run(args) -> int:
         left = args.deadline - (time.monotonic() - began) if args.deadline else None
         if left is not None and left < 60:
             print(f"run {i}: not started, {left:.0f} s left before --deadline")
-            break
+            print(f"gate: {i - 1} of {args.runs} run(s) ran before --deadline: no verdict on the rest (exit status 1)")
+            return status or 1
         cmd = command(args, i, cache)
         print("$ " + " ".join(cmd), flush=True)
         try:

@@ -112,3 +112,13 @@ def test_summary_names_each_familys_pair_share():
     cov = {"pairs": {"fwd": fwd, "bwd": {**fwd, "share": 0.5}}, "family_pairs": {"sm90": {"fwd": {**fwd, "share": 0.98}, "bwd": {"share": None}}}}
     text = "\n".join(gate.summarize({**REPORT, "coverage": cov}, 1))
     assert "pairs drawn: sm80 fwd 99.0%, sm80 bwd 50.0%, sm90 fwd 98.0%" in text
+
+
+def test_runs_the_deadline_leaves_unstarted_fail_the_gate(monkeypatch, capsys, tmp_path):
+    """Fewer runs than asked for is no pass: a deadline that leaves a run
+    unstarted exits 1 and says how many ran (here none, and no pytest starts)."""
+    started = []
+    monkeypatch.setattr(gate, "_has_gpu", lambda: True)
+    monkeypatch.setattr(gate.subprocess, "run", lambda *a, **k: started.append(a))
+    assert gate.run(_args("--runs", "3", "--deadline", "30", "--report-dir", str(tmp_path))) == 1
+    assert not started and "0 of 3 run(s) ran before --deadline" in capsys.readouterr().out
