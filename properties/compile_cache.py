@@ -273,11 +273,29 @@ def check_disk_reuse(case: Case, adapter, *, prelude: str = "") -> Observation:
 def check_compiles(case: Case, adapter) -> Observation:
     """A valid Case specializes and compiles for sm_80 without a GPU: the
     template loads per its TemplateParams and the host compiles its geometry
-    (dense) or head configuration (THD). Any exception fails it."""
+    (dense) or head configuration (THD). Any exception fails it, and so does
+    a call that asks the compiled cache for nothing (the memos in front of it
+    forgotten, so whatever this process compiled before is asked for again:
+    a compile, a disk or a memo hit; none means no kernel came out of it)."""
+    from kernels.counters import memos_forgotten
+
     recorder.begin("compiles", case)
     start = time.perf_counter()
-    delta = adapter.compile_only(case)
-    return finish("compiles", case, start, lambda: {}, compile=delta.to_dict(), notes={DELIBERATE_COMPILES: COLD["sm80"]})
+    with memos_forgotten(compiled=False):
+        delta = adapter.compile_only(case)
+
+    def judged():
+        if delta.misses + delta.hits + delta.memo_hits < 1:
+            judge.failed(
+                "compiles",
+                case,
+                f"compile_only asked the compiled cache for no kernel ({delta.to_dict()}): nothing was compiled or served",
+                {"delta": delta.to_dict()},
+                check="compiled",
+            )
+        return {}
+
+    return finish("compiles", case, start, judged, compile=delta.to_dict(), notes={DELIBERATE_COMPILES: COLD["sm80"]})
 
 
 # ---------------------------------------------------------- compile distinct

@@ -532,3 +532,19 @@ def test_the_disk_probe_imports_and_parses_its_case_on_the_cpu(layout):
     assert planted != compile_cache._PROBE
     bad = _run_probe_prefix(planted, compile_cache.DISK_CASES[layout])
     assert bad.returncode != 0 and "ImportError" in bad.stderr
+
+
+def test_compiles_fails_a_call_that_asks_for_no_kernel():
+    """check_compiles: an entry point that raises nothing but asks the
+    compiled cache for nothing (no compile, no disk or memo hit, its front
+    memos forgotten) produced no kernel: a failure, not a pass."""
+    from types import SimpleNamespace
+
+    from ground.outcome import PropertyFailure
+    from kernels.base import CompileDelta
+    from properties.compile_cache import check_compiles
+
+    case = Case(s_q=64, s_kv=64)
+    with pytest.raises(PropertyFailure, match="asked the compiled cache for no kernel"):
+        check_compiles(case, SimpleNamespace(name="prepared", compile_only=lambda c: CompileDelta()))
+    assert check_compiles(case, SimpleNamespace(name="prepared", compile_only=lambda c: CompileDelta(memo_hits=1))).outcome == "passed"
