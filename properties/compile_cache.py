@@ -146,6 +146,9 @@ def check_compile_reuse(case: Case, adapter, *, launch: bool = True) -> Observat
 
     def judge_call(c: Case, made, what: str, most: int, budget: dict):
         delta, box = made
+        # A THD variant with another packed capacity (token totals, capacities, first offsets, a sequence
+        # more) is its own check: a host that plans per capacity fails it and nothing else.
+        check = "capacity budget" if c.is_thd and (c.t_q, c.t_kv) != (case.t_q, case.t_kv) else "compile budget"
         if rule != "counters":
             new = {k: v for k, v in _requests(box, rule).items() if k not in base}
             notes.setdefault("new_requests", {})[what] = len(new)
@@ -156,11 +159,11 @@ def check_compile_reuse(case: Case, adapter, *, launch: bool = True) -> Observat
                     c,
                     f"{what}: asked the compiled cache for {len(new)} {'entry' if len(new) == 1 else 'entries'} the Case did not (at most {most}): {names}",
                     {"what": what, "rule": rule, "new": list(new.values()), "case_requests": len(base), "delta": delta.to_dict()},
-                    check="compile budget",
+                    check=check,
                 )
         if recording:  # the forgotten THD lrus miss by design (the requests stand for them)
             budget = {k: v for k, v in budget.items() if k != "thd_lru_misses"}
-        judge.compile_delta("compile_reuse", c, delta, budget, what)
+        judge.compile_delta("compile_reuse", c, delta, budget, what, check=check)
 
     def judged():
         guards()

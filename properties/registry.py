@@ -110,6 +110,7 @@ REGISTRY: Tuple[Property, ...] = (
         served(check_compile_reuse),
         {
             "compile budget": (PLAIN, "runtime-only variants mint no compile and no template module"),
+            "capacity budget": (PLAIN, "the same, for THD variants with another packed capacity (token totals, capacities, first offsets, a sequence more)"),
             **_LAUNCH,
             **_GUARDS,
         },
@@ -157,7 +158,7 @@ REGISTRY: Tuple[Property, ...] = (
     Property(
         "compiles",
         served(check_compiles),
-        {},
+        {"compiled": (PLAIN, "the call asks the compiled cache for a kernel (a compile, a disk or a memo hit)")},
         cold_seconds=11.0,
         directions=BOTH,
         doc="every valid Case compiles for sm_80 (CPU tier)",

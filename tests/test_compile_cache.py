@@ -301,7 +301,7 @@ def test_compile_reuse_verdict_is_the_same_in_a_warm_process(frontend, mode):
     verdicts = ["passed" if f is None else f.summary.split(":")[0] for f in failures]
     assert verdicts == ["new token totals", "new token totals"]  # cold, warm
     for failure in failures:
-        assert GATHER in failure.summary and failure.check == "compile budget"
+        assert GATHER in failure.summary and failure.check == "capacity budget"  # the token totals change the packed capacity
         assert failure.detail["rule"] == mode and [n["symbol"] for n in failure.detail["new"]] == [GATHER]
 
 
@@ -548,3 +548,14 @@ def test_compiles_fails_a_call_that_asks_for_no_kernel():
     with pytest.raises(PropertyFailure, match="asked the compiled cache for no kernel"):
         check_compiles(case, SimpleNamespace(name="prepared", compile_only=lambda c: CompileDelta()))
     assert check_compiles(case, SimpleNamespace(name="prepared", compile_only=lambda c: CompileDelta(memo_hits=1))).outcome == "passed"
+
+
+def test_a_variant_of_the_same_capacity_fails_the_compile_budget_not_the_capacity_one(frontend):
+    """A finding about a host that plans per packed capacity names the check
+    "capacity budget": a new entry asked for by a THD variant that keeps the
+    capacity (new data and addresses) fails "compile budget", which that
+    finding does not excuse."""
+    frontend("keys")
+    adapter = GatherAdapter(_host_shapes, lambda case: ((1, -3, 3, 40, 48 + 8 * (case.seed % 4)),))  # a new seed: a new gather
+    failure = _verdict(THD_ONE, adapter)[1]
+    assert failure is not None and failure.summary.startswith("new data and addresses") and failure.check == "compile budget"
