@@ -17,7 +17,9 @@ H200), and a key is every fact the prepared entry points specialize on
 Drawing all of those freely makes almost every example a new compile (ci
 profile, before the pools: 954 distinct keys for 1,440 numerics+tails
 examples). Here they come from a *geometry*: one row of a small per-stratum
-pool (18 hand rows and 1-2 covering rows dense, 10 + 1-2 THD). What is left -- the data seed, dense padding-length
+pool (18 hand rows dense, 10 THD, plus the covering rows ``cover_rows`` computes: at
+most 4 per stratum and layout by tests/test_pairs.py, today 1-2 each, 14 dense and 9 THD
+in all). What is left -- the data seed, dense padding-length
 values (zeros included), THD per-sequence lengths, first offsets and slack,
 THD head dims and right band, the scale's magnitude within its compiled sign,
 sink and bias values -- is drawn per example and never reaches a key, so a
@@ -58,9 +60,11 @@ leaves the pool: it shrinks the case file's facts over free geometry
 Modes. ``pool`` (the ``ci`` and ``dev`` profiles, and any profile not named
 in ``PROFILE_MODES``), ``free`` (every shape fact drawn from the value pools
 of ``strategies.pools``, a compile per example, the search that finds
-geometries the pools lack) or ``mixed`` (``nightly``: each example from the
+geometries the pools lack), ``mixed`` (``nightly``: each example from the
 pools or free, a drawn choice: the pools' covering design makes every
-feasible pair meet, the free draws search beyond it). ``$SDPA_GEOMETRY`` overrides the
+feasible pair meet, the free draws search beyond it) or ``few`` (``pr``: the
+fewest hand rows holding every compile-key value of the pool, ``fewest``, plus
+the covering rows). ``$SDPA_GEOMETRY`` (one of ``MODES``) overrides the
 profile; a strategy's ``geometry=`` option overrides both. Options that
 restrict a strategy filter the pool; a stratum whose pool they empty draws
 free geometry instead (never the suite's own tests: tests/test_geometry.py).

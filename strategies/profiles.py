@@ -68,11 +68,12 @@ KIND_SCALE = {
 # examples: numerics and tails check 3.5x more (5,040 numerics+tails examples,
 # one compile key per ~15 of them: tools/count_compile_keys.py). ``nightly``
 # draws from the pools or free geometry (a compile per free example) and keeps
-# the base shares.
+# the base shares but for the slow tiers below (large, parity, metamorphic,
+# compile_distinct); ``dev`` only holds metamorphic down.
 #
 # The large tier keeps 2 examples per test under ci (its slice test; the rest
 # with --large) and 3 under nightly: its budget is 10 minutes on one H200 with
-# 16 workers (README "Large tier"); the parity tests 10 under ci, 50 nightly.
+# 16 workers (docs/large_tier.md); the parity tests 10 under ci, 50 nightly.
 # metamorphic: 104 tests (13 relations x 8 strata) of two launches per example: ci 3 examples each (312
 # examples, 624 launches, on the pools' compile keys), dev 1, nightly 50 (5,200 over free geometry).
 PROFILE_KIND_SCALE = {

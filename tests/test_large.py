@@ -25,8 +25,8 @@ from strategies import large
 from strategies.large import REPLAY_ROWS, SHAPES, input_bytes, large_cases, reference_pairs, replay_cases
 
 FIXED = dict(derandomize=True, database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-# Per example: the float64 reference's (row, key) pairs (~20-45 s on an H200 at 1e9,
-# README "Large tier") and the device bytes of Q, K, V and O (each example under ~20 GB).
+# Per example: the float64 reference's (row, key) pairs (an estimated 10-30 s per 1e9 on an H200,
+# docs/large_tier.md) and the device bytes of Q, K, V and O (each example under ~20 GB).
 MAX_PAIRS = 1.1e9
 MAX_BYTES = 18e9
 
