@@ -78,6 +78,9 @@ PLAIN = "plain"  # the check as a whole; a finding needs Case facts or a contrac
 Checks = Mapping[str, Mapping[str, Tuple[str, str]]]
 
 QUANTITIES = ("o", "lse")
+# Gradients laid out as Q is (dense (B, H, S_q, D), THD (T_q, H, D)): a failure's mask over one has
+# output rows, the same rows as O, so a finding on a plain backward check may bound it with a region.
+ROW_GRADS = ("dq",)
 # The backward's gradients: a plain backward/determinism check's failure names one (detail "quantity").
 GRAD_QUANTITIES = ("dq", "dk", "dv", "dbias", "dsink")
 # Gradients only some Cases have (ground.data.make_grads allocates them): a
@@ -123,6 +126,13 @@ def _reaches_padding(case: Case, tile_n: int) -> torch.Tensor:
     return (kv_len > 0) & (kv_len < case.s_kv) & (kv_len % tile_n != 0)
 
 
+def _live_rows_of_padded_kv_entries(case: Case) -> torch.Tensor:
+    if case.seq_kv_lens is None:
+        return _dense_rows(case, lambda t, b: torch.zeros(case.batch, case.s_q, dtype=torch.bool))
+    padded, q_len = torch.tensor([n < case.s_kv for n in case.seq_kv_lens]), torch.tensor(case.q_lengths())
+    return _dense_rows(case, lambda t, b: (t < q_len[b]) & padded[b])
+
+
 def _live_rows_loading_padded_kv(case: Case) -> torch.Tensor:
     if case.seq_kv_lens is None:
         return _dense_rows(case, lambda t, b: torch.zeros(case.batch, case.s_q, dtype=torch.bool))
@@ -166,6 +176,11 @@ REGIONS: Dict[str, Region] = {
         f"and seq_kv_len[b] % {TILE_N} != 0",
         _live_rows_loading_padded_kv,
     ),
+    "live_rows_of_padded_kv_entries": Region(
+        "dense live rows (token < seq_q_len[b]) of the batch entries with K/V rows past seq_kv_len[b]: seq_kv_len[b] < S_KV "
+        "(a kernel that loads every K/V tile up to the physical S_KV, as the backward does)",
+        _live_rows_of_padded_kv_entries,
+    ),
     "q_tiles_loading_padded_kv": Region(
         "dense output rows, live or padded, of the Q tiles that start below seq_q_len[b] (tile_m tokens, tile_m / ratio "
         "under PackGQA: the family's tile) in the batch entries whose last KV tile reaches past seq_kv_len[b] into the "
@@ -203,10 +218,10 @@ def failing_rows(case: Case, quantity: Optional[str], where) -> Optional[torch.T
     """The output rows holding a failing element of ``where`` (a mask over O
     or LSE in the suite layouts), canonical layout; None when ``where`` is no
     such mask (flat storage, another width)."""
-    if where is None or quantity not in QUANTITIES or not isinstance(where, torch.Tensor):
+    if where is None or quantity not in QUANTITIES + ROW_GRADS or not isinstance(where, torch.Tensor):
         return None
     w = where.detach().to("cpu", torch.bool)
-    if quantity == "o":
+    if quantity != "lse":  # O and dQ: an element per head dim
         if w.dim() < 1:
             return None
         w = w.any(-1)
@@ -280,7 +295,7 @@ def _fact(case: Case, name: str, params: Mapping[str, Any]):
 
 
 # ------------------------------------------------------------------ entries
-KEYS = ("id", "reason", "property", "check", "quantity", "region", "observed", "rule", "entry", "when", "steer", "race", "link")
+KEYS = ("id", "reason", "property", "check", "quantity", "region", "observed", "rule", "entry", "when", "steer", "race", "nan", "link")
 # The check of a crash finding: the entry point faults (a lost CUDA context) on the
 # Cases it selects. No property judges it: a fault ends the process before any
 # verdict. While one is in force the tests draw around its region (``steer``).
@@ -309,6 +324,9 @@ class Finding:
     # A race (e.g. unordered fp32 atomics): an example it selects may or may not fail, so a
     # run that never sees it fail does not make it stale; its case file's replay does.
     race: bool = False
+    # The failing elements all hold NaN (the failure's detail "nan_only"): a check of values (e.g. a
+    # capacity that must be 0) whose finding is a NaN leak excuses no other wrong value.
+    nan: bool = False
 
     @property
     def family(self) -> str:
@@ -356,6 +374,8 @@ class Finding:
             return False
         if self.quantity is not None and failure.detail.get("quantity") != self.quantity:
             return False
+        if self.nan and failure.detail.get("nan_only") is not True:
+            return False
         if self.observed is not None:
             return getattr(failure, "observed", None) == self.observed
         if self.region in STORAGE_REGIONS:  # the failing cells of the flat storage body all lie in it
@@ -392,6 +412,8 @@ class Finding:
         parts = [f"{self.property}: {self.check}"]
         if self.quantity:
             parts.append(self.quantity.upper())
+        if self.nan:
+            parts.append("NaN elements only")
         if self.region:
             parts.append(f"{'storage' if self.region in STORAGE_REGIONS else 'rows'} in {self.region}")
         if self.observed:
@@ -478,9 +500,12 @@ def _entry(where: str, entry: dict, source: str, checks: Checks) -> Finding:
     entry_point = _string(where, entry, "entry", tuple(contracts.ENTRY_POINTS))
     when = _when(where, entry)
     link = _string(where, entry, "link")
-    race = entry.get("race", False)
-    if not isinstance(race, bool):
-        raise FindingsError(f"{where}: key 'race' must be true or false")
+    race, nan = entry.get("race", False), entry.get("nan", False)
+    for key, value in (("race", race), ("nan", nan)):
+        if not isinstance(value, bool):
+            raise FindingsError(f"{where}: key {key!r} must be true or false")
+    if nan and (kind not in (ROWS, PLAIN) or quantity is None):
+        raise FindingsError(f"{where}: key 'nan': only a check of an output's values (with its quantity) can be bounded to NaN elements")
     if race and kind not in (PLAIN,):
         raise FindingsError(f"{where}: key 'race': only a plain check (e.g. determinism's bitwise) can describe a race")
     # Specific by construction: a finding bounds what failed.
@@ -497,8 +522,10 @@ def _entry(where: str, entry: dict, source: str, checks: Checks) -> Finding:
         for key, value in (("quantity", quantity), ("region", region)):
             if value is None:
                 raise FindingsError(f"{where}: key {key!r} is required for the row check {check!r} (the failing elements must lie in the region)")
-    elif region is not None or (quantity is not None and not (kind == PLAIN and quantity in GRAD_QUANTITIES)):
-        # (a plain backward check may name the gradient it failed on)
+    elif (region is not None and not (kind == PLAIN and quantity in ROW_GRADS)) or (
+        quantity is not None and not (kind == PLAIN and quantity in GRAD_QUANTITIES)
+    ):
+        # (a plain backward check may name the gradient it failed on, and bound dQ's rows by a region)
         raise FindingsError(f"{where}: key {'region' if region is not None else 'quantity'!r}: check {check!r} has no output rows")
     if kind == OUTCOME and observed is None:
         raise FindingsError(f"{where}: key 'observed' is required for the check {check!r} (e.g. {ACCEPTED!r} or an exception type name)")
@@ -515,7 +542,7 @@ def _entry(where: str, entry: dict, source: str, checks: Checks) -> Finding:
             raise FindingsError(f"{where}: key 'rule': only the rejection property runs contract-violating Cases")
         if entry_point not in contracts.RULES_BY_NAME[rule].expect:
             raise FindingsError(f"{where}: key 'entry': rule {rule!r} targets {', '.join(contracts.RULES_BY_NAME[rule].targets)}, not {entry_point!r}")
-    return Finding(fid, reason, prop, check, quantity, region, observed, rule, entry_point, when, link, source, race=race)
+    return Finding(fid, reason, prop, check, quantity, region, observed, rule, entry_point, when, link, source, race=race, nan=nan)
 
 
 def _crash_entry(where: str, entry: dict, source: str, checks: Checks) -> Finding:

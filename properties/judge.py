@@ -245,7 +245,13 @@ def exactly(property: str, case: Case, quantity: str, got, want, where, what: st
             property,
             case,
             f"{quantity.upper()}: {int(bad.sum())} element(s) of {what} differ from the contract",
-            {"quantity": quantity, "what": what, "count": int(bad.sum()), "worst": worst_elements(case, quantity, got, want, bad, regions)},
+            {
+                "quantity": quantity,
+                "what": what,
+                "count": int(bad.sum()),
+                "nan_only": bool(got.is_floating_point() and torch.isnan(got[bad]).all()),  # what a NaN-leak finding bounds
+                "worst": worst_elements(case, quantity, got, want, bad, regions),
+            },
             check=check or what,
             where=bad,
         )

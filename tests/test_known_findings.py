@@ -40,12 +40,13 @@ def _copy(fid: str, **changes) -> findings.Finding:
     return dataclasses.replace(BY_ID[fid], id="test-copy:" + fid, **changes)
 
 
-def _nan_failure(case: Case, rows: torch.Tensor, quantity: str = "o", check: str = "no nan") -> PropertyFailure:
+def _nan_failure(case: Case, rows: torch.Tensor, quantity: str = "o", check: str = "no nan", prop: str = "tails") -> PropertyFailure:
     """The failure a tails rows check (default: the NaN check) raises when the
     given rows (canonical layout: dense (B, H, S), THD (H, T_q)) of O / LSE
     are wrong."""
-    where = rows[..., None].expand(*rows.shape, case.d_v) if quantity == "o" else rows
-    return PropertyFailure("tails", case, "NaN", {"quantity": quantity}, check=check, where=where)
+    width = {"o": case.d_v, "dq": case.d_qk}  # O and dQ: an element per head dim
+    where = rows[..., None].expand(*rows.shape, width[quantity]) if quantity in width else rows
+    return PropertyFailure(prop, case, "NaN", {"quantity": quantity}, check=check, where=where)
 
 
 def _used_lse(case: Case, n: int) -> torch.Tensor:
@@ -251,7 +252,7 @@ def test_each_case_file_names_a_finding_that_selects_its_case(path):
         if entry.region is None:
             continue
         region = findings.REGIONS[entry.region].rows(case)
-        failure = _nan_failure(case, region, entry.quantity, entry.check)
+        failure = _nan_failure(case, region, entry.quantity, entry.check, entry.property)
         assert entry.excuses(failure, params=params)  # all of its region's rows failing is what it describes
         others = [f for f in FILE if f is not entry and f.excuses(failure, params=params)]
         assert others == []  # and no other finding describes it
@@ -467,3 +468,52 @@ def test_a_gradient_finding_is_exercised_only_by_cases_that_have_the_gradient():
     run = [{"exercised": verdict.exercised, "findings": [dk.id]}]
     status = {e["id"]: e["status"] for e in findings.statuses([dbias, dk], run)}
     assert status == {dbias.id: findings.NOT_EXERCISED, dk.id: findings.REPRODUCED}
+
+
+# ------------------------------------- the backward's NaN leaks, bounded
+PADDED_BWD = Case(batch=2, h_q=2, h_kv=1, s_q=70, s_kv=90, seq_q_lens=(70, 40), seq_kv_lens=(90, 50), direction="bwd", seed=3)
+
+
+def _dq_failure(case: Case, rows: torch.Tensor) -> PropertyFailure:
+    return _nan_failure(case, rows, "dq", "no nan", "backward_tails")
+
+
+def test_the_dq_leak_is_excused_in_the_padded_entrys_live_rows_only():
+    """bwd-dense-padded-kv-nan-dq bounds the NaN to the live dQ rows of the
+    batch entries whose K/V are padded: entry 1 (50 < 90 keys) here; a NaN
+    in entry 0 (no padding) or in entry 1's padded rows is another failure."""
+    entry = BY_ID["bwd-dense-padded-kv-nan-dq"]
+    assert entry.exercised_by("backward_tails", PADDED_BWD, "prepared", {})
+    live_1 = _rows(PADDED_BWD, (1, slice(None), slice(0, 40)))
+    assert entry.excuses(_dq_failure(PADDED_BWD, live_1))
+    assert not entry.excuses(_dq_failure(PADDED_BWD, _rows(PADDED_BWD, (0, 0, 5))))  # an entry without padded K/V
+    assert not entry.excuses(_dq_failure(PADDED_BWD, _rows(PADDED_BWD, (1, 0, 45))))  # a padded Q row: not a live one
+
+
+def test_a_nan_leak_finding_excuses_nan_elements_only():
+    """The capacity findings of the padded-K/V leak (dK rows, dBias cells)
+    excuse a failure whose wrong elements are all NaN, as their reason says,
+    and not a finite wrong value in the same storage; judge.exactly says which."""
+    where = torch.zeros(2, 1, 90, 64, dtype=torch.bool)
+    where[1, 0, 60] = True
+    for value, excused in ((float("nan"), True), (3.0, False)):
+        got = torch.zeros(2, 1, 90, 64)
+        got[where] = value
+        with pytest.raises(PropertyFailure) as failed:
+            judge.exactly("backward_tails", PADDED_BWD, "dk", got, torch.zeros_like(got), where, "dk padded rows", check="capacity")
+        assert failed.value.detail["nan_only"] is excused
+        assert BY_ID["bwd-dense-padded-kv-nan-dk-rows"].excuses(failed.value) is excused
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        ({"check": "launch", "observed": "ValueError", "quantity": "dq", "nan": True}, "key 'nan'"),
+        ({"check": "no nan", "quantity": "dk", "region": "live_rows_of_padded_kv_entries"}, "key 'region'"),
+        ({"check": "no nan", "quantity": "dq", "nan": "yes"}, "key 'nan' must be true or false"),
+    ],
+)
+def test_gradient_bounds_are_refused_where_they_mean_nothing(extra, message):
+    entry = {"id": "x", "reason": "r", "property": "backward_tails", "when": {"kv_padded": True}, **extra}
+    with pytest.raises(findings.FindingsError, match=message):
+        findings.parse({"finding": [entry]}, checks=CHECKS)
