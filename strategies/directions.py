@@ -12,6 +12,9 @@ from typing import Tuple
 from ground.case import BACKWARD_FACTS, FACTS, FORWARD_ONLY_FACTS, Case
 
 
+SINK_FACTS = ("sinks", "sink_log2", "sink_dtype", "sink_layout")
+
+
 def to_backward(c: Case, deterministic: bool, inputs_from: str, per_batch_bias: bool = False) -> Case:
     """The backward Case nearest to forward facts ``c`` that the backward serves
     (a map, never a filter: every draw is used and shrinks like the forward's).
@@ -30,6 +33,11 @@ def to_backward(c: Case, deterministic: bool, inputs_from: str, per_batch_bias: 
     # it; a race, replayed from its case file).
     if c.bias is not None and c.batch > 1 and (per_batch_bias or deterministic):
         changes["bias_batch"] = c.batch
+    # Deterministic draws with sinks keep at most two batch entries / sequences with Q rows: known finding
+    # bwd-deterministic-dsink-atomics (dSink sums the partials of three or more by unordered atomics, a race,
+    # replayed from its case file; two partials add the same in either order, so their dSink is still judged).
+    if deterministic and c.sinks and sum(1 for n in c.q_lengths() if n > 0) >= 3:
+        changes.update({name: FACTS[name].default for name in SINK_FACTS})
     if c.is_thd and c.t_q < 1:
         changes["q_slack"] = c.q_slack + 1
     if c.is_thd and c.t_kv < 1:

@@ -149,6 +149,27 @@ def test_backward_strategies_reach_every_backward_value_and_are_servable():
     assert sorted(BACKWARD_REQUIRED - seen) == []
 
 
+def test_the_backward_strategies_leave_out_the_two_unordered_atomics_races():
+    """Deterministic draws never hold what the race findings describe (a
+    broadcast bias over B > 1: bwd-deterministic-dbias-broadcast; sinks with
+    three or more batch entries / sequences with Q rows:
+    bwd-deterministic-dsink-atomics), so every deterministic draw's bitwise
+    check is live; deterministic draws with sinks remain (two units or fewer)."""
+    from ground.findings import DERIVED
+
+    kept = []
+
+    @settings(max_examples=300, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(backward_cases(geometry="pool"))
+    def collect(c):
+        if c.deterministic:
+            assert not DERIVED["bias_broadcast_over_batch"][0](c) and not DERIVED["dsink_unordered_sum"][0](c), c.describe()
+            kept.append(c.sinks)
+
+    collect()
+    assert any(kept) and not all(kept)
+
+
 @pytest.mark.compile
 def test_the_backward_compile_key_mutant_is_killed_by_the_cpu_tier(tmp_path, monkeypatch):
     """compile_reuse (launch=False) on the backward: the pristine packed chain
