@@ -22,7 +22,7 @@ from ground.case import Case
 from ground.data import FINITE_PAD, bits_of, dbias_dtype_of, make_grad_output, make_grad_outputs, make_inputs, make_outputs
 from ground.outcome import Observation, PropertyFailure
 from properties import judge, recorder
-from properties.common import accepted, device, finish, launched_buffers
+from properties.common import accepted, device, finish, launched_buffers, row_regions
 
 GRADS = ("dq", "dk", "dv", "dbias", "dsink")
 
@@ -130,13 +130,21 @@ def check_backward(case: Case, adapter) -> Observation:
         kept = result.grads
     ref = reference_with_model(case, inputs, do, o, lse)
     notes = dict(result.notes)
-    if fwd is not None:
+    forward = None
+    if fwd is not None:  # the forward kernel's O and LSE: the backward's bound charges their error, so they are judged too
+        from properties.numerics import forward_model
+
         notes["forward"] = {k: fwd.notes.get(k) for k in ("compile_key", "mode", "arch")}
+        forward = forward_model(forward_of(case), inputs)
     if again is not None:
         notes["launches"] = 2
 
     def judged():
         _guards("backward", case, inputs, o, lse, do, result, grads)
+        if forward is not None:
+            from properties.numerics import judge_forward
+
+            notes["handed_forward_ratios"] = judge_forward("backward", case, inputs, (o, lse), fwd, forward, row_regions(case, inputs), notes)
         if again is not None:
             _guards("backward", case, inputs, o, lse, do, *again)
             _bitwise(case, inputs, kept, again[0])

@@ -215,6 +215,10 @@ REGISTRY: Tuple[Property, ...] = (
             "error model": (PLAIN, "dQ, dK, dV, dBias, dSink within the backward error model of the float64 closed form"),
             "contract rows": (PLAIN, "gradients the kernel's gating makes exactly 0 (no visible key, padded rows, unseen keys, masked cells)"),
             "model finite": (PLAIN, "the backward error model's bound is finite on every judged element (the handed O/LSE are finite where they must be)"),
+            "handed forward": (
+                PLAIN,
+                "the forward kernel's O and LSE handed to the backward (inputs_from kernel) are within the forward error model, contract rows exact",
+            ),
             **_OUTPUTS,
             **_LAUNCH,
             **_GUARDS,

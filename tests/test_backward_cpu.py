@@ -637,3 +637,19 @@ def test_a_cuda_fault_or_the_suites_own_exception_is_not_a_refusal():
 
     with pytest.raises(Unsupported):  # an adapter's missing capability still skips
         _refused(STRIDED_STATS, _Refusing(exc=lambda: Unsupported.lacking("wrapper", "no-init", "x"), in_suite=True))
+
+
+@pytest.mark.parametrize("case", [CASES[0], CASES[3]], ids=lambda c: c.describe())
+def test_a_wrong_forward_handed_to_the_backward_fails_it(case):
+    """inputs_from "kernel": the backward's bound charges the handed O and
+    LSE's own error, so a wrong forward widens it; the forward kernel's O and
+    LSE are judged in the same example under the forward error model
+    (check "handed forward"), and the reference-handed twin has no such check."""
+    from tests.kernel_emulation import Plant
+
+    wrong = EmulatedBackward(plant=Plant(v_offset=2.0**-6))  # V shifted before P@V: O off, LSE right
+    with on_cpu():
+        with pytest.raises(PropertyFailure, match="O ") as failed:
+            bwd_prop.check_backward(case.replace(inputs_from="kernel"), wrong)
+        assert failed.value.check == "handed forward" and failed.value.detail["quantity"] == "o"
+        assert bwd_prop.check_backward(case.replace(inputs_from="reference"), wrong).outcome == "passed"
