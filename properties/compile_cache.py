@@ -61,8 +61,8 @@ REUSE_RULES = {
     "keys": "record_entries() recorded nothing (no device manifest: the CPU tier; or the compiled cache disabled): the compile_cached keys each "
     "call asks for instead (compiled_cache._record, what record_entries() is built on), the memos in front forgotten before each call: "
     "a function of the Case alone; counters (compiles, template modules) too",
-    "counters": "today's counters rule alone (no request could be observed): history-dependent, a key an earlier example of this process "
-    "compiled is answered by a memo and passes unseen",
+    "counters": "no request could be observed: the counters alone (compiles, template modules), the Case and its variants on a fresh, "
+    "private compiled cache with cold memos, the Case first (a deliberate compile)",
 }
 
 
@@ -143,6 +143,8 @@ def check_compile_reuse(case: Case, adapter, *, launch: bool = True) -> Observat
         notes["compile_key"] = key  # the Observation's compile counters are the first call's: the Case's own key
     if rule == "counters" and recording:
         notes["why"] += " (the Case asked compile_cached for no keyed artifact)"
+    if rule == "counters":
+        notes[DELIBERATE_COMPILES] = COLD["fresh"]
 
     def judge_call(c: Case, made, what: str, most: int, budget: dict):
         delta, box = made
@@ -165,8 +167,7 @@ def check_compile_reuse(case: Case, adapter, *, launch: bool = True) -> Observat
             budget = {k: v for k, v in budget.items() if k != "thd_lru_misses"}
         judge.compile_delta("compile_reuse", c, delta, budget, what, check=check)
 
-    def judged():
-        guards()
+    def variants():
         for what, variant in runtime_variants(case):
             judge_call(variant, call(variant), what, 0, NO_COMPILE)
             guards()
@@ -176,6 +177,18 @@ def check_compile_reuse(case: Case, adapter, *, launch: bool = True) -> Observat
             guards()
             judge_call(case, call(case), "back to a seen sequence count", 0, NO_COMPILE)
             guards()
+
+    def judged():
+        guards()
+        if rule != "counters":
+            variants()
+            return {}
+        # No request to observe: the counters alone, on a fresh private cache with cold memos, where the
+        # Case compiles first, so no key an earlier example of this process compiled answers silently.
+        with _private_compile_cache():
+            call(case)
+            guards()
+            variants()
         return {}
 
     return finish("compile_reuse", case, start, judged, compile=first.to_dict(), notes=notes)

@@ -139,6 +139,8 @@ def _judge_variants(prop: str, case: Case, adapter, launch: bool, variants, chec
     first, seen = call(case)
     rule = "entries" if seen.entries else "keys"
     base = _requests(seen, rule)
+    if not base:  # nothing observed: "no entry the Case did not ask for" would hold of anything
+        raise RuntimeError(f"{prop}: {case.describe()} asked the compiled cache for nothing observable ({first.to_dict()}): no verdict can be drawn")
     notes = {"rule": rule, "case_requests": len(base), "new_requests": {}}
 
     def judged():

@@ -348,15 +348,24 @@ def test_compile_reuse_passes_a_case_whose_variants_ask_for_nothing_new(frontend
         }
 
 
-def test_compile_reuse_falls_back_to_counters_where_nothing_can_be_observed(frontend, monkeypatch):
-    """A frontend with neither record_entries() nor its hook: today's counters
-    rule, said to be history-dependent in the notes."""
+def test_compile_reuse_falls_back_to_counters_on_a_private_cache_where_nothing_can_be_observed(frontend, monkeypatch):
+    """A frontend with neither record_entries() nor its hook: the counters
+    alone, on a fresh private cache with cold memos where the Case compiles
+    first, so the verdict is the same in a process that compiled the
+    variant's key before (it passed unseen there)."""
     from kernels import counters
 
     frontend("keys")
     monkeypatch.setattr(counters, "can_observe_requests", lambda: False)
     obs, failure = _verdict(THD_ONE, GatherAdapter(_host_shapes))
-    assert failure is None and obs.notes["rule"] == "counters" and "history-dependent" in obs.notes["why"]
+    assert failure is None and obs.notes["rule"] == "counters" and "private" in obs.notes["why"]
+    adapter = GatherAdapter(_host_shapes, _flip_shapes)
+    failures = []
+    for warm in (False, True):
+        if warm:  # an earlier example of this process compiled the variant's keys
+            adapter.compile_only(THD_ONE.replace(q_lens=(2,), kv_lens=(4,)))
+        failures.append(_verdict(THD_ONE, adapter)[1])
+    assert [f is not None and f.summary.startswith("new token totals") for f in failures] == [True, True]
 
 
 def test_forgotten_memos_cover_every_lru_in_front_of_compile_cached():

@@ -101,3 +101,16 @@ def test_the_launched_variant_asks_the_cache_whatever_the_process_compiled(monke
     monkeypatch.setattr(compile_cache_sm90, "device", lambda: torch.device("cpu"))
     obs = check_sm90_compile_reuse(DENSE, CompileLaunch(), launch=True)
     assert obs.notes["case_requests"] == 1 and not any(obs.notes["new_requests"].values())
+
+
+def test_reuse_with_nothing_observed_is_no_verdict():
+    """A Case whose own call asks the compiled cache for nothing observable
+    gives no base to compare with: "no entry the Case did not ask for" would
+    hold of anything, so the check stops with an error, never a pass."""
+    from types import SimpleNamespace
+
+    from kernels.base import CompileDelta
+
+    silent = SimpleNamespace(name="sm90", rewrites=(), compile_only=lambda c: CompileDelta())
+    with pytest.raises(RuntimeError, match="nothing observable"):
+        check_sm90_compile_reuse(DENSE, silent)
