@@ -71,7 +71,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import torch
 
@@ -182,6 +182,25 @@ RECORD_MARGIN = 2.0**-10
 # while the second launch kept -0.249878 = -6.10054e-5 * 2^12), so |O| <= tiny
 # is judged this way too.
 SUBNORMAL_RESCALE_ULPS = 1
+
+
+def subnormal_rescale(first_o: torch.Tensor, where: torch.Tensor, io_dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(mask, bound) of v_pow2's O elements judged by the double rounding
+    above instead of bit for bit: those of ``where`` whose first-launch value
+    lies at or below the I/O dtype's smallest normal, each within
+    SUBNORMAL_RESCALE_ULPS subnormal spacings (tiny * eps)."""
+    tiny = torch.finfo(io_dtype).tiny
+    mask = where & (first_o.double().abs() <= tiny)
+    return mask, torch.full(first_o.shape, SUBNORMAL_RESCALE_ULPS * tiny * torch.finfo(io_dtype).eps, dtype=torch.float64, device=first_o.device)
+
+
+def lse_log2_bound(bound: torch.Tensor, lse2: torch.Tensor) -> torch.Tensor:
+    """The LSE bound in base-2 units (``lse_log2``): the natural-units bound
+    scales by log2(e), and the kernel's one extra fp32 multiply of its natural
+    LSE by log2(e) (prefill_f16.py:1405-1408) adds at most one rounding,
+    U32 |LSE2| (non-finite rows: none)."""
+    finite = torch.where(torch.isfinite(lse2), lse2.abs(), torch.zeros_like(lse2))
+    return bound * LOG2E + U32 * finite
 
 
 @dataclass(frozen=True)

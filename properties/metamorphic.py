@@ -500,16 +500,11 @@ def check_metamorphic(case: Case, adapter, *, relation: str) -> Observation:
         what = f"the second launch ({relation}: {said or 'same inputs'}{where})"
         o_exact = o_where
         if relation == "v_pow2":  # O of the first launch rounded on the subnormal grid: judged within the double rounding (tolerances)
-            from ground.tolerances import SUBNORMAL_RESCALE_ULPS
+            from ground.tolerances import subnormal_rescale
 
-            io = TORCH_DTYPES[case.dtype]
-            tiny = torch.finfo(io).tiny
-            # <=: a subnormal value rounds up to the smallest normal (|O| == tiny) on the subnormal grid
-            sub = o_where & (r1.o.double().abs() <= tiny)
+            sub, bound = subnormal_rescale(r1.o, o_where, TORCH_DTYPES[case.dtype])
             o_exact = o_where & ~sub
             k = p.notes["v_power"]
-            spacing = tiny * torch.finfo(io).eps  # one subnormal ulp
-            bound = torch.full_like(o_want, SUBNORMAL_RESCALE_ULPS * spacing)
             judge.within_model(NAME, case, "o", r2.o.double() / 2.0**k, r1.o.double(), bound, sub, regions, check="subnormal rescale")
         judge.exactly(NAME, case, "o", r2.o, o_want, o_exact, f"O of {what}", regions, check="o", defer=True)
         judge.exactly(NAME, case, "lse", r2.lse, lse_want, lse_where, f"LSE of {what}", regions, check="lse", defer=True)

@@ -69,7 +69,7 @@ import torch
 
 from ground.data import live_key_extent
 from ground.phases import timed
-from ground.tolerances import rotation_unsure
+from ground.tolerances import lse_log2_bound, rotation_unsure
 
 from . import masks
 
@@ -508,10 +508,7 @@ def _lse_units(case, o: torch.Tensor, lse: torch.Tensor, extras: Optional[Dict[s
     if case.lse_log2:
         lse = lse * LOG2E
         if extras and "lse" in extras:
-            # The natural-units bound scales by log2(e); the kernel's one extra fp32
-            # multiply (f16:1405-1408) adds at most one rounding, 2^-24 |LSE2|.
-            finite = torch.where(torch.isfinite(lse), lse.abs(), torch.zeros_like(lse))
-            extras = {**extras, "lse": extras["lse"] * LOG2E + 2.0**-24 * finite}
+            extras = {**extras, "lse": lse_log2_bound(extras["lse"], lse)}
     return (o, lse) if extras is None else (o, lse, extras)
 
 

@@ -11,7 +11,6 @@ from typing import Tuple
 
 from ground.case import BACKWARD_FACTS, FACTS, FORWARD_ONLY_FACTS, Case
 
-
 SINK_FACTS = ("sinks", "sink_log2", "sink_dtype", "sink_layout")
 
 
