@@ -78,9 +78,11 @@ PLAIN = "plain"  # the check as a whole; a finding needs Case facts or a contrac
 Checks = Mapping[str, Mapping[str, Tuple[str, str]]]
 
 QUANTITIES = ("o", "lse")
-# Gradients laid out as Q is (dense (B, H, S_q, D), THD (T_q, H, D)): a failure's mask over one has
-# output rows, the same rows as O, so a finding on a plain backward check may bound it with a region.
-ROW_GRADS = ("dq",)
+# Gradients with rows (a failure's mask over one has them, so a finding on a plain backward check may
+# bound it with a region): dQ is laid out as Q (dense (B, H, S_q, D), THD (T_q, H, D)), the rows of O;
+# dK and dV as K/V (dense (B, H_kv, S_kv, D), THD (T_kv, H_kv, D)), K/V rows (a region's space "kv").
+ROW_GRADS = ("dq", "dk", "dv")
+KV_QUANTITIES = ("dk", "dv")
 # The backward's gradients: a plain backward/determinism check's failure names one (detail "quantity").
 GRAD_QUANTITIES = ("dq", "dk", "dv", "dbias", "dsink")
 # Gradients only some Cases have (ground.data.make_grads allocates them): a
@@ -93,14 +95,18 @@ ACCEPTED = "accepted"  # the ``observed`` outcome of a call that returned normal
 # ------------------------------------------------------------------ regions
 # A region is a set of output rows, in one canonical layout: dense (B, H_q,
 # S_q), THD (H_q, T_q) (the LSE layouts). An O element lies in a region when
-# its row does.
+# its row does. A region of space "kv" is a set of K/V rows (dense (B, H_kv,
+# S_kv), THD (H_kv, T_kv)), where dK and dV elements lie.
 @dataclass(frozen=True)
 class Region:
     doc: str
     rows: Callable[[Case], torch.Tensor]
+    space: str = "q"
 
 
-def row_shape(case: Case) -> Tuple[int, ...]:
+def row_shape(case: Case, space: str = "q") -> Tuple[int, ...]:
+    if space == "kv":
+        return (case.h_kv, case.t_kv) if case.is_thd else (case.batch, case.h_kv, case.s_kv)
     return (case.h_q, case.t_q) if case.is_thd else (case.batch, case.h_q, case.s_q)
 
 
@@ -131,6 +137,15 @@ def _live_rows_of_padded_kv_entries(case: Case) -> torch.Tensor:
         return _dense_rows(case, lambda t, b: torch.zeros(case.batch, case.s_q, dtype=torch.bool))
     padded, q_len = torch.tensor([n < case.s_kv for n in case.seq_kv_lens]), torch.tensor(case.q_lengths())
     return _dense_rows(case, lambda t, b: (t < q_len[b]) & padded[b])
+
+
+def _kv_rows_of_empty_q_entries(case: Case) -> torch.Tensor:
+    """Dense live K/V rows (token < seq_kv_len[b]) of the batch entries with no Q row (seq_q_len[b] = 0)."""
+    if case.is_thd or case.seq_q_lens is None:
+        return torch.zeros(row_shape(case, "kv"), dtype=torch.bool)
+    empty, kv_len = torch.tensor([n == 0 for n in case.seq_q_lens]), torch.tensor(case.kv_lengths())
+    token, batch = torch.arange(case.s_kv)[None, :], torch.arange(case.batch)[:, None]
+    return ((token < kv_len[batch]) & empty[batch])[:, None, :].expand(row_shape(case, "kv")).clone()
 
 
 def _live_rows_loading_padded_kv(case: Case) -> torch.Tensor:
@@ -187,6 +202,11 @@ REGIONS: Dict[str, Region] = {
         "padding: 0 < seq_kv_len[b] < S_KV and seq_kv_len[b] % tile_n != 0",
         _q_tiles_loading_padded_kv,
     ),
+    "kv_rows_of_empty_q_entries": Region(
+        "dense live K/V rows (token < seq_kv_len[b]) of the batch entries with no Q row (seq_q_len[b] = 0): dK / dV rows",
+        _kv_rows_of_empty_q_entries,
+        "kv",
+    ),
     "thd_lse_past_compact_zeroing": Region(
         "THD LSE rows (h, t) of a head-padded Stats layout whose element h * pitch + t lies past the first H * T_q "
         "elements (what zero_outputs' compact view reaches)",
@@ -221,13 +241,13 @@ def failing_rows(case: Case, quantity: Optional[str], where) -> Optional[torch.T
     if where is None or quantity not in QUANTITIES + ROW_GRADS or not isinstance(where, torch.Tensor):
         return None
     w = where.detach().to("cpu", torch.bool)
-    if quantity != "lse":  # O and dQ: an element per head dim
+    if quantity != "lse":  # O and the gradients: an element per head dim
         if w.dim() < 1:
             return None
         w = w.any(-1)
         if case.is_thd and w.dim() == 2:
-            w = w.transpose(0, 1)  # (T_q, H) -> (H, T_q)
-    return w if tuple(w.shape) == row_shape(case) else None
+            w = w.transpose(0, 1)  # (T, H) -> (H, T)
+    return w if tuple(w.shape) == row_shape(case, "kv" if quantity in KV_QUANTITIES else "q") else None
 
 
 # --------------------------------------------------------- derived Case facts
@@ -514,6 +534,8 @@ def _entry(where: str, entry: dict, source: str, checks: Checks) -> Finding:
             f"{where}: key 'check': {prop} check {check!r} judges whole storage; a finding must bound it with quantity and a "
             f"storage region ({', '.join(STORAGE_REGIONS)})"
         )
+    if region in REGIONS and quantity is not None and (REGIONS[region].space == "kv") != (quantity in KV_QUANTITIES):
+        raise FindingsError(f"{where}: key 'region': {region!r} holds {REGIONS[region].space.upper()} rows, not the rows of {quantity!r}")
     if kind != STORAGE and region in STORAGE_REGIONS:
         raise FindingsError(f"{where}: key 'region': {region!r} is a storage region; check {check!r} judges output rows")
     if kind == STORAGE:

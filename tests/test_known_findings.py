@@ -44,7 +44,7 @@ def _nan_failure(case: Case, rows: torch.Tensor, quantity: str = "o", check: str
     """The failure a tails rows check (default: the NaN check) raises when the
     given rows (canonical layout: dense (B, H, S), THD (H, T_q)) of O / LSE
     are wrong."""
-    width = {"o": case.d_v, "dq": case.d_qk}  # O and dQ: an element per head dim
+    width = {"o": case.d_v, "dq": case.d_qk, "dk": case.d_qk, "dv": case.d_v}  # O and the gradients: an element per head dim
     where = rows[..., None].expand(*rows.shape, width[quantity]) if quantity in width else rows
     return PropertyFailure(prop, case, "NaN", {"quantity": quantity}, check=check, where=where)
 
@@ -517,3 +517,35 @@ def test_gradient_bounds_are_refused_where_they_mean_nothing(extra, message):
     entry = {"id": "x", "reason": "r", "property": "backward_tails", "when": {"kv_padded": True}, **extra}
     with pytest.raises(findings.FindingsError, match=message):
         findings.parse({"finding": [entry]}, checks=CHECKS)
+
+
+def test_the_empty_q_entry_leak_is_excused_in_that_entrys_dk_rows_only():
+    """bwd-dense-empty-q-entry-nan-dk bounds the NaN to the live dK rows of
+    the entries with no Q row (K/V rows, the region's space "kv"); a NaN dK
+    row of an entry with queries is another failure."""
+    case = Case(batch=2, h_q=2, h_kv=1, s_q=20, s_kv=30, seq_q_lens=(0, 20), seq_kv_lens=(25, 30), direction="bwd", seed=1)
+    entry = BY_ID["bwd-dense-empty-q-entry-nan-dk"]
+    assert entry.exercised_by("backward_tails", case, "prepared", {})
+
+    def dk_failure(rows):
+        return _nan_failure(case, rows, "dk", "no nan", "backward_tails")
+
+    kv_rows = lambda *coords: _rows_of(findings.row_shape(case, "kv"), *coords)  # noqa: E731
+    assert entry.excuses(dk_failure(kv_rows((0, 0, slice(0, 25)))))
+    assert not entry.excuses(dk_failure(kv_rows((1, 0, 3))))  # the entry with queries
+    assert not entry.excuses(dk_failure(kv_rows((0, 0, 27))))  # a padded K row of the empty entry
+
+
+def _rows_of(shape, *coords) -> torch.Tensor:
+    rows = torch.zeros(shape, dtype=torch.bool)
+    for c in coords:
+        rows[c] = True
+    return rows
+
+
+def test_a_region_holds_the_rows_of_its_quantity_only():
+    entry = {"id": "x", "reason": "r", "property": "backward_tails", "check": "no nan", "when": {"kv_padded": True}}
+    with pytest.raises(findings.FindingsError, match="holds KV rows, not the rows of 'dq'"):
+        findings.parse({"finding": [{**entry, "quantity": "dq", "region": "kv_rows_of_empty_q_entries"}]}, checks=CHECKS)
+    with pytest.raises(findings.FindingsError, match="holds Q rows, not the rows of 'dv'"):
+        findings.parse({"finding": [{**entry, "quantity": "dv", "region": "live_rows_of_padded_kv_entries"}]}, checks=CHECKS)

@@ -289,7 +289,7 @@ def test_unpadded():
         ('region = "padded_q_rows"\nnodeid = "test_toy.py::*"', "known_findings.toml:3: finding 'bad': key 'nodeid': node-id selectors are gone"),
         (
             'region = "padded_rows"',
-            "known_findings.toml:3: finding 'bad': key 'region': 'padded_rows' is not one of padded_q_rows, live_rows_loading_padded_kv, live_rows_of_padded_kv_entries, q_tiles_loading_padded_kv, thd_lse_past_compact_zeroing, thd_lse_compact_extent",
+            "known_findings.toml:3: finding 'bad': key 'region': 'padded_rows' is not one of padded_q_rows, live_rows_loading_padded_kv, live_rows_of_padded_kv_entries, q_tiles_loading_padded_kv, kv_rows_of_empty_q_entries, thd_lse_past_compact_zeroing, thd_lse_compact_extent",
         ),
         ("", "known_findings.toml:3: finding 'bad': key 'region' is required for the row check 'no nan'"),
     ],
