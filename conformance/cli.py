@@ -10,7 +10,8 @@
 Exit status: 0 the case passes now / report written; 1 the case still fails;
 2 usage errors, unreadable case files, and refusals (ground.outcome.Unsupported,
 whatever its scope: no GPU where the case needs one, an arch or capability the
-adapter lacks, a fact it cannot express).
+adapter lacks, a fact it cannot express). gate passes on the status of the
+first failing pytest run; mutants exits 1 below its --goal (conformance.kill_rate).
 Nothing heavy is imported before it is needed: --help and --version are instant.
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import sys
@@ -60,9 +62,12 @@ class _Version(argparse.Action):
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="sdpa-conformance",
-        description="Conformance suite for cudnn-frontend's SM80 SDPA kernels (forward and backward). Run the suite with pytest; "
-        "this command replays what a run left behind.",
-        epilog="exit status: 0 pass / done, 1 the case still fails, 2 usage error, bad case file, or no GPU",
+        description="Conformance suite for cudnn-frontend's SM80 SDPA kernels (forward and backward). gate runs the suite (pytest) "
+        "on the local GPU; repro and report replay and re-render what a run left behind; mutants measures the suite's kill rate "
+        "on planted bugs; pairs measures on the CPU which compile-key pairs a profile draws; facts prints the Case facts.",
+        epilog="exit status: 0 pass / done; 1 the case still fails (repro), the kill rate is short of --goal (mutants); "
+        "2 usage error, unreadable file, or a refusal (no GPU); gate: the first failing run's pytest status "
+        "(1 tests failed, 2-4 usage or internal errors), 1 when --deadline left a run cut or unstarted",
     )
     p.add_argument("--version", action=_Version, nargs=0, help="print the suite's version and the kernel package versions it sees, then exit")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -90,7 +95,7 @@ def parser() -> argparse.ArgumentParser:
         help="when it still fails, shrink it further outside the run's geometry pools (every fact, greedily; a compile per new "
         "geometry) and write the simplest failing case next to FILE as *-min.json",
     )
-    r.add_argument("--max-runs", type=int, default=300, metavar="N", help="--shrink-geometry: at most N property runs (default 300)")
+    r.add_argument("--max-runs", type=int, default=300, metavar="N", help="--shrink-geometry: at most N property runs, N >= 1 (default 300)")
     r.add_argument(
         "--timeout",
         type=float,
@@ -131,7 +136,7 @@ def parser() -> argparse.ArgumentParser:
         description="Run the properties on this machine's GPU (pytest -n WORKERS conformance), N times in a row "
         "(--cold: the first on an empty compiled cache), each into REPORT_DIR/run-<i>, and print per run: tests, "
         "examples, wall time, compiles against the compile floor, error/bound p99, known findings. Exit status: "
-        "the first failing run's pytest status (1 a property failed or a finding went stale), 2 without a GPU.",
+        "the first failing run's pytest status (1 a property failed or a finding went stale), 2 for a bad option or without a GPU.",
     )
     gate.add_arguments(gt)
     from conformance import pairs as pair_coverage
@@ -164,8 +169,44 @@ def _load(path: str):
     params = doc.get("params") or {}
     if not isinstance(params, dict):
         raise Usage(f"{path}: case file field 'params': expected an object of keyword arguments, got {params!r}")
-    _check_violation(path, case, prop, params)
+    hyp = doc.get("hypothesis")
+    if hyp is not None and not isinstance(hyp, dict):
+        raise Usage(f"{path}: case file field 'hypothesis': expected an object (seed, reproduce_failure), got {hyp!r}")
+    _check_violation(path, case, prop, params)  # first: a rejection's missing entry is named with the rule's targets
+    _check_params(path, prop, params)
     return case, doc, prop, params
+
+
+def _param_domains() -> dict:
+    """(property, keyword) -> the values it takes, where that set is closed."""
+    from properties import COMPILED_FACTS, RELATIONS
+
+    return {("metamorphic", "relation"): RELATIONS, ("compile_distinct", "fact"): COMPILED_FACTS}
+
+
+def _check_params(path: str, prop: str, params: dict) -> None:
+    """The property exists and takes ``params``, each of its type and, where
+    the property has a closed set, one of it: a bad value would raise inside
+    the property, and read as the kernel failing. Checked before anything
+    needs a GPU, so a CPU machine names the real problem."""
+    import inspect
+
+    from properties import PROPERTIES
+
+    if prop not in PROPERTIES:
+        raise Usage(f"{path}: case file field 'property': {prop!r} is not one of {', '.join(PROPERTIES)}")
+    signature = inspect.signature(PROPERTIES[prop].check, eval_str=True)
+    try:
+        signature.bind(None, adapter=None, **params)
+    except TypeError as e:
+        raise Usage(f"{path}: case file field 'params': {e} (the keyword arguments of the {prop} property)") from None
+    for name, value in params.items():
+        kind = getattr(signature.parameters.get(name), "annotation", None)  # None: taken by a **keywords
+        if kind in (bool, str) and type(value) is not kind:
+            raise Usage(f"{path}: case file field 'params.{name}': expected {'true/false' if kind is bool else 'a string'}, got {value!r}")
+        domain = _param_domains().get((prop, name))
+        if domain is not None and value not in domain:
+            raise Usage(f"{path}: case file field 'params.{name}': {value!r} is not one of {', '.join(domain)}")
 
 
 def _load_shard_line(arg: str):
@@ -176,13 +217,11 @@ def _load_shard_line(arg: str):
 
     m = SHARD_LINE.match(arg)
     path, line = m.group("path"), int(m.group("line")) if m.group("line") else None
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().split("\n")
-    except OSError as e:
-        raise CaseFileError(f"cannot read it ({e.strerror})") from None
+    lines = _text(path).split("\n")
+    if lines[-1] == "":  # the newline that ends the last record starts no line
+        lines.pop()
     if line is not None and not 1 <= line <= len(lines):
-        raise CaseFileError(f"line {line}: the shard has {len(lines)} lines")
+        raise CaseFileError(f"line {line}: the shard has {len(lines)} line(s)")
     numbers = [line] if line is not None else range(len(lines), 0, -1)
     for n in numbers:
         try:
@@ -190,6 +229,10 @@ def _load_shard_line(arg: str):
         except json.JSONDecodeError:
             if line is not None:
                 raise CaseFileError(f"line {n}: not a JSON record (torn by a killed process?)") from None
+            continue
+        if not isinstance(rec, dict):
+            if line is not None:
+                raise CaseFileError(f"line {n}: a JSON {type(rec).__name__}, not a record (an object)")
             continue
         if rec.get("kind") == "begin":
             break
@@ -200,7 +243,11 @@ def _load_shard_line(arg: str):
     if not isinstance(rec.get("case"), dict):
         raise CaseFileError(f"line {n}: field 'case': expected the Case's fields, got {rec.get('case')!r}")
     case = Case.from_dict(rec["case"])
+    if not 0 <= case.seed < 2**63:  # as ground.case.load_case_file refuses it
+        raise CaseFileError(f"line {n}: case field 'seed': expected 0 to 2**63 - 1, got {case.seed}")
     context = rec.get("context") or {}
+    if not isinstance(context, dict):
+        raise CaseFileError(f"line {n}: field 'context': expected an object (adapter, sm80_compat), got {context!r}")
     env = _session_environment(os.path.dirname(path))
     doc = {
         "case": rec["case"],
@@ -218,16 +265,38 @@ def _load_shard_line(arg: str):
     return case, doc
 
 
+def _text(path: str, what: str = "it") -> str:
+    from ground.case import CaseFileError
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise CaseFileError(f"cannot read {what} ({e.strerror})") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise CaseFileError(f"cannot read {what} (not UTF-8 text: byte {data[e.start]:#04x} at offset {e.start})") from None
+
+
 def _session_environment(run_dir: str) -> dict:
+    from ground.case import CaseFileError
+
     for name in sorted(os.listdir(run_dir)) if os.path.isdir(run_dir) else []:
         if name.startswith("main-") and name.endswith(".jsonl"):
-            with open(os.path.join(run_dir, name), encoding="utf-8") as f:
-                for line in f:
-                    if '"kind": "session"' in line:
-                        try:
-                            return json.loads(line).get("environment") or {}
-                        except json.JSONDecodeError:
-                            pass
+            shard = os.path.join(run_dir, name)
+            for n, line in enumerate(_text(shard, f"the run's session shard {shard}").split("\n"), 1):
+                if '"kind": "session"' in line:
+                    try:
+                        rec = json.loads(line)
+                    except json.JSONDecodeError:
+                        continue
+                    if not isinstance(rec, dict):
+                        continue
+                    env = rec.get("environment") or {}
+                    if not isinstance(env, dict):
+                        raise CaseFileError(f"{shard} line {n}: the session's field 'environment': expected an object, got {env!r}")
+                    return env
     return {}
 
 
@@ -286,7 +355,12 @@ def format_detail(detail: dict) -> List[str]:
 def repro(args) -> int:
     from reports.casefile import inputs_digest
 
+    if args.max_runs < 1:
+        raise Usage(f"--max-runs {args.max_runs}: expected a number of property runs >= 1")
+    if not (args.timeout >= 0 and math.isfinite(args.timeout)):
+        raise Usage(f"--timeout {args.timeout:g}: expected a finite number of seconds >= 0 (0: wait forever)")
     case, doc, prop, params = _load(args.file)
+    _check_reference_plant()
     hyp = doc.get("hypothesis") or {}
     adapter_name = args.adapter or doc.get("adapter") or os.environ.get(ADAPTER_ENV) or DEFAULT_ADAPTER
     if adapter_name not in ADAPTERS:
@@ -333,19 +407,10 @@ def repro(args) -> int:
             f"inputs:    {'regenerated bit for bit' if same else 'DIFFER from the recorded run (torch RNG or data module changed)'} (sha256 {str(digest)[:16]})"
         )
 
-    from ground.outcome import PropertyFailure
-    from properties import PROPERTIES
-
-    if prop not in PROPERTIES:
-        raise Usage(f"{args.file}: case file field 'property': {prop!r} is not one of {', '.join(PROPERTIES)}")
-    import inspect
-
-    try:
-        inspect.signature(PROPERTIES[prop].check).bind(case, adapter=None, **params)
-    except TypeError as e:
-        raise Usage(f"{args.file}: case file field 'params': {e} (the keyword arguments of the {prop} property)") from None
     import kernels
     from ground import findings
+    from ground.outcome import PropertyFailure
+    from properties import PROPERTIES
 
     adapter = kernels.get_adapter(adapter_name, family=case.family)
     _bound(args.timeout, prop)
@@ -428,10 +493,6 @@ def _shrink(args, doc: dict, prop: str, case, adapter, params: dict, failure: Ba
     return 1
 
 
-def _known_finding_note(prop: str, case) -> None:
-    """Say so when the failure is an expected one (repro itself applies no findings)."""
-
-
 def _planted_note(doc: dict) -> None:
     """A case recorded with a planted mutant replays the planted bug only with it planted again."""
     from kernels.mutants import PLANT_ENV
@@ -441,6 +502,17 @@ def _planted_note(doc: dict) -> None:
         print(f"NOTE:      recorded with the kernels deliberately broken ({PLANT_ENV}={was}); set it to replay that bug")
     if now:
         print(f"WARNING:   kernels deliberately broken: {PLANT_ENV}={now} (prepared adapter)")
+
+
+def _check_reference_plant() -> None:
+    """An unknown $SDPA_PLANT_REFERENCE_BUG raises where the reference is first
+    imported, inside the property: it would read as the kernel failing."""
+    try:
+        from reference import planted  # the first import of reference applies the plant
+
+        planted.check()
+    except ValueError as e:  # reference.planted.UnknownPlant
+        raise Usage(str(e)) from None
 
 
 def _bound(seconds: float, prop: str) -> None:
@@ -497,10 +569,16 @@ def report(args) -> int:
             f"{args.dir}: no shards (no {shards.SHARDS}/<run>/*.jsonl): not the report dir of a run, or its shards were removed; "
             "run pytest with --report-dir=DIR first"
         )
+    records, warnings = shards.read(args.dir, run)
+    if not records:  # a report of "0 examples" would read as a run that ran nothing and passed
+        for w in warnings:
+            print(f"warning: {w}", file=sys.stderr)
+        why = "every line skipped, as the warnings say" if warnings else "the shards are empty"
+        raise Usage(f"{args.dir}: no readable record in {shards.SHARDS}/{run}/*.jsonl ({why}); no report written")
     import reports
     from reports.casefile import display_path
 
-    summary, paths = reports.build(args.dir)
+    summary, paths = reports.build(args.dir, run)
     for w in summary["warnings"]:
         print(f"warning: {w}", file=sys.stderr)
     failing = len(summary["failures"])

@@ -10,13 +10,15 @@ back from that run's report.json. Exit status: 0 when every run asked for
 ran and passed, else the first failing run's pytest status (1 a property
 failed or a known finding went stale; 2-4 usage or internal errors); 1 when
 --deadline cut a run or left one unstarted (fewer verdicts than asked for);
-2 when there is no GPU (a refusal of this machine: ground.outcome.REFUSALS).
+2 for a bad option, or when there is no GPU (a refusal of this machine:
+ground.outcome.REFUSALS).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 import tempfile
@@ -45,14 +47,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sm80-compat", action="store_true", help="run the SM80 code on a newer GPU (the public wrapper needs it off SM80)")
     p.add_argument("--profile", choices=PROFILES, default="ci", help="Hypothesis profile: example counts (default ci)")
     p.add_argument("--runs", type=int, default=1, metavar="N", help="runs in a row (default 1)")
-    p.add_argument("--cold", action="store_true", help="run 1 on a fresh, empty compiled cache; later runs reuse it (warm)")
-    p.add_argument("--workers", default="auto", metavar="N", help="pytest-xdist workers (default auto: one per core)")
+    p.add_argument(
+        "--cold",
+        action="store_true",
+        help="run 1 on a fresh, empty compiled cache (under --compile-cache DIR, else under --report-dir); later runs reuse it (warm)",
+    )
+    p.add_argument("--workers", default="auto", metavar="N", help="pytest-xdist workers: auto (one per core, the default) or N >= 1")
     p.add_argument("--report-dir", default="sdpa-report", metavar="DIR", help="run i writes DIR/run-<i> (default sdpa-report)")
     p.add_argument(
         "--compile-cache",
         default=None,
         metavar="DIR",
-        help="on-disk compiled cache (default: the suite's, see --help of pytest; --cold makes a fresh one in DIR)",
+        help="on-disk compiled cache (default: the suite's, see --help of pytest; with --cold a fresh one is made in DIR)",
     )
     p.add_argument("--junitxml", default=None, metavar="FILE", help="JUnit XML per run (FILE, or FILE with -<i> before the suffix for N > 1)")
     p.add_argument(
@@ -68,8 +74,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _junit(path: Optional[str], i: int, runs: int) -> Optional[str]:
     if not path or runs == 1:
         return path
-    stem, dot, suffix = path.rpartition(".")
-    return f"{stem}-{i}.{suffix}" if dot else f"{path}-{i}"
+    p = Path(path)  # the file name's suffix only: a dot in a directory name is no suffix
+    return str(p.with_name(f"{p.stem}-{i}{p.suffix}"))
 
 
 def family_tests(family: Optional[str]) -> List[str]:
@@ -161,9 +167,21 @@ def _has_gpu() -> bool:
     return torch.cuda.is_available()
 
 
-def run(args) -> int:
+def _usage_problem(args) -> Optional[str]:
+    """What is wrong with the options (checked before anything runs, GPU or not)."""
     if args.runs < 1:
-        print("sdpa-conformance gate: error: --runs must be >= 1", file=sys.stderr)
+        return "--runs must be >= 1"
+    if not (args.deadline >= 0 and math.isfinite(args.deadline)):
+        return f"--deadline {args.deadline:g}: expected a finite number of seconds >= 0 (0: none)"
+    if args.workers != "auto" and not (str(args.workers).isdigit() and int(args.workers) >= 1):
+        return f"--workers {args.workers!r}: expected auto or a number of workers >= 1"
+    return None
+
+
+def run(args) -> int:
+    problem = _usage_problem(args)
+    if problem:
+        print(f"sdpa-conformance gate: error: {problem}", file=sys.stderr)
         return 2
     if not _has_gpu():  # a refusal of this machine (ground.outcome.REFUSALS): its message and exit status
         refusal = Unsupported.machine(f"{NO_GPU}; the gate launches the kernels (run pytest for the CPU tiers)")
@@ -171,9 +189,14 @@ def run(args) -> int:
         return refusal.exit_status
     began, status = time.monotonic(), 0
     cache = args.compile_cache
-    if args.cold:
-        Path(args.report_dir).mkdir(parents=True, exist_ok=True)
-        cache = tempfile.mkdtemp(prefix="compile-cache-", dir=args.report_dir)
+    if args.cold:  # a fresh directory inside --compile-cache DIR (what DIR held before stays out of the run)
+        parent = args.compile_cache or args.report_dir
+        try:
+            Path(parent).mkdir(parents=True, exist_ok=True)
+            cache = tempfile.mkdtemp(prefix="compile-cache-", dir=parent)
+        except OSError as e:
+            print(f"sdpa-conformance gate: error: --cold: cannot make a fresh compiled cache in {parent} ({e.strerror})", file=sys.stderr)
+            return 2
     for i in range(1, args.runs + 1):
         left = args.deadline - (time.monotonic() - began) if args.deadline else None
         if left is not None and left < 60:

@@ -41,6 +41,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import math
 import os
 import sys
 import threading
@@ -96,14 +97,20 @@ def example_timeout(config) -> float:
     ):
         if raw is None or raw == "":
             continue
-        try:
-            seconds = float(raw)
-        except ValueError:
-            seconds = float("nan")
-        if not seconds >= 0:
-            raise pytest.UsageError(f"{where}={raw!r}: expected a number of seconds (0 turns the bound off)")
-        return seconds
+        return _seconds(where, raw)
     return DEFAULT_EXAMPLE_TIMEOUT
+
+
+def _seconds(where: str, raw) -> float:
+    """``raw`` as a finite number of seconds >= 0 (infinity would overflow the watchdog's
+    timer in every example; 0 is how a bound is turned off), else a usage error naming ``where``."""
+    try:
+        seconds = float(raw)
+    except (TypeError, ValueError):
+        seconds = float("nan")
+    if not (seconds >= 0 and math.isfinite(seconds)):
+        raise pytest.UsageError(f"{where}={raw!r}: expected a number of seconds, finite and >= 0 (0 turns the bound off)")
+    return seconds
 
 
 def default_test_timeout(max_examples: int) -> float:
@@ -122,9 +129,11 @@ def configure_test_timeout(config, max_examples: int) -> Optional[str]:
         opt.timeout = default_test_timeout(max_examples)
     if getattr(opt, "timeout_method", None) is None and not config.getini("timeout_method"):
         opt.timeout_method = "thread"
-    timeout = opt.timeout if getattr(opt, "timeout", None) is not None else os.environ.get("PYTEST_TIMEOUT") or config.getini("timeout")
+    given = (("--timeout", getattr(opt, "timeout", None)), ("$PYTEST_TIMEOUT", os.environ.get("PYTEST_TIMEOUT")), ("ini timeout", config.getini("timeout")))
+    where, raw = next(((w, v) for w, v in given if v is not None and v != ""), ("--timeout", 0))
+    timeout = _seconds(where, raw)
     method = getattr(opt, "timeout_method", None) or config.getini("timeout_method")
-    return f"a test {float(timeout):g} s (pytest-timeout, {method})" if timeout and float(timeout) > 0 else "a test: no bound (--timeout 0)"
+    return f"a test {timeout:g} s (pytest-timeout, {method})" if timeout > 0 else "a test: no bound (--timeout 0)"
 
 
 # ------------------------------------------------------------------ plugin

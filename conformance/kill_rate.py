@@ -1166,12 +1166,15 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help=f"safety cap on one mutant's wall clock, searching and shrinking; example counts, not time, decide what is searched, and a search "
         f"the cap stops is 'incomplete', never 'survived' (default: {CAP_S:g})",
     )
-    # Before example counts: a time to shrink. Shrinking now ends by Hypothesis' count limits
-    # within --budget-s; still accepted (and ignored) so that old command lines run.
     p.add_argument("--goal", type=float, default=0.9, help="kill rate for exit status 0 (default: 0.9)")
     p.add_argument("--report-dir", default=DEFAULT_REPORT_DIR, help=f"where mutants.json/.md and the worker logs go (default: ./{DEFAULT_REPORT_DIR})")
     p.add_argument("--known-findings", metavar="FILE", default=None, help=f"known findings file (default: {FINDINGS_FILE} of the repository, if present)")
-    p.add_argument("--kernels-source", metavar="PATH", default=None, help="cudnn-frontend python/ tree to mutate instead of the installed wheel")
+    p.add_argument(
+        "--kernels-source",
+        metavar="PATH",
+        default=None,
+        help="cudnn-frontend python/ tree to mutate instead of the installed wheel (--list checks the rewrites against it)",
+    )
     p.add_argument(
         "--resume",
         action="store_true",
@@ -1201,14 +1204,20 @@ def selected_families(family: Optional[str], *, listing: bool = False) -> Tuple[
 
 
 def _validate(args) -> dict:
-    from strategies.profiles import profile_name
+    from strategies.profiles import MAX_EXAMPLES, profile_name
 
-    if args.jobs < 1 or not args.budget_s > 0 or not args.examples_scale > 0 or not 0 <= args.goal <= 1:
-        raise Usage("--jobs >= 1, --budget-s > 0, --examples-scale > 0 and 0 <= --goal <= 1")
+    for option, value, ok, expected in (
+        ("--jobs", args.jobs, args.jobs >= 1, "a number of processes >= 1"),
+        ("--budget-s", args.budget_s, 0 < args.budget_s < math.inf, "a finite number of seconds > 0"),
+        ("--examples-scale", args.examples_scale, 0 < args.examples_scale < math.inf, "a finite factor > 0"),
+        ("--goal", args.goal, 0 <= args.goal <= 1, "a kill rate from 0 to 1"),
+    ):
+        if not ok:  # nan fails every comparison
+            raise Usage(f"{option} {value:g}: expected {expected}")
     try:
         profile = profile_name(args.profile)
-    except ValueError as e:
-        raise Usage(str(e)) from None
+    except ValueError:
+        raise Usage(f"--profile {args.profile!r}: not a registered Hypothesis profile (ours: {', '.join(MAX_EXAMPLES)})") from None
     families = selected_families(args.family, listing=args.list)
     catalogue = tuple(m for f in families for m in catalogue_of(f))
     asked = {n.strip() for n in (args.only or "").split(",")}
@@ -1270,12 +1279,15 @@ def _interrupted(signum, frame):
 def main(args) -> int:
     try:
         v = _validate(args)
+        if args.kernels_source:  # before --list too: it checks the rewrites against this tree's files
+            from kernels.source import KernelSourceError, use_kernels_source
+
+            try:
+                use_kernels_source(args.kernels_source)
+            except KernelSourceError as e:
+                raise Usage(f"--kernels-source: {e}") from None
         if args.list:
             return list_catalogue(v["mutants"])
-        if args.kernels_source:
-            from kernels.source import use_kernels_source
-
-            use_kernels_source(args.kernels_source)
         import torch
 
         capability = torch.cuda.get_device_capability() if torch.cuda.is_available() else None

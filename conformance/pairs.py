@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 import time
 from types import SimpleNamespace
@@ -32,15 +33,21 @@ from typing import Dict, List, Optional
 
 from ground import pairs
 from ground.tables import ADAPTERS, DEFAULT_ADAPTER
+from strategies.profiles import MAX_EXAMPLES
 
 SHOWN = 40  # missing pairs printed per (direction, layout); --json holds them all
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--profile", default="ci", help="the Hypothesis profile whose draws are counted (default ci; pr: the tests and strata it runs)")
-    p.add_argument("--adapter", choices=ADAPTERS, default=DEFAULT_ADAPTER, help="the entry point the Cases are served for (default prepared)")
+    p.add_argument(
+        "--profile",
+        choices=tuple(MAX_EXAMPLES),
+        default="ci",
+        help="the Hypothesis profile whose draws are counted (default ci; pr: the tests and strata it runs)",
+    )
+    p.add_argument("--adapter", choices=ADAPTERS, default=None, help="the entry point the Cases are served for (default prepared; sm80 only)")
     p.add_argument("--seed", type=int, default=None, help="the seed of a profile that is not derandomized (nightly): draws differ per seed")
-    p.add_argument("-k", dest="select", default=None, metavar="TEXT", help="only the tests whose name holds TEXT")
+    p.add_argument("-k", dest="select", default=None, metavar="TEXT", help="only the tests whose name holds TEXT (at least one must)")
     p.add_argument("--json", default=None, metavar="FILE", help="also write the measurement (every missing pair) here")
     p.add_argument("--family", choices=("sm80", "sm90"), default="sm80", help="the kernel family whose pairs are counted (default sm80; a stratum)")
 
@@ -144,10 +151,11 @@ def _recorder(cases: List):
     return record
 
 
-def sm90_draws(profile: str = "ci", seed: Optional[int] = None) -> Dict[str, list]:
+def sm90_draws(profile: str = "ci", seed: Optional[int] = None, select: Optional[str] = None) -> Dict[str, list]:
     """test name -> the sm90 Cases its strategy (strategies.sm90) draws under
     ``profile`` (``sm90_tests()``: the tests that draw sm90 Cases, with their
-    strategy and example count; None: the profile's max_examples)."""
+    strategy and example count; None: the profile's max_examples), only
+    the tests whose name holds ``select`` when given."""
     import hypothesis
     from hypothesis import given, settings
 
@@ -158,6 +166,8 @@ def sm90_draws(profile: str = "ci", seed: Optional[int] = None) -> Dict[str, lis
     try:
         out: Dict[str, list] = {}
         for name, (strategy, examples) in sm90_tests().items():
+            if select and select not in name:
+                continue
             cases: List = []
             n = examples or hypothesis.settings().max_examples
             fn = settings(max_examples=n, database=None)(given(strategy())(_recorder(cases)))
@@ -184,12 +194,12 @@ def sm90_tests() -> Dict[str, tuple]:
     }
 
 
-def measure_sm90(profile: str = "ci", seed: Optional[int] = None, progress=None) -> dict:
+def measure_sm90(profile: str = "ci", seed: Optional[int] = None, progress=None, select: Optional[str] = None) -> dict:
     """The sm90 family's pair coverage (ground.pairs_sm90) of ``sm90_draws``."""
     from ground import pairs_sm90
 
     started = time.perf_counter()
-    drawn = sm90_draws(profile, seed)
+    drawn = sm90_draws(profile, seed, select)
     if progress:
         progress(f"sm90: {sum(map(len, drawn.values()))} examples ({time.perf_counter() - started:.1f} s)")
     out = pairs_sm90.coverage(c for cases in drawn.values() for c in cases)
@@ -204,9 +214,9 @@ def lines(m: dict) -> List[str]:
     for direction in pairs.DIRECTIONS:
         d = m[direction]
         for layout, v in d["layouts"].items():
-            share = v["drawn"] / v["feasible"] if v["feasible"] else 1.0
-            out.append(f"{direction:10} {layout:7} {v['examples']:9d} {v['feasible']:9d} {v['drawn']:7d} {len(v['missing']):8d} {share:7.1%}")
-        out.append(f"{direction:10} {'both':7} {'':9} {d['feasible']:9d} {d['drawn']:7d} {d['feasible'] - d['drawn']:8d} {(d['share'] or 1.0):7.1%}")
+            share = v["drawn"] / v["feasible"] if v["feasible"] else None
+            out.append(f"{direction:10} {layout:7} {v['examples']:9d} {v['feasible']:9d} {v['drawn']:7d} {len(v['missing']):8d} {_share(share)}")
+        out.append(f"{direction:10} {'both':7} {'':9} {d['feasible']:9d} {d['drawn']:7d} {d['feasible'] - d['drawn']:8d} {_share(d['share'])}")
     for direction in pairs.DIRECTIONS:
         for layout, v in m[direction]["layouts"].items():
             if v["missing"]:
@@ -217,12 +227,48 @@ def lines(m: dict) -> List[str]:
     return out
 
 
+def _share(share: Optional[float]) -> str:
+    """The share of the feasible pairs drawn; "-" where no pair is feasible (not 100%: nothing was there to draw)."""
+    return f"{share:7.1%}" if share is not None else f"{'-':>7}"
+
+
+def _unwritable(path: str) -> Optional[str]:
+    """Why ``path`` cannot be written, or None (the file is left as it was)."""
+    existed = os.path.exists(path)
+    try:
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except OSError as e:
+        return e.strerror or str(e)
+    if not existed:
+        os.remove(path)
+    return None
+
+
+def _refusal(args) -> Optional[str]:
+    """What is wrong with the options, found before the measurement (seconds to minutes)."""
+    sm90 = getattr(args, "family", "sm80") == "sm90"
+    if sm90 and args.adapter is not None:
+        return f"--adapter {args.adapter}: the sm90 family's Cases are drawn for its own entry point; --adapter counts sm80 draws only"
+    if args.select:
+        names = [n for n in sm90_tests() if args.select in n] if sm90 else [fam.test for fam in _families(args.profile, args.select)]
+        if not names:
+            return f"-k {args.select!r}: no test of the {'sm90' if sm90 else 'sm80'} family under profile {args.profile} holds it"
+    if args.json and (why := _unwritable(args.json)):
+        return f"--json {args.json}: cannot write it ({why})"
+    return None
+
+
 def run(args) -> int:
     say = lambda s: print(s, file=sys.stderr)  # noqa: E731
+    why = _refusal(args)
+    if why:
+        print(f"sdpa-conformance pairs: error: {why}", file=sys.stderr)
+        return 2
     if getattr(args, "family", "sm80") == "sm90":
-        m = measure_sm90(args.profile, args.seed, progress=say)
+        m = measure_sm90(args.profile, args.seed, progress=say, select=args.select)
     else:
-        m = measure(args.profile, args.adapter, args.seed, args.select, progress=say)
+        m = measure(args.profile, args.adapter or DEFAULT_ADAPTER, args.seed, args.select, progress=say)
     print("\n".join(lines(m)))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:

@@ -301,12 +301,17 @@ def pytest_configure(config):
     _share_cores(config)
     _steal_work(config)
     run = _resolve(config)
+    _check_report_dir(run)
     _configure_kernels(run)
     from kernels import cache
 
     shared = getattr(config, "workerinput", {}).get("sdpa_compile_cache")  # a worker: the controller's
     run.compile_cache = shared or str(cache.resolve(config.getoption("compile_cache"), config.invocation_params.dir))
-    run.compile_cache_previous = cache.use(run.compile_cache)
+    try:
+        run.compile_cache_previous = cache.use(run.compile_cache)
+    except cache.CacheDirError as e:
+        given = "--compile-cache" if config.getoption("compile_cache") else f"${cache.OPTION_ENV} / ${cache.CACHE_ENV}"
+        raise pytest.UsageError(f"{given}: {e}") from None
     from strategies import profiles
 
     try:
@@ -344,9 +349,24 @@ def pytest_configure(config):
     )
 
 
+def _check_report_dir(run: Run) -> None:
+    """The run's shards go under --report-dir: a path that cannot hold them is
+    a usage error here, not an internal error at the first record."""
+    if not run.recording or run.worker is not None:  # a worker writes where its controller could
+        return
+    if run.report_dir.exists() and not run.report_dir.is_dir():
+        raise pytest.UsageError(f"--report-dir {run.report_dir}: not a directory")
+    try:
+        (run.report_dir / shards.SHARDS).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise pytest.UsageError(f"--report-dir {run.report_dir}: cannot make {e.filename} ({e.strerror})") from None
+
+
 def _check_planted_mutant() -> None:
     """$SDPA_PLANT_MUTANT (a deliberately broken kernel, for demonstrations)
-    is refused where CI is set: a gate must never run on one."""
+    and $SDPA_PLANT_REFERENCE_BUG (a broken reference) are refused where CI is
+    set: a gate must never run on one. An unknown name of either is a usage
+    error."""
     from kernels.mutants import PLANT_ENV, planted
 
     try:
@@ -355,6 +375,14 @@ def _check_planted_mutant() -> None:
         raise pytest.UsageError(str(e)) from None
     if mutant is not None and os.environ.get("CI"):
         raise pytest.UsageError(f"{PLANT_ENV}={mutant.name} plants a deliberate bug in the kernels; refused because $CI is set (never gate on it)")
+    try:  # $SDPA_PLANT_REFERENCE_BUG: an unknown name would raise inside the first example that imports the reference
+        from reference import planted as reference_plant  # the first import of reference applies the plant
+
+        broken = reference_plant.check()
+    except ValueError as e:  # reference.planted.UnknownPlant
+        raise pytest.UsageError(str(e)) from None
+    if broken is not None and os.environ.get("CI"):
+        raise pytest.UsageError(f"{reference_plant.ENV}={broken} breaks the reference deliberately; refused because $CI is set (never gate on it)")
 
 
 # ------------------------------------------------------------ environment

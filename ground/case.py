@@ -973,9 +973,17 @@ def load_case_file(path) -> Tuple[Case, dict]:
     """Read a case file written by the suite: returns (Case, the whole document).
     Raises CaseFileError with a message naming the field on anything malformed."""
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise CaseFileError(f"case file {path}: cannot read it ({e.strerror})") from None
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:  # the caller names the path, as for every other CaseFileError here
+        raise CaseFileError(f"cannot read it ({e.strerror})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise CaseFileError(f"cannot read it (not UTF-8 text: byte {data[e.start]:#04x} at offset {e.start})") from None
     case = Case.from_json(text)
+    # torch.Generator takes a 64-bit seed and ground.data xors salts into it: a seed out of
+    # this range would be refused (or wrapped) only when the tensors are drawn, mid-replay.
+    if not 0 <= case.seed < 2**63:
+        raise CaseFileError(f"case field 'seed': expected 0 to 2**63 - 1, got {case.seed}")
     return case, json.loads(text)

@@ -50,11 +50,21 @@ def resolve(option: Optional[str] = None, base: Optional[Path] = None) -> Path:
     return (Path(base or os.getcwd()) / path).resolve() if not path.is_absolute() else path
 
 
+class CacheDirError(ValueError):
+    """A compiled-cache directory that cannot be made (names it and why)."""
+
+
 def use(path) -> Optional[str]:
     """Point this process and every process it starts at ``path``; returns
-    the variable's previous value (for ``restore``)."""
+    the variable's previous value (for ``restore``). CacheDirError when the
+    directory cannot be made."""
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise CacheDirError(f"compiled cache {path}: not a directory") from None
+    except OSError as e:
+        raise CacheDirError(f"compiled cache {path}: cannot make the directory ({e.strerror})") from None
     previous = os.environ.get(CACHE_ENV)
-    Path(path).mkdir(parents=True, exist_ok=True)
     os.environ[CACHE_ENV] = str(path)
     return previous
 

@@ -13,7 +13,7 @@ from typing import Dict, List, Optional, Tuple
 
 from ground.tables import PINNED
 
-# Set to 1 to run on versions other than conformance.PINNED (verdicts then
+# Set to 1 to run on versions other than ground.tables.PINNED (verdicts then
 # describe another build; the header still names what ran).
 ALLOW_MISMATCH_ENV = "SDPA_ALLOW_VERSION_MISMATCH"
 PACKAGES = ("torch", "nvidia-cudnn-frontend", "nvidia-cutlass-dsl")
@@ -23,7 +23,7 @@ COMPILE_ONLY = "compile-only (no GPU)"
 
 
 class VersionMismatch(RuntimeError):
-    """Installed kernel packages differ from ``conformance.PINNED``."""
+    """Installed kernel packages differ from ``ground.tables.PINNED``."""
 
 
 @dataclass(frozen=True)

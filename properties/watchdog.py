@@ -34,6 +34,7 @@ repro`` bounds its one example with them. No pytest here.
 from __future__ import annotations
 
 import faulthandler
+import math
 import os
 import sys
 import threading
@@ -144,7 +145,7 @@ class Watchdog:
     """One daemon thread bounding whatever runs between ``arm`` and ``disarm``."""
 
     def __init__(self, seconds: float, on_expire: Callable[[str, float], None], *, backstop: bool = True, exit_code: int = EXIT_HANG):
-        self.seconds = float(seconds)
+        self.seconds = _bound(seconds)
         self.exit_code = exit_code
         self.on_expire = on_expire
         self.backstop = backstop
@@ -156,7 +157,7 @@ class Watchdog:
         self._thread.start()
 
     def arm(self, label: str, seconds: Optional[float] = None) -> None:
-        limit = self.seconds if seconds is None else float(seconds)
+        limit = self.seconds if seconds is None else _bound(seconds)
         with self._cond:
             self._deadline, self._label = time.monotonic() + limit, label
             self._cond.notify()
@@ -192,6 +193,15 @@ class Watchdog:
                 label, limit = self._label, self.seconds
                 break
         expire(lambda: self.on_expire(label, limit), self.exit_code)
+
+
+def _bound(seconds) -> float:
+    """A finite bound > 0: an infinite one overflows the deadline and faulthandler's timer at
+    ``arm``, in the middle of the example (the callers turn "no bound" into no watchdog)."""
+    seconds = float(seconds)
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise ValueError(f"watchdog bound {seconds!r}: expected a finite number of seconds > 0")
+    return seconds
 
 
 def expire(handler: Callable[[], None], code: int, grace: float = HANDLER_GRACE_S) -> None:

@@ -29,12 +29,26 @@ PLANTS = {
 }
 
 
-def activate() -> str | None:
+class UnknownPlant(ValueError):
+    """$SDPA_PLANT_REFERENCE_BUG names no plant (raised when ``reference`` is
+    imported): an exception, not SystemExit, so that the pytest plugin and the
+    repro command can report it as the usage error it is."""
+
+
+def check() -> str | None:
+    """The plant $SDPA_PLANT_REFERENCE_BUG names (None: unset), UnknownPlant
+    for an unknown name: activate's check, for a caller that may find
+    ``reference`` imported (and activate run) already."""
     name = os.environ.get(ENV)
-    if not name:
+    if name and name not in PLANTS:
+        raise UnknownPlant(f"{ENV}={name!r}: unknown plant (known: {', '.join(PLANTS)})")
+    return name or None
+
+
+def activate() -> str | None:
+    name = check()
+    if name is None:
         return None
-    if name not in PLANTS:
-        raise SystemExit(f"{ENV}={name!r}: unknown plant (known: {', '.join(PLANTS)})")
     masks.band = PLANTS[name]
     print(f"sdpa-conformance: reference deliberately broken ({ENV}={name})", file=sys.stderr)
     return name

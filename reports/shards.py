@@ -55,23 +55,52 @@ def latest_run(report_dir) -> Optional[str]:
     return runs[-1].name if runs else None
 
 
+# The fields the merge and the renderers index on a record of each kind
+# (reports.summary, reports.render), and the types of those they read into.
+REQUIRED = {"begin": ("property", "case"), "obs": ("property", "case"), "failure": ("property", "case"), "test": ("nodeid", "outcome")}
+_OBJECT, _STRING, _NUMBER = (dict, "an object"), (str, "a string"), ((int, float), "a number")
+TYPES = {k: _OBJECT for k in ("case", "params", "context", "environment", "tests", "ratios", "compile", "notes", "phases", "hypothesis")}
+TYPES.update({k: _STRING for k in ("property", "nodeid", "outcome")}, **{k: _NUMBER for k in ("t", "t_end", "seconds", "wall_seconds")})
+
+
+def problem(rec) -> Optional[str]:
+    """Why a parsed line is no record the merge can read, or None."""
+    if not isinstance(rec, dict):
+        return f"a JSON {type(rec).__name__}, not a record (an object)"
+    kind = rec.get("kind")
+    missing = [k for k in REQUIRED.get(kind, ()) if rec.get(k) is None] if isinstance(kind, str) else []
+    if missing:
+        return f"a record of kind {kind!r} without {missing[0]!r}"
+    for k, (types, expected) in TYPES.items():
+        if rec.get(k) is not None and (not isinstance(rec[k], types) or isinstance(rec[k], bool)):
+            return f"field {k!r}: expected {expected}, got {json.dumps(rec[k])[:80]}"
+    return None
+
+
 def read(report_dir, run_id: Optional[str] = None) -> Tuple[List[dict], List[str]]:
     """All records of one run's shards (default: the latest run), each tagged
-    with its shard name, plus warnings (a process killed mid-write leaves a
-    partial last line)."""
+    with its shard name, plus warnings: a line that is no readable record (a
+    process killed mid-write leaves a partial last line) is skipped, named."""
     records, warnings = [], []
     run_id = run_id or latest_run(report_dir)
     d = Path(report_dir) / SHARDS / run_id if run_id else None
     for p in sorted(d.glob("*.jsonl")) if d is not None and d.is_dir() else []:
-        with open(p, encoding="utf-8") as f:
-            lines = f.read().split("\n")
+        try:
+            lines = p.read_bytes().split(b"\n")
+        except OSError as e:
+            warnings.append(f"shard {run_id}/{p.name}: cannot read it ({e.strerror}); skipped")
+            continue
         for n, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
+                rec = json.loads(line.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError):
                 warnings.append(f"shard {run_id}/{p.name} line {n}: unreadable record skipped (process killed while writing?)")
+                continue
+            why = problem(rec)
+            if why:
+                warnings.append(f"shard {run_id}/{p.name} line {n}: {why}; record skipped")
                 continue
             rec["shard"] = p.stem
             records.append(rec)
