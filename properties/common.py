@@ -84,11 +84,12 @@ def refusal_policy(refusal: Unsupported) -> NoReturn:
     example, is raised as it is: a ``unittest.SkipTest``, so pytest skips
     with its reason, and the front ends exit with its status. ``served``
     applies it to every property."""
-    if refusal.policy.in_example == "reject":
-        from hypothesis import currently_in_test_context, reject
+    from hypothesis import currently_in_test_context, reject
 
-        if currently_in_test_context():
-            reject()
+    # After an example of this test failed, Hypothesis is shrinking: a refused Case there is no verdict on the
+    # test (it would turn a failing test into a skipped one), only that example's rejection.
+    if currently_in_test_context() and (refusal.policy.in_example == "reject" or recorder.failures_in_test()):
+        reject()
     raise refusal
 
 
@@ -218,6 +219,18 @@ def served(check):
 
     @functools.wraps(check)
     def run(case: Case, adapter=None, **params):
+        try:
+            return judged(case, adapter, **params)
+        except Unsupported:
+            raise
+        except Exception as e:
+            from hypothesis.errors import UnsatisfiedAssumption
+
+            if not isinstance(e, UnsatisfiedAssumption):
+                recorder.failed_here()  # later refusals of this test are rejections (refusal_policy)
+            raise
+
+    def judged(case: Case, adapter=None, **params):
         name = params.get("entry") or getattr(adapter, "name", None)
         token = _ENTRY.set(name)
         try:

@@ -46,6 +46,7 @@ class _State:
     test: Optional[str] = None
     context: dict = field(default_factory=dict)  # how the current test runs the property (adapter, ...)
     last: Optional[Begun] = None
+    failures: int = 0  # examples of the current test whose check raised (a failure or a crash)
 
 
 _state = _State()
@@ -83,6 +84,18 @@ def steered(finding: str, property: str, case: Case, entries) -> None:
     )
 
 
+def failed_here() -> None:
+    """An example of the current test raised out of its check (properties.common.served)."""
+    _state.failures += 1
+
+
+def failures_in_test() -> int:
+    """How many examples of the current test raised so far: once one has, a
+    refusal of a later example (Hypothesis shrinking toward a Case the adapter
+    refuses) is that example's rejection, not the test's skip."""
+    return _state.failures
+
+
 def last_begun() -> Optional[Begun]:
     """The case begun last in the current test (None if none was)."""
     return _state.last
@@ -117,6 +130,7 @@ def set_test(nodeid: Optional[str], **context) -> None:
     _state.test = nodeid
     _state.context = context
     _state.last = None
+    _state.failures = 0
 
 
 def write(record: dict) -> None:

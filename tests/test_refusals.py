@@ -85,6 +85,40 @@ def test_served_applies_the_policy(scope):
         assert len(calls) == 1
 
 
+@pytest.mark.parametrize("scope", [s for s in REFUSED if REFUSALS[s].in_example != "reject"])
+def test_a_refusal_while_shrinking_a_failure_rejects_the_example(scope):
+    """Once an example of the test failed, Hypothesis shrinks it: a Case the
+    adapter refuses on the way is that example's rejection, never a skip of
+    the test (it turned a failing test into a skipped one). A new test starts
+    with no failure (recorder.set_test), where the refusal skips as before."""
+    from ground.outcome import PropertyFailure
+    from properties import recorder
+
+    def check(case, adapter=None, *, x):
+        if 0 < x < 5:
+            raise REFUSED[scope]()
+        if x >= 100:
+            raise PropertyFailure("numerics", case, f"x = {x}", {})
+
+    judged = served(check)
+
+    @settings(max_examples=200, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(st.integers(0, 1000))
+    def shrinking(x):
+        judged(Case(), None, x=x)
+
+    recorder.set_test("the failing test")
+    try:
+        with pytest.raises(PropertyFailure, match="x = 100"):  # shrunk past the refused Cases to the smallest failure
+            shrinking()
+        recorder.set_test("the next test")
+        with pytest.raises(Unsupported):
+            judged_refused = given(st.just(3))(settings(database=None)(lambda x: judged(Case(), None, x=x)))
+            judged_refused()
+    finally:
+        recorder.set_test(None)
+
+
 def test_a_refusal_is_no_verdict_of_the_kernels():
     from properties.common import accepted
     from properties.watchdog import raised_by_kernels
