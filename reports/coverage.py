@@ -1,4 +1,5 @@
-"""Which facts the run exercised, counted over every begun example.
+"""Which facts the run exercised, counted over the examples it is given
+(reports.summary: every begun example of the property tests).
 
 The vocabulary is ``ground.coverage`` (the one the strategies'
 coverage test checks): the axes list the values a complete run should reach

@@ -69,10 +69,11 @@ def _run(s: dict) -> list:
         ("h", 2, "Run"),
         (
             "table",
-            ["examples", "wall s", "examples / min", "tests", "passed", "failed", "xfailed", "xpassed", "skipped", "error", "shards"],
+            ["examples", "all begun", "wall s", "examples / min", "tests", "passed", "failed", "xfailed", "xpassed", "skipped", "error", "shards"],
             [
                 [
                     run["examples"],
+                    run.get("examples_begun", run["examples"]),
                     _fmt(run["wall_seconds"]),
                     _fmt(run["examples_per_minute"]),
                     t["total"],
@@ -85,6 +86,11 @@ def _run(s: dict) -> list:
                     len(run["shards"]),
                 ]
             ],
+        ),
+        (
+            "p",
+            "examples (and examples / min): those of the property tests up to their test's first failing example; all begun: "
+            "every example, the suite's own tests' and those Hypothesis ran after a failure (searching on, shrinking) too.",
         ),
     ]
     if s.get("faults"):
@@ -164,7 +170,7 @@ def _properties(s: dict) -> list:
     for name, p in s["properties"].items():
         tt = p["tests"]
         by = p.get("ratios_by_dtype") or p["ratios"]
-        ratios = "; ".join(f"{q} max {_fmt(r.get('max'))} p99 {_fmt(r.get('p99'))}" for q, r in by.items()) or "-"
+        ratios = "; ".join(_ratio_cell(q, r) for q, r in by.items()) or "-"
         rows.append(
             [
                 name,
@@ -181,6 +187,9 @@ def _properties(s: dict) -> list:
         )
     if not rows:
         return [("h", 2, "Properties"), ("p", "No test ran.")]
+    left_out = "; ".join(
+        f"{name}: " + ", ".join(f"{n} {why}" for why, n in p["ratios_left_out"].items()) for name, p in s["properties"].items() if p.get("ratios_left_out")
+    )
     return [
         ("h", 2, "Properties"),
         (
@@ -194,15 +203,31 @@ def _properties(s: dict) -> list:
             "examples Hypothesis tried while shrinking those; expected: failures a passing test asked for (the power tests run a "
             "property against a planted bug); xfailed: known findings; errors: examples that raised without a verdict.",
         ),
+        ("p", RATIO_NOTE + (f" Left out: {left_out}." if left_out else "")),
     ]
 
 
+RATIO_NOTE = (
+    "error/bound: p99 and max (nearest rank, n values) over the passed examples of the property tests up to their test's "
+    "first failing example (what Hypothesis runs after it is shrinking), what a correct kernel uses of its bound; "
+    "excused (a known finding) and failed examples beside them, their count and max."
+)
+
+
+def _ratio_cell(q: str, r: dict) -> str:
+    text = f"{q} p99 {_fmt(r.get('p99'))} max {_fmt(r.get('max'))} (n {r.get('count', 0)})"
+    for k in ("excused", "failed"):
+        if (r.get(k) or {}).get("count"):
+            text += f", {k} {r[k]['count']} max {_fmt(r[k]['max'])}"
+    return text
+
+
 def _ratio_plots(s: dict) -> list:
-    out = [("h", 2, "Error / bound distribution")]
+    out = [("h", 2, "Error / bound distribution"), ("p", "The passed examples of the property tests, as the error/bound column counts them.")]
     for name, ratios in s.get("_ratios", {}).items():
         if any(ratios.values()):
             out.append(("img", f"ratios-{name}.png", ratio_histogram(name, ratios), f"{name} error/bound histogram"))
-    return out if len(out) > 1 else out + [("p", "No error ratios recorded (no numeric property ran).")]
+    return out if len(out) > 2 else out + [("p", "No error ratios recorded (no numeric property ran).")]
 
 
 def _coverage(s: dict) -> list:
@@ -211,7 +236,11 @@ def _coverage(s: dict) -> list:
     gaps = cov["gaps"]
     out = [
         ("h", 2, f"Coverage ({cov['examples']} examples, {len(gaps)} gaps, {cov['empty_cells']} empty matrix cells)"),
-        ("p", "Valid examples per layout/mask (rows) and flavor/dtype (columns); empty cells (0, marked gap) were not exercised."),
+        (
+            "p",
+            "The examples of the property tests, the ones the known findings count (the suite's own tests drive stand-in kernels). "
+            "Valid examples per layout/mask (rows) and flavor/dtype (columns); empty cells (0, marked gap) were not exercised.",
+        ),
         ("table", ["layout/mask"] + m["columns"], [[r] + c for r, c in zip(m["rows"], m["counts"])], "gaps"),
         ("h", 3, "gaps: values a complete run reaches that no example exercised"),
         ("list", gaps) if gaps else ("p", "None."),

@@ -14,6 +14,15 @@ Who writes what (so that nothing is counted twice):
   status is ``steered`` with their count.
 - ``test`` and ``session``: only the controller, which sees every test
   report exactly once (its own, or the one forwarded by a worker).
+
+Matrix examples: the examples of property tests (tests with a ``property``
+marker: the test matrix) up to their test's first failed example. What a test
+runs after that is Hypothesis searching on and shrinking; the records carry
+no phase, so a test's record order (one process runs it) tells them apart.
+The suite's own tests (power tests plant bugs on purpose) are no matrix
+examples. The run's examples, examples per minute and the error/bound
+statistics count matrix examples; coverage and the known findings count
+every example of the property tests (a shrink attempt exercised its facts).
 """
 
 from __future__ import annotations
@@ -34,14 +43,44 @@ DTYPE_LABELS = {"float16": "fp16", "bfloat16": "bf16"}
 NO_PROPERTY = "(tests without a property)"
 
 
+RATIO_BUCKETS = ("passed", "excused", "failed")  # a matrix example's outcome: passed, xfailed (a known finding), failed
+
+
+def quantile(ordered: List[float], p: float) -> float:
+    """Nearest rank: the smallest value with at least ``p`` of the values at
+    or below it. Over fewer than 100 values p99 is their max: the count shown
+    beside every quantile says so."""
+    rank = max(1, math.ceil(round(p * len(ordered), 9)))  # round: 0.99 * n in binary floating point
+    return ordered[min(rank, len(ordered)) - 1]
+
+
 def _stats(values: List[float]) -> dict:
     """Distribution of error/bound ratios (NaN, a broken check, counts as over the bound)."""
     ordered = sorted(v for v in values if not math.isnan(v))
     out = {"count": len(values), "over_bound": sum(1 for v in values if not v <= 1.0)}
     if ordered:
-        q = lambda p: ordered[min(len(ordered) - 1, int(p * len(ordered)))]  # noqa: E731
-        out.update(p50=q(0.5), p99=q(0.99), max=ordered[-1])
+        out.update(p50=quantile(ordered, 0.5), p99=quantile(ordered, 0.99), max=ordered[-1])
     return out
+
+
+def _ratio_rows(buckets: Dict[str, Dict[str, list]]) -> dict:
+    """Per quantity (or "quantity dtype"): the passed matrix examples'
+    distribution, what a correct kernel uses of its bound; beside it the count
+    and max of the excused and the failed ones, which a quantile would mix in."""
+    rows = {}
+    for label in sorted(set().union(*(b.keys() for b in buckets.values()))):
+        rows[label] = _stats(buckets["passed"].get(label, []))
+        for k in RATIO_BUCKETS[1:]:
+            values = buckets[k].get(label, [])
+            finite = [v for v in values if not math.isnan(v)]
+            rows[label][k] = {"count": len(values), "over_bound": sum(1 for v in values if not v <= 1.0), "max": max(finite) if finite else None}
+    return rows
+
+
+def worker_id(shard: str) -> str:
+    """A shard's worker (``gw0``, ``main``): its name less the pid, so a
+    restarted worker, a new process, is the same worker (reports.shards)."""
+    return shard.rsplit("-", 1)[0]
 
 
 def _case(d: dict) -> Optional[Case]:
@@ -62,8 +101,9 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
             "shrinking": 0,
             "expected": 0,
             "xfailed": 0,
-            "ratios": defaultdict(list),
-            "by_dtype": defaultdict(list),
+            "ratios": {b: defaultdict(list) for b in RATIO_BUCKETS},
+            "by_dtype": {b: defaultdict(list) for b in RATIO_BUCKETS},
+            "left_out": Counter(),  # observations outside the matrix examples, by why
             "compile": Counter(),
             "seconds": 0.0,
             "phases": Counter(),
@@ -73,25 +113,25 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
     test_props: Dict[str, set] = defaultdict(set)
     last_begin: Dict[str, dict] = {}
     begun, obs_list, collected, steered = [], [], {}, []
+    after_failure = set()  # (shard, test) that recorded a failed example: what it runs next is shrinking
+    tagged = []  # (record, after a failure in its test) of each begin / obs, judged once the tests' markers are known
     tests: Dict[str, dict] = {}
     failures: Dict[tuple, dict] = {}
     times, faults = [], []
     keys_seen = set()  # compile-key digests (the adapters' notes)
-    by_family: Counter = Counter()  # examples per kernel family
+    by_family: Counter = Counter()  # matrix examples per kernel family
     compiling: Dict[str, list] = defaultdict(list)  # key -> (worker, property, misses) of each example that compiled under it
     deliberate, unkeyed, deliberate_seconds = Counter(), Counter(), 0.0  # property -> compiles made on purpose / of examples naming no key
     workers: Dict[str, dict] = defaultdict(lambda: {"examples": 0, "example_seconds": 0.0, "phases": Counter(), "first": None, "last": None})
     for r in records:
         kind = r.get("kind")
+        if kind in ("begin", "obs"):
+            tagged.append((r, (r.get("shard"), r.get("test")) in after_failure))
         if kind == "begin":
             p = props[r["property"]]
             p["examples"] += 1
-            by_family[(r.get("case") or {}).get("family") or DEFAULT_FAMILY] += 1
             test_props[r.get("test")].add(r["property"])
             last_begin[r.get("test")] = r
-            case = _case(r["case"])
-            if case is not None:
-                begun.append((r["property"], case))
             times.append(r.get("t", 0.0))
             w = workers[r.get("shard", "?")]
             w["first"] = r.get("t") if w["first"] is None else w["first"]
@@ -101,13 +141,7 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
                 p[r["outcome"]] += 1
             elif r.get("outcome") == "failed":
                 failed_obs[(r.get("test"), r["property"])] += 1
-            dtype = DTYPE_LABELS.get((r.get("case") or {}).get("dtype"), "?")
-            # Another family's ratios keep their own rows ("o fp16 sm90"): its error model is its own.
-            fam = (r.get("case") or {}).get("family") or DEFAULT_FAMILY
-            label = f"{dtype}" if fam == DEFAULT_FAMILY else f"{dtype} {fam}"
-            for quantity, ratio in (r.get("ratios") or {}).items():
-                p["ratios"][quantity].append(float(ratio))
-                p["by_dtype"][f"{quantity} {label}"].append(float(ratio))
+                after_failure.add((r.get("shard"), r.get("test")))
             for k, v in (r.get("compile") or {}).items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
                     p["compile"][k] += v
@@ -143,6 +177,34 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
             faults.append({k: r.get(k) for k in ("fault", "nodeid", "message", "repro", "worker", "pid")})
 
     _classify_failed(props, failed_obs, tests, failures)
+
+    # Matrix examples (the module docstring): what the run's examples and
+    # error/bound statistics count; coverage counts the property tests' examples.
+    examples = 0  # matrix examples begun
+    for r, after in tagged:
+        in_matrix = bool(collected.get(r.get("test")))
+        if r["kind"] == "begin":
+            case = _case(r["case"])
+            if in_matrix and case is not None:
+                begun.append((r["property"], case))
+            if in_matrix and not after:
+                examples += 1
+                by_family[(r.get("case") or {}).get("family") or DEFAULT_FAMILY] += 1
+            continue
+        p = props[r["property"]]
+        if not in_matrix or after:
+            p["left_out"]["after a failure in the test" if in_matrix else "outside the matrix"] += 1
+            continue
+        bucket = {"passed": "passed", "xfailed": "excused", "failed": "failed"}.get(r.get("outcome"))
+        if bucket is None:
+            continue
+        dtype = DTYPE_LABELS.get((r.get("case") or {}).get("dtype"), "?")
+        # Another family's ratios keep their own rows ("o fp16 sm90"): its error model is its own.
+        fam = (r.get("case") or {}).get("family") or DEFAULT_FAMILY
+        label = f"{dtype}" if fam == DEFAULT_FAMILY else f"{dtype} {fam}"
+        for quantity, ratio in (r.get("ratios") or {}).items():
+            p["ratios"][bucket][quantity].append(float(ratio))
+            p["by_dtype"][bucket][f"{quantity} {label}"].append(float(ratio))
 
     # A failed test with begun examples but no failure record: its worker died
     # mid-example (segfault, abort); the last begun case is the suspect.
@@ -180,14 +242,16 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
             # its verdict (adapter error, crash, interrupt).
             "errors": max(0, p["examples"] - verdicts),
             "tests": {o: per_prop_tests[name][o] for o in OUTCOMES},
-            "ratios": {q: _stats(v) for q, v in sorted(p["ratios"].items())},
-            "ratios_by_dtype": {q: _stats(v) for q, v in sorted(p["by_dtype"].items())},  # "o fp16", "lse bf16", ...
+            # Over the matrix examples: passed ones' distribution, excused and failed ones' count and max.
+            "ratios": _ratio_rows(p["ratios"]),
+            "ratios_by_dtype": _ratio_rows(p["by_dtype"]),  # "o fp16", "lse bf16", ...
+            # Observations the statistics leave out: the suite's own tests, a failing test's shrinking.
+            "ratios_left_out": dict(sorted(p["left_out"].items())),
             "compile": _compile(p["compile"], p["seconds"]),
             "seconds": p["seconds"],
             "phases": _phases(p["phases"], p["seconds"]),
         }
 
-    examples = sum(p["examples"] for p in properties.values())
     wall = session.get("wall_seconds")
     if wall is None and times:
         wall = max(times) - min(times)
@@ -205,7 +269,9 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
         "environment": session.get("environment", {}),
         "run": {
             "wall_seconds": wall,
+            # Matrix examples (the module docstring); examples_begun: every begun example.
             "examples": examples,
+            "examples_begun": sum(p["examples"] for p in properties.values()),
             "examples_by_family": dict(sorted(by_family.items())),
             "examples_per_minute": (60.0 * examples / wall) if wall else None,
             "exitstatus": session.get("exitstatus"),
@@ -217,7 +283,9 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
         "properties": properties,
         "coverage": coverage((c for _, c in begun), session.get("environment", {}).get("adapter")),
         "compile": (comp := _compile(sum((p["compile"] for p in props.values()), Counter()), sum(p["seconds"] for p in props.values())))
-        | _accounting(comp, keys_seen, compiling, unkeyed, deliberate, deliberate_seconds, sum(1 for w in workers.values() if w["examples"]), wall)
+        | _accounting(
+            comp, keys_seen, compiling, unkeyed, deliberate, deliberate_seconds, len({worker_id(s) for s, w in workers.items() if w["examples"]}), wall
+        )
         | {"cache": session.get("environment", {}).get("compile_cache_note")},
         "profile": _profile(workers, props),
         "slowest": [
@@ -236,8 +304,8 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
         "faults": faults,
         "findings": findings,
         "warnings": warnings,
-        # Raw ratios for the plots, per "quantity dtype" (not written to report.json).
-        "_ratios": {name: dict(p["by_dtype"]) for name, p in props.items()},
+        # Raw ratios for the plots, per "quantity dtype": the passed matrix examples' (not written to report.json).
+        "_ratios": {name: dict(p["by_dtype"]["passed"]) for name, p in props.items()},
         # First xfailed example of each known finding (build() writes its case file).
         "_first_xfailed": first_xfailed,
     }
@@ -289,7 +357,9 @@ REPEAT_CLASSES = ("several workers", "one worker")
 REPEAT_TOP = 10
 FLOOR_DEFINITION = (
     "(distinct artifacts + compiles of examples naming no key) x mean seconds per compile / workers; "
-    "the keys floor: compiled keys x mean seconds per compile / workers, one artifact per key as measured before"
+    "the keys floor: compiled keys x mean seconds per compile / workers, one artifact per key as measured before; "
+    "mean seconds per compile: the compile seconds over the compiles, deliberate ones left out; workers: worker ids (gw0, ...) "
+    "that ran examples, a restarted worker once"
 )
 
 
@@ -322,7 +392,9 @@ def _accounting(
             )
     top.sort(key=lambda t: (-(t["compiles"] - t["artifacts"]), t["key"]))
     compiled_keys = len(compiling)
-    per = comp["seconds"] / comp["compiles"] if comp.get("compiles") else 0.0
+    # Over the compiles the floors count: a deliberate compile (a cold cache on purpose) is slower than most.
+    counted = comp.get("compiles", 0) - sum(deliberate.values())
+    per = (comp["seconds"] - deliberate_seconds) / counted if counted > 0 else 0.0
     return {
         "keys": len(keys_seen),
         "compiled_keys": compiled_keys,
