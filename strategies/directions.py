@@ -32,6 +32,9 @@ def to_backward(c: Case, deterministic: bool, inputs_from: str, per_batch_bias: 
     # it; a race, replayed from its case file).
     if c.bias is not None and c.batch > 1 and (per_batch_bias or deterministic):
         changes["bias_batch"] = c.batch
+        # The forward kernel takes no per-batch bias (contract bias_batch_gt_1; the compile entry points accept
+        # it and read bias[0] for every entry): its O and LSE come from the reference.
+        changes["inputs_from"] = "reference"
     # Deterministic draws with sinks keep at most two batch entries / sequences with Q rows: known finding
     # bwd-deterministic-dsink-atomics (dSink sums the partials of three or more by unordered atomics, a race,
     # replayed from its case file; two partials add the same in either order, so their dSink is still judged).

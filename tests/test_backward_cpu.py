@@ -653,3 +653,24 @@ def test_a_wrong_forward_handed_to_the_backward_fails_it(case):
             bwd_prop.check_backward(case.replace(inputs_from="kernel"), wrong)
         assert failed.value.check == "handed forward" and failed.value.detail["quantity"] == "o"
         assert bwd_prop.check_backward(case.replace(inputs_from="reference"), wrong).outcome == "passed"
+
+
+def test_a_per_batch_bias_is_handed_reference_outputs():
+    """The forward kernel takes no per-batch bias (contract bias_batch_gt_1:
+    the compile entry points read bias[0] for every entry), so a backward draw
+    with one is handed the reference's O and LSE, never the forward kernel's
+    (whose error the backward bound would charge and the handed-forward check
+    would fail on)."""
+    seen = []
+
+    @settings(max_examples=300, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(backward_cases(geometry="pool", inputs_from="kernel"))
+    def collect(c):
+        if c.bias_batch > 1:
+            assert c.inputs_from == "reference", c.describe()
+            seen.append(c)
+        else:
+            assert c.inputs_from == "kernel"
+
+    collect()
+    assert seen
