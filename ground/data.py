@@ -360,8 +360,18 @@ def bias_dead(case: Case) -> Tuple[int, int]:
     batch entry, so only cells padded in every entry are dead: those hold the
     pad fill, like the padded Q/K/V rows (NaN in tails, FINITE_PAD in
     numerics), and a kernel whose mask lets a padded column through, or that
-    adds the bias after masking, shows it."""
+    adds the bias after masking, shows it. A per-batch bias (the backward's
+    [B, H, SQ, SKV]) serves one entry per slice: ``bias_dead_per_entry``."""
     return max(case.q_lengths(), default=case.s_q), max(case.kv_lengths(), default=case.s_kv)
+
+
+def bias_dead_per_entry(case: Case) -> Tuple[Tuple[int, int], ...]:
+    """(rows, cols) of each batch slice of a bias: bias_dead's for a broadcast
+    bias (one slice serving every entry), each entry's own lengths for a
+    per-batch one (its slice serves that entry alone)."""
+    if case.bias_batch == case.batch > 1:
+        return tuple(zip(case.q_lengths(), case.kv_lengths()))
+    return (bias_dead(case),) * case.bias_batch
 
 
 # ------------------------------------------------ big THD capacities, decoys
@@ -580,9 +590,9 @@ def make_inputs(case: Case, device="cpu", *, poison: bool = True, pad_fill: floa
     if case.bias is not None:
         bias = guarded_copy(randn(case.bias_batch, case.h_q, case.s_q, case.s_kv).to(TORCH_DTYPES[case.bias]))
         if poison and bias.is_floating_point():  # an integer bias is a contract violation: nothing to poison it with
-            rows, cols = bias_dead(case)
-            bias[:, :, rows:, :] = pad_fill
-            bias[:, :, :, cols:] = pad_fill
+            for b, (rows, cols) in enumerate(bias_dead_per_entry(case)):
+                bias[b, :, rows:, :] = pad_fill
+                bias[b, :, :, cols:] = pad_fill
     sinks = _sinks(case, randn(case.h_q) * SINK_SPREAD) if case.sinks else None
     lens = lambda xs: None if xs is None else _guarded_ints(xs)  # noqa: E731
     from .tables import FLAVOR_ENVELOPES, flavor_of

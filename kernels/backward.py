@@ -471,9 +471,13 @@ def wrapper_backward(adapter, case: Case, inputs, o, lse, do, grads=None, *, ini
         deterministic=case.deterministic,
     )
     bq, bk = thd_origin(case)
+    lse_run = lse
     if case.is_thd:  # handed from the THD origin (thd_origin): the wrapper normalizes cu_seqlens as the prepared entry does
         h = from_origin(case, q=inputs.q, k=inputs.k, v=inputs.v, o=o, do=do)
-        lse_run = lse if not bq else lse[:, bq:].contiguous()
+        if bq:  # head-major Stats from token cu[0], as .contiguous() would hand it (the view itself where torch calls it
+            # contiguous: finding wrapper-bwd-thd-stats-strides), its copy inside guard bands
+            view = lse[:, bq:]
+            lse_run = view if view.is_contiguous() else guarded_copy(view, row=1)
         args = tuple(h[n].unsqueeze(0) for n in ("q", "k", "v", "o", "do")) + (lse_run.unsqueeze(0),)
         max_q, max_kv = _launch_bounds(case)
         kw.update(cum_seqlen_q_tensor=inputs.cu_q, cum_seqlen_k_tensor=inputs.cu_kv, max_s_q=max_q, max_s_kv=max_kv)
@@ -509,6 +513,8 @@ def wrapper_backward(adapter, case: Case, inputs, o, lse, do, grads=None, *, ini
             "gradients": "the returned rows placed from the origin; rows before it NaN (never handed)",
         }
     handed = _handed(inputs, q=inputs.q, k=inputs.k, v=inputs.v, o=o, do=do, lse=lse)
+    if lse_run.untyped_storage().data_ptr() != lse.untyped_storage().data_ptr():
+        handed["lse (staged copy)"] = lse_run
     return KernelResult(o, lse, box.delta, notes, handed, grads=out)
 
 

@@ -141,6 +141,8 @@ def check_backward(case: Case, adapter) -> Observation:
 
     def judged():
         _guards("backward", case, inputs, o, lse, do, result, grads)
+        if fwd is not None:  # the forward launch's own staging copies (its inputs and outputs are checked above)
+            judge.guards_intact("backward", case, {f"{n} (forward launch)": t for n, t in launched_buffers(None, None, fwd).items()})
         if forward is not None:
             from properties.numerics import judge_forward
 

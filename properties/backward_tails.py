@@ -207,7 +207,8 @@ def check_backward_tails(case: Case, adapter, *, initialize_outputs: bool = True
     do = make_grad_output(case, dev, poison=True)
     # O and LSE of the live rows as numerics hands them (a forward kernel run on NaN padding
     # would itself leak: dense-padded-kv-rows-nan), then the dead rows NaN.
-    o, lse, fwd = handed_inputs(case, adapter, make_inputs(case, dev, poison=True, pad_fill=0.0), dev)
+    fwd_inputs = make_inputs(case, dev, poison=True, pad_fill=0.0)
+    o, lse, fwd = handed_inputs(case, adapter, fwd_inputs, dev)
     poison_dead_rows(case, inputs, o, lse)
     grads = make_grad_outputs(case, dev)
     prefill = {n: (t.clone(), body_storage(t).clone()) for n, t in grads.items()}
@@ -218,6 +219,8 @@ def check_backward_tails(case: Case, adapter, *, initialize_outputs: bool = True
     def judged():
         buffers = launched_buffers(inputs, (o, lse), result)
         buffers.update({f"{n} (caller)": t for n, t in grads.items()}, do=do)
+        if fwd is not None:  # a forward kernel launched on inputs of its own: those and its staging copies
+            buffers.update({f"{n} (forward launch)": t for n, t in launched_buffers(fwd_inputs, None, fwd).items()})
         judge.guards_intact(PROPERTY, case, buffers)
         for name in GRADS:
             if name not in grads:

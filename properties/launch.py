@@ -26,7 +26,7 @@ from typing import List
 import torch
 
 from ground.case import Case
-from ground.data import flat_storage, make_inputs, make_outputs
+from ground.data import body_storage, make_inputs, make_outputs
 from ground.outcome import Observation, PropertyFailure
 from properties import judge, recorder
 from properties.common import device, finish, launched_buffers
@@ -61,14 +61,15 @@ def replay_variant(case: Case) -> Case:
 
 
 def _copy_in_place(dst, src) -> None:
-    """Every input buffer of ``dst`` overwritten with ``src``'s (whole
-    allocations, guard bands included: the same shapes by construction)."""
+    """Every input buffer of ``dst`` overwritten with ``src``'s (their bodies,
+    the same shapes by construction; the guard bands keep what the launches
+    before did to them until they are judged)."""
     for name in ("q", "k", "v", "bias", "sinks", "seq_q_lens", "seq_kv_lens", "cu_q", "cu_kv"):
         a, b = getattr(dst, name), getattr(src, name)
         if (a is None) != (b is None):
             raise ValueError(f"replay variant changed the presence of {name}")
         if a is not None:
-            flat_storage(a).copy_(flat_storage(b))
+            body_storage(a).copy_(body_storage(b))
 
 
 def _repoison(case: Case, outputs, dev) -> None:
@@ -76,7 +77,7 @@ def _repoison(case: Case, outputs, dev) -> None:
     launch that writes nothing cannot pass for one that does."""
     fresh = make_outputs(case, dev)
     for mine, new in zip(outputs, fresh):
-        flat_storage(mine).copy_(flat_storage(new))
+        body_storage(mine).copy_(body_storage(new))  # the bands keep the earlier launches' evidence
 
 
 def _bits_equal(property: str, case: Case, quantity: str, got: torch.Tensor, want: torch.Tensor, what: str, check: str) -> None:
@@ -138,6 +139,7 @@ def check_graph_replay(case: Case, adapter) -> Observation:
 
     def judged():
         if captured_error is not None:
+            judge.guards_intact("graph_replay", case, launched_buffers(inputs, outputs))  # the warm-up launch's
             raise PropertyFailure(
                 "graph_replay",
                 case,

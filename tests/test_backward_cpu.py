@@ -674,3 +674,27 @@ def test_a_per_batch_bias_is_handed_reference_outputs():
 
     collect()
     assert seen
+
+
+class _ForwardOverruns(EmulatedBackward):
+    """A forward that stages O in a copy of its own and writes past its end."""
+
+    def run(self, case, inputs, outputs=None, **kw):
+        from ground.data import flat_storage, guard_bands, guarded
+
+        r = super().run(case, inputs, outputs, **kw)
+        staged = guarded((case.batch, case.s_q, case.h_q, 72), torch.float16, "cpu", row=case.h_q * 72, fill=0)
+        g, n, _ = guard_bands(staged)
+        flat_storage(staged)[g + n : g + n + 64] = 0.0
+        r.handed, r.notes["staged"] = {"o": staged}, ["o"]
+        return r
+
+
+def test_the_forward_launch_inside_a_backward_example_is_guarded_too():
+    """inputs_from "kernel": the forward the backward example launches hands
+    the kernel staging copies of its own; their guard bands are judged with
+    the backward's (a write past the staged O fails the example)."""
+    case = CASES[0].replace(inputs_from="kernel")
+    with on_cpu(), pytest.raises(PropertyFailure, match="forward launch") as failed:
+        bwd_prop.check_backward(case, _ForwardOverruns())
+    assert failed.value.check == "guards"

@@ -103,6 +103,18 @@ def test_the_bias_is_poisoned_where_every_batch_entry_is_padded(pad_fill):
     assert bool(torch.isfinite(make_inputs(case.replace(seq_q_lens=None, seq_kv_lens=None)).bias).all())
 
 
+def test_a_per_batch_bias_is_poisoned_past_each_entrys_own_lengths():
+    """The backward's [B, H, SQ, SKV] bias: slice b serves entry b alone, so
+    its cells past entry b's lengths are dead (a broadcast bias: only the
+    cells dead in every entry)."""
+    case = Case(batch=2, s_q=6, s_kv=9, bias="float32", bias_batch=2, seq_q_lens=(2, 6), seq_kv_lens=(3, 9), direction="bwd")
+    bias = make_inputs(case).bias
+    dead = torch.zeros(bias.shape, dtype=torch.bool)
+    dead[0, :, 2:, :] = True
+    dead[0, :, :, 3:] = True
+    assert bool(bias[dead].isnan().all()) and bool(torch.isfinite(bias[~dead]).all())
+
+
 def test_the_reference_ignores_the_poisoned_bias_cells():
     from reference.attention import reference_for_case
 
@@ -373,3 +385,23 @@ def test_unsupported_skips_the_test_with_the_reason(pytester, monkeypatch):
         settings.load_profile(profile)
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*adapter 'wrapper' cannot run the THD tails with initialize_outputs=False: no 'no-init'*always zero-initializes*"])
+
+
+def test_refilling_buffers_between_launches_keeps_the_bands_evidence():
+    """graph_replay and launch_hygiene refill the inputs and outputs between
+    launches: only the bodies, so a band an earlier launch wrote to is still
+    judged as written (it was copied over, bands included, and passed)."""
+    from properties import judge
+    from properties.common import launched_buffers
+    from properties.launch import _copy_in_place, _repoison
+
+    case = Case(batch=2, s_q=65, s_kv=70, seq_kv_lens=(70, 40), sinks=True)
+    inputs, outputs = make_inputs(case), make_outputs(case)
+    for t in (inputs.k, outputs[0]):  # an earlier launch wrote one element past each
+        g, n, _ = guard_bands(t)
+        flat_storage(t)[g + n] = 0
+    _copy_in_place(inputs, make_inputs(case.replace(seed=1)))
+    _repoison(case, outputs, "cpu")
+    with pytest.raises(PropertyFailure, match="out-of-bounds write: k: 1 element") as failed:
+        judge.guards_intact("graph_replay", case, launched_buffers(inputs, outputs))
+    assert "; o: 1 element(s) after the end" in str(failed.value)
