@@ -61,3 +61,18 @@ def test_the_workspace_is_aligned_and_sized():
     for nbytes, alignment in ((640, 128), (896, 128), (1664, 128)):
         ws = aligned_workspace(nbytes, alignment, "cpu")
         assert ws.data_ptr() % alignment == 0 and ws.numel() == nbytes and ws.is_contiguous()
+
+
+def test_the_thd_workspace_sits_inside_guard_bands():
+    """The kernel writes its THD metadata into the adapter's workspace: it is
+    a guarded buffer (bands judged after each launch) at the template's
+    alignment; the CPU's 64-byte allocator, where nothing launches, may give
+    an aligned unguarded one instead."""
+    from ground.data import guard_bands
+    from kernels.sm90.thd import WORKSPACE_FILL, guarded_workspace
+
+    ws = guarded_workspace(1000, 64, "cpu")  # 64: what the CPU's allocator keeps
+    assert guard_bands(ws) is not None and ws.numel() == 1000 and ws.data_ptr() % 64 == 0
+    assert bool((ws == WORKSPACE_FILL).all())
+    wide = guarded_workspace(1000, 1 << 20, "cpu")  # an alignment the bands cannot keep here
+    assert wide.data_ptr() % (1 << 20) == 0 and wide.numel() == 1000

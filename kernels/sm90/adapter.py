@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ground.case import Case
+from ground.data import guard_bands
 from ground.outcome import Unsupported
 from ground.tables import NO_GPU
 from kernels.base import CompileDelta, KernelResult, key_digest
@@ -199,15 +200,17 @@ class Sm90Adapter:
             "compile_key": key_digest(specialization(api).key),
         }
         workspace = None
-        if case.is_thd:  # the plan's size at the template's alignment (not a Case buffer: no guard bands)
-            workspace = thd.aligned_workspace(api.scratch_workspace_bytes(), api._k_mod.PREPARED_WORKSPACE_ALIGNMENT, o.device)
-            notes.update(lens_form="cu prefixes (Q and KV)", workspace=f"{workspace.numel()} bytes, adapter-allocated")
+        if case.is_thd:  # the plan's size inside guard bands (the kernel writes its metadata there), at the template's alignment
+            workspace = thd.guarded_workspace(api.scratch_workspace_bytes(), api._k_mod.PREPARED_WORKSPACE_ALIGNMENT, o.device)
+            notes.update(lens_form="cu prefixes (Q and KV)", workspace=f"{workspace.numel()} bytes, adapter-allocated, guarded")
         bound = bound_operands(case, inputs, o, lse)
         args, kwargs = execute_call(case, bound, workspace)
         staged = staged_operands(bound, caller)
         notes["staged"] = staged
         # The Stats the kernel writes, as the caller lays them out (THD binds a rank-2 view of them).
-        handed = {r: t for r, t in {**bound, "lse": lse if case.has_lse else None}.items() if t is not None}
+        # The workspace is judged where it has bands (a GPU's; thd.guarded_workspace).
+        guarded_ws = workspace if workspace is not None and guard_bands(workspace) is not None else None
+        handed = {r: t for r, t in {**bound, "lse": lse if case.has_lse else None, "workspace": guarded_ws}.items() if t is not None}
 
         def launch() -> None:
             api.execute(*args, **kwargs)

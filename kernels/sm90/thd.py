@@ -79,6 +79,28 @@ def thd_launch(case: Case, inputs, outputs) -> ThdLaunch:
     )
 
 
+# The workspace body's bytes before the kernel writes its metadata: 0xFF (as the SM80 backward's), so a
+# read of a byte it never wrote is not a plausible zero.
+WORKSPACE_FILL = 0xFF
+
+
+def guarded_workspace(nbytes: int, alignment: int, device):
+    """A uint8 workspace of ``nbytes`` inside guard bands (ground.data.guarded:
+    its body keeps the allocator's alignment, 512 bytes on CUDA), refused on a
+    GPU where that is no multiple of ``alignment``. The CPU's allocator aligns
+    64 bytes and no kernel launches there: an unguarded aligned one."""
+    import torch
+
+    from ground.data import guarded
+
+    ws = guarded((max(1, nbytes),), torch.uint8, device, row=1, fill=WORKSPACE_FILL)
+    if ws.data_ptr() % alignment:
+        if ws.device.type == "cpu":
+            return aligned_workspace(nbytes, alignment, device)
+        raise RuntimeError(f"a guarded workspace at {ws.data_ptr():#x} is not {alignment}-byte aligned")
+    return ws
+
+
 def aligned_workspace(nbytes: int, alignment: int, device):
     """A contiguous uint8 workspace of ``nbytes`` whose address is a multiple of ``alignment``."""
     import torch
