@@ -56,12 +56,14 @@ FINITE_PAD = 1000.0
 # widest tile (d = 256 in 16-bit), so a stray 16-byte vector or a whole
 # warp-coalesced line past either end of even a tiny buffer (an LSE row, a
 # cu_seqlens) stays inside. At most GUARD_MAX_BYTES (per band) to bound the
-# memory of big bias buffers. A multiple of GUARD_ALIGN bytes: the body then
+# memory of big bias buffers (a row of S_KV cells): 4 MiB holds TILE_M rows of
+# the widest Q/K/V/O token row drawn (64 heads x 128 dims in 16-bit, 16 KiB:
+# 2 MiB; the sm90 family's 16 x 512: the same). A multiple of GUARD_ALIGN bytes: the body then
 # keeps the allocator's own alignment (CUDA: 512 bytes; CPU: 64), so the
 # 16-byte aligned base the native host requires (prepared_sm80.native_layouts,
 # kernels.prepared._vector_ready) is never lost to a guard.
 GUARD_MIN_BYTES = 512
-GUARD_MAX_BYTES = 1 << 20
+GUARD_MAX_BYTES = 4 << 20
 GUARD_ALIGN = 512
 # What the bands hold. Floating buffers: NaN (a read of it poisons every
 # output it reaches). Integer buffers (cu_seqlens, seq lens): 0x5EADBEEF, a

@@ -405,3 +405,13 @@ def test_refilling_buffers_between_launches_keeps_the_bands_evidence():
     with pytest.raises(PropertyFailure, match="out-of-bounds write: k: 1 element") as failed:
         judge.guards_intact("graph_replay", case, launched_buffers(inputs, outputs))
     assert "; o: 1 element(s) after the end" in str(failed.value)
+
+
+def test_a_wide_token_row_still_gets_tile_m_rows_of_band():
+    """The widest drawn Q row (64 heads x 128 dims in 16-bit, the large tier's
+    gqa64): a band of TILE_M rows, under the cap that bounds big bias buffers."""
+    from ground.data import guarded
+
+    row = 64 * 128
+    q = guarded((1, 1, 64, 128), torch.float16, "cpu", row=row)
+    assert guard_bands(q)[0] == TILE_M * row and TILE_M * row * 2 <= GUARD_MAX_BYTES
