@@ -454,8 +454,9 @@ def _thd_span_inputs(case: Case, device, poison: bool) -> CaseTensors:
     q = _packed_span(case.t_q, case.h_q, case.d_qk, cu_q[0], cu_q[-1], q, dt, device, poison, decoys)
     k = _packed_span(case.t_kv, case.h_kv, case.d_qk, cu_kv[0], cu_kv[-1], k, dt, device, poison, decoys)
     v = _packed_span(case.t_kv, case.h_kv, case.d_v, cu_kv[0], cu_kv[-1], v, dt, device, poison, decoys)
-    sinks = relocate(guarded_copy(randn(case.h_q) * SINK_SPREAD), device) if case.sinks else None
-    ints = lambda xs: relocate(_guarded_ints(xs), device)  # noqa: E731
+    # The sink and prefix facts as make_inputs' other path applies them (the same draws for the default facts).
+    sinks = relocate(_sinks(case, randn(case.h_q) * SINK_SPREAD), device) if case.sinks else None
+    ints = lambda xs: relocate(_guarded_ints(xs, TORCH_DTYPES[case.prefix_dtype]), device)  # noqa: E731
     return CaseTensors(
         case, q, k, v, sinks=sinks, cu_q=ints(cu_q), cu_kv=ints(cu_kv), q_live=_packed_live(cu_q, case.t_q), kv_live=_packed_live(cu_kv, case.t_kv)
     )

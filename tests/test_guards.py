@@ -415,3 +415,15 @@ def test_a_wide_token_row_still_gets_tile_m_rows_of_band():
     row = 64 * 128
     q = guarded((1, 1, 64, 128), torch.float16, "cpu", row=row)
     assert guard_bands(q)[0] == TILE_M * row and TILE_M * row * 2 <= GUARD_MAX_BYTES
+
+
+def test_a_span_drawn_thd_case_keeps_its_sink_and_prefix_facts():
+    """The large tier's span-drawn THD inputs lay out sinks and cu_seqlens as
+    the Case says (strided sinks with NaN between, int64 prefixes), as the
+    ordinary path does: what the kernel was compiled for."""
+    from ground.data import SPAN_DRAW_ELEMS
+
+    case = Case(layout="thd", q_lens=(3,), kv_lens=(5,), sinks=True, sink_layout="strided", prefix_dtype="int64", kv_base=SPAN_DRAW_ELEMS // 64 + 10)
+    x = make_inputs(case)
+    assert x.sinks.stride() == (2,) and x.cu_q.dtype == x.cu_kv.dtype == torch.int64
+    assert bool(torch.isnan(flat_storage(x.sinks)[guard_bands(x.sinks)[0] + 1]))  # the skipped element: poison
