@@ -285,6 +285,18 @@ def _verdict(case: Case, adapter):
 THD_ONE = Case(layout="thd", q_lens=(1,), kv_lens=(1,))
 
 
+def _cold_then_warm_failures() -> list:
+    """compile_reuse's failures of THD_ONE under a gather per new token total: in a cold
+    process, then in one where an earlier example compiled the variant's keys."""
+    adapter = GatherAdapter(_host_shapes, _flip_shapes)
+    failures = []
+    for warm in (False, True):
+        if warm:
+            adapter.compile_only(THD_ONE.replace(q_lens=(2,), kv_lens=(4,)))
+        failures.append(_verdict(THD_ONE, adapter)[1])
+    return failures
+
+
 @pytest.mark.parametrize("mode", ["keys", "entries"])
 def test_compile_reuse_verdict_is_the_same_in_a_warm_process(frontend, mode):
     """The H200's flaky verdict: 'new token totals' asks for a gather the Case
@@ -292,12 +304,7 @@ def test_compile_reuse_verdict_is_the_same_in_a_warm_process(frontend, mode):
     compiled that key before (an earlier example) serves it from the lru, and
     the counters rule passed. Judged on what each call asks for, both fail."""
     frontend(mode)
-    adapter = GatherAdapter(_host_shapes, _flip_shapes)
-    failures = []
-    for warm in (False, True):
-        if warm:  # an earlier example of this process compiled the variant's keys
-            adapter.compile_only(THD_ONE.replace(q_lens=(2,), kv_lens=(4,)))
-        failures.append(_verdict(THD_ONE, adapter)[1])
+    failures = _cold_then_warm_failures()
     verdicts = ["passed" if f is None else f.summary.split(":")[0] for f in failures]
     assert verdicts == ["new token totals", "new token totals"]  # cold, warm
     for failure in failures:
@@ -359,12 +366,7 @@ def test_compile_reuse_falls_back_to_counters_on_a_private_cache_where_nothing_c
     monkeypatch.setattr(counters, "can_observe_requests", lambda: False)
     obs, failure = _verdict(THD_ONE, GatherAdapter(_host_shapes))
     assert failure is None and obs.notes["rule"] == "counters" and "private" in obs.notes["why"]
-    adapter = GatherAdapter(_host_shapes, _flip_shapes)
-    failures = []
-    for warm in (False, True):
-        if warm:  # an earlier example of this process compiled the variant's keys
-            adapter.compile_only(THD_ONE.replace(q_lens=(2,), kv_lens=(4,)))
-        failures.append(_verdict(THD_ONE, adapter)[1])
+    failures = _cold_then_warm_failures()
     assert [f is not None and f.summary.startswith("new token totals") for f in failures] == [True, True]
 
 
