@@ -17,7 +17,8 @@ property kind of ``KINDS`` in order (derived from the test matrix,
 properties.matrix; the mutant's expected killer first), a
 Hypothesis search over the strategies the pytest tests use (flavors
 restricted to the templates the mutant rewrites) runs until a property
-fails; Hypothesis shrinks the failing case within its own count limits. A
+fails; Hypothesis shrinks the failing case within its own count limits
+(and the cap). A
 kind is searched as a ci run tests it: one search per stratum of the
 mutant's flavors (``search_strata``), each drawing exactly the kind's
 example count (``planned_examples``: the profile's count for the kind times
@@ -26,44 +27,54 @@ counts, never time, decide how much is searched, so a verdict means the same
 on every machine and at every ``--jobs``. ``--budget-s`` is only a safety
 cap on a mutant's wall clock (searching and shrinking); the table says per
 kind how many examples were drawn of how many planned.
-Verdicts: ``killed`` (a PropertyFailure), ``error`` (the mutated kernel
-raised or crashed: killed by crash, listed apart), ``harness_error`` (an
-exception raised in the suite's own code: never a kill), ``survived`` (every
-searched kind drew its full count in every stratum and nothing failed),
-``incomplete`` (the cap stopped the search before the counts were drawn:
-neither killed nor survived, listed apart), ``stale`` (a rewrite does not
-match exactly once: never counted). Known findings (the file's,
-ground.findings) excuse exactly the failures they describe, as
-in a pytest run: a property whose failed checks are all excused returns an
+Verdicts (``VERDICTS``; docs/mutants.md says why each counts or not): a
+kill is ``killed`` (a PropertyFailure) or ``error`` (an exception the
+mutated kernels raised, or a CUDA error that left the context dead), each
+replayed on the pristine kernels before it counts (``pristine_fails`` when
+it fails there too: a failure of the suite, which makes the run invalid);
+``survived``: every search drew its planned count and nothing failed. No
+verdict, never counted: ``harness_error`` (raised by the suite's own code,
+a refusal, a worker that exited), ``infra`` (out of memory, a worker killed
+by a signal: retried once in a fresh process), ``compile_error`` (the
+rewritten source failed to load or compile before any launch), ``short`` (a
+search drew fewer examples than planned: its property rejected the rest),
+``incomplete`` (the cap stopped a search, or a worker outlived it),
+``stale`` (a rewrite does not match exactly once). Known findings (the
+file's, ground.findings) excuse exactly the failures they describe, as in a
+pytest run: a property whose failed checks are all excused returns an
 ``xfailed`` observation; any other failure of the same example kills. The
-control must survive everything (an incomplete control too makes the run
-invalid). Kill rate = (killed + error) / (mutants - stale - incomplete).
+control must survive everything, or the run is invalid (its rate is not
+given). Kill rate = (killed + error) / (killed + error + survived).
 A refusal (``ground.outcome.Unsupported``) is no verdict, never a kill: one
-of scope "case" rejects its example (not counted as drawn), any other stops
-the search unjudged (the worker records it as a harness error).
+of scope "case" rejects its example (not counted as drawn), any other
+stops the search unjudged (a harness error), unless a failure was found
+already (then it rejects the example shrinking tried).
 Writes mutants.json and mutants.md to --report-dir, and mutants.partial.json
-as each record is made: ``--resume`` keeps its records (a run of the same
-options the last call did not finish, e.g. cut by a time limit) and runs
-the rest.
-Exit: 0 every control survived, no mutant incomplete, no harness error and kill
-rate >= --goal; 1 otherwise (or --list finds a stale mutant); 2 bad
+as each record is made: ``--resume`` keeps its verdicts (a run of the same
+options, kernels, findings and suite revision the last call did not finish,
+e.g. cut by a time limit) and runs the rest.
+Exit: 0 every control survived, every mutant has a verdict or is stale, and
+kill rate >= --goal; 1 otherwise (or --list finds a stale mutant); 2 bad
 arguments, no CUDA GPU, or (sm90 selected) no Hopper GPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import itertools
 import json
 import math
 import os
 import queue as queue_mod
 import signal
+import subprocess
 import sys
 import time
 import traceback
+import unittest
 import zlib
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -134,6 +145,10 @@ class Kind:
     @property
     def params(self) -> dict:
         return self.family.params_for(self.fixed)
+
+    @property
+    def target(self) -> bool:  # the pytest test steers its search with hypothesis.target() (conformance.testgen)
+        return self.family.target
 
     @property  # last: the name shadows the builtin in the class body
     def property(self) -> str:
@@ -345,13 +360,18 @@ def search(
     """One Hypothesis search of ``kind`` (in ``stratum``: one (flavor, dtype),
     as one pytest test; None: over ``flavors``): ``planned_examples`` draws,
     unless a failure is seen (then Hypothesis shrinks it, within its own
-    count limits) or the clock passes ``until``, the safety cap (then the
-    search is ``cut``: it checks nothing more, and shrinking stops)."""
-    from hypothesis import given, seed, target
+    count limits and the cap: the failure found so far is kept) or the clock
+    passes ``until``, the safety cap (then the search is ``cut``: it checks
+    nothing more)."""
+    from hypothesis import given, reject, seed, target
     from hypothesis import strategies as st
+    from hypothesis.control import current_build_context
     from hypothesis.errors import UnsatisfiedAssumption
     from hypothesis.internal.conjecture import engine
 
+    from properties import recorder
+
+    recorder.set_test(None)  # a search starts as a test does: no failure of an earlier search turns its refusals into rejections
     state = _Search(planned=planned_examples(profile, kind, scale))
     if time.perf_counter() > until:  # past the cap: skip, do not draw a single example
         state.cut = True
@@ -372,6 +392,11 @@ def search(
         if state.first is None and time.perf_counter() > until:
             state.cut = True
             return
+        if state.first is not None and time.perf_counter() > until and not current_build_context().is_final:
+            # Past the cap with a failure found (shrinking it, or the generate phase's target optimiser
+            # ending its climb): nothing more is checked; Hypothesis' last replay of the failure still runs.
+            state.shrink_capped = True
+            reject()
         if state.first is None:
             state.examples += 1
         else:
@@ -382,31 +407,38 @@ def search(
             state.examples -= state.first is None
             state.shrinks -= state.first is not None
             raise
-        except Unsupported:  # a refusal (scope machine/adapter; "case" was rejected above): no verdict, not a kill
-            raise
+        except unittest.SkipTest:  # a refusal (Unsupported; scope "case" was rejected above): no verdict, not a kill
+            if state.first is None:
+                raise
+            state.shrinks -= 1
+            reject()  # while shrinking a failure found: the refused candidate is no example, the failure stands
         except Exception as failure:  # noqa: BLE001 - a crash of the mutated kernel is a verdict
             hit = (case, failure, time.perf_counter() - t0)
+            if state.first is None:
+                # Shrinking's time limit is read when shrinking starts, right after this example:
+                # what is left of the cap, so that shrinking ends at the cap with the failure found so far.
+                engine.MAX_SHRINKING_SECONDS = max(0.0, until - time.perf_counter())
             state.first, state.last = state.first or hit, hit
             raise
         if getattr(obs, "outcome", None) == "xfailed":
             state.excused += 1
-        for quantity, ratio in (getattr(obs, "ratios", None) or {}).items():
-            if isinstance(ratio, (int, float)) and math.isfinite(ratio):
-                target(float(ratio), label=f"error/bound {quantity}")
+        if kind.target:  # as the pytest test steers its search: the same draws
+            for quantity, ratio in (getattr(obs, "ratios", None) or {}).items():
+                if isinstance(ratio, (int, float)) and math.isfinite(ratio):
+                    target(float(ratio), label=f"error/bound {quantity}")
 
-    # Shrinking ends by Hypothesis' own count limits (MAX_SHRINKS, its stall counts); its
-    # time limit, read when shrinking starts, only keeps it within the mutant's cap.
-    was, engine.MAX_SHRINKING_SECONDS = engine.MAX_SHRINKING_SECONDS, max(0.0, until - time.perf_counter())
+    was = engine.MAX_SHRINKING_SECONDS
     try:
         probe()
-    except Unsupported:
-        raise
+    except unittest.SkipTest:
+        if state.first is None:
+            raise
     except Exception:  # noqa: BLE001 - recorded in state (Flaky and groups included)
         if state.first is None:
             raise
     finally:
         engine.MAX_SHRINKING_SECONDS = was
-    state.shrink_capped = state.first is not None and time.perf_counter() > until
+    state.shrink_capped |= state.first is not None and time.perf_counter() > until
     return state
 
 
@@ -419,6 +451,7 @@ def base_record(mutant: Mutant, examples_scale: float = 1.0) -> dict:
         "targets": list(mutant.targets),
         "expected_killer": mutant.expected_killer,
         "change": change_line(mutant),
+        "rewrites": mutant.digest,  # every rewrite in full: what --resume compares
         "why": mutant.why,
         "verdict": "survived",
         "killed_by": None,
@@ -462,11 +495,15 @@ def run_mutant(
     explicit: bool = False,
     check=check_property,
     adapter_factory=None,
+    fresh: Optional[dict] = None,
 ) -> dict:
     """Run one mutant through the property kinds (the expected killer first);
     returns its verdict record. Each kind draws its planned example count per
     stratum; ``budget_s`` only caps the mutant's wall clock (a search it cuts
-    makes the verdict ``incomplete``, unless a failure was found)."""
+    makes the verdict ``incomplete``, unless a failure was found first). A
+    kill is replayed on the pristine kernels (``pristine_failure``; ``fresh``:
+    the options of a fresh process for it, where a crash killed this one's
+    CUDA context)."""
     from kernels.source import StaleMutant
 
     t0 = time.perf_counter()
@@ -476,9 +513,27 @@ def run_mutant(
     except StaleMutant as e:
         return rec | {"verdict": "stale", "error": str(e), "wall_s": round(time.perf_counter() - t0, 1)}
     chosen = searched(mutant, kinds, explicit=explicit)
-    _search_kinds(rec, chosen, adapter, flavors_for(mutant), profile=profile, deadline=t0 + budget_s, t0=t0, check=check, scale=examples_scale)
+    confirm = confirmation(mutant, check, adapter_factory, fresh)
+    _search_kinds(rec, chosen, adapter, flavors_for(mutant), profile=profile, deadline=t0 + budget_s, t0=t0, check=check, scale=examples_scale, confirm=confirm)
     rec["wall_s"] = round(time.perf_counter() - t0, 1)
     return rec
+
+
+def confirmation(mutant: Mutant, check, adapter_factory=None, fresh: Optional[dict] = None):
+    """kind -> the kill confirmation ``unit_result`` takes for a unit of that
+    kind: its Cases replayed with the unwrapped ``check`` on the control's
+    adapter (made once, when a kill first needs it). None for a mutant of no
+    rewrites (a control): its kernels are the pristine ones."""
+    if not mutant.rewrites:
+        return None
+    made = []
+
+    def pristine():
+        made[:] = made or [adapter_for(CONTROLS[mutant.family], adapter_factory)]
+        return made[0]
+
+    fresh = None if fresh is None else fresh | {"family": mutant.family}
+    return lambda kind: lambda cases: pristine_failure(kind, cases, pristine, check, fresh)
 
 
 def search_units(chosen, flavors, profile: str) -> List[Tuple[Kind, Optional[Tuple[str, str]]]]:
@@ -490,9 +545,12 @@ def search_units(chosen, flavors, profile: str) -> List[Tuple[Kind, Optional[Tup
     return [(kind, stratum) for kind in chosen for stratum in profile_strata(kind, flavors, profile)]
 
 
-def unit_result(s: _Search, seconds: float) -> dict:
+def unit_result(s: _Search, seconds: float, confirm=None) -> dict:
     """One unit's search as plain data (it crosses processes): its counts and,
-    if it failed, the record fields of its failure."""
+    if it failed, the record fields of its failure (its verdict:
+    ``failure_verdict``). ``confirm(cases)``: a kill's Cases replayed on the
+    pristine kernels (``pristine_failure``); where one fails there too the
+    verdict is ``pristine_fails`` (the kill is not the mutant's)."""
     res = {
         "examples": s.examples,
         "planned": s.planned,
@@ -507,18 +565,24 @@ def unit_result(s: _Search, seconds: float) -> dict:
         from ground.outcome import PropertyFailure
 
         case, failure, _ = s.last
-        killed = isinstance(failure, PropertyFailure)
+        verdict = failure_verdict(failure)
+        judged = isinstance(failure, PropertyFailure)
         failing = getattr(failure, "case", None)
         res["failure"] = dict(
-            verdict="killed" if killed else crash_or_harness(failure),
-            summary=failure.summary if killed else f"{type(failure).__name__}: {str(failure)[:300]}",
+            verdict=verdict,
+            summary=failure.summary if judged else f"{type(failure).__name__}: {str(failure)[:300]}",
             first_failure_s=round(s.first[2], 1),
             case=case.to_dict(),
             case_size=case_size(case),
             case_text=case.describe(),
             first_case=s.first[0].to_dict(),
-            failure_case=failing.to_dict() if killed and failing != case else None,
+            failure_case=failing.to_dict() if judged and failing != case else None,
         )
+        if verdict in KILLS and confirm is not None:
+            pristine = confirm(list(dict.fromkeys((case, s.first[0]))))
+            if pristine is not None:
+                unknown = pristine.get("unknown")
+                res["failure"].update(verdict="harness_error" if unknown else "pristine_fails", pristine=pristine, mutant_verdict=verdict)
     return res
 
 
@@ -530,16 +594,25 @@ def first_failing(results: dict, events: Optional[dict] = None) -> Optional[int]
     return min(failed) if failed else None
 
 
+def short(r: dict) -> bool:
+    """A unit searched to its end that drew fewer examples than planned (its
+    property rejected the rest): the same on every machine, but not a full search."""
+    return not r["failure"] and not r["cut"] and r["examples"] < r["planned"]
+
+
 def merge_units(rec: dict, units, results: dict, *, profile: str, scale: float = 1.0) -> None:
     """Fill ``rec`` (its ``kinds``, ``complete`` and verdict) from the units'
     results (index -> ``unit_result``), as one process searching them in
-    order would: every unit up to the first failing one, each kind's strata
-    summed, the first failure (by search order) the verdict; units after it
-    are not counted (one process would not have searched them)."""
-    stop = first_failing(results)
+    order would: every unit up to the first that failed or that the cap cut,
+    each kind's strata summed; a failure there is the verdict, a cut unit
+    makes it ``incomplete`` (a later unit's failure is not counted: one
+    process past its cap would not have searched it, a faster one might have
+    killed earlier); else ``short`` where a unit drew fewer examples than
+    planned, ``survived`` where every unit drew its count."""
+    end = min([i for i, r in results.items() if r.get("failure") or r["cut"]], default=None)
     for kind in dict.fromkeys(k for k, _ in units):
         mine = [i for i, (k, _) in enumerate(units) if k is kind]
-        done = [results[i] for i in mine if stop is None or i <= stop]
+        done = [results[i] for i in mine if end is None or i <= end]
         if not done:
             break
         cut = any(r["cut"] for r in done)
@@ -552,51 +625,222 @@ def merge_units(rec: dict, units, results: dict, *, profile: str, scale: float =
                 "shrinks": sum(r["shrinks"] for r in done),
                 "excused": sum(r["excused"] for r in done),
                 "cut": cut,
+                "short": any(short(r) for r in done),
                 "strata": len(mine),
                 "seconds": round(sum(r["seconds"] for r in done), 1),
                 "failed": failure is not None,
             }
         )
-        rec["complete"] &= not cut
+        rec["complete"] &= not cut and not any(short(r) for r in done)
         if failure is not None:
-            rec.update(failure, killed_by=kind.name, property=kind.property, params=kind.params, shrink_capped=results[stop]["shrink_capped"])
+            rec.update(failure, killed_by=kind.name, property=kind.property, params=kind.params, shrink_capped=results[end]["shrink_capped"])
+            return
+        if cut:
+            rec["verdict"] = "incomplete"
             return
     if not rec["complete"]:
-        rec["verdict"] = "incomplete"
+        rec["verdict"] = "short"
 
 
-def _search_kinds(rec: dict, chosen, adapter, flavors, *, profile, deadline, t0, check, scale: float = 1.0) -> None:
+def _search_kinds(rec: dict, chosen, adapter, flavors, *, profile, deadline, t0, check, scale: float = 1.0, confirm=None) -> None:
     """Search each kind in order, every stratum its planned count, until one
     fails or the clock passes ``deadline`` (the cap: the kinds and strata
-    left are recorded as cut, with nothing drawn). Fills ``rec`` with the
-    verdict: the failure's, else ``survived`` when nothing was cut, else
-    ``incomplete``."""
+    left are recorded as cut, with nothing drawn). A unit whose failure is
+    ``infra`` (out of memory) is searched once more. Fills ``rec`` with the
+    verdict (``merge_units``). ``confirm(kind)``: the kill confirmation of
+    ``unit_result`` for a unit of ``kind``."""
     units, results = search_units(chosen, flavors, profile), {}
     for i, (kind, stratum) in enumerate(units):
-        now = time.perf_counter()
-        one = search(kind, adapter, flavors, profile=profile, until=deadline, t0=t0, check=check, stratum=stratum, scale=scale)
-        results[i] = unit_result(one, time.perf_counter() - now)
+        for _ in range(2):
+            now = time.perf_counter()
+            one = search(kind, adapter, flavors, profile=profile, until=deadline, t0=t0, check=check, stratum=stratum, scale=scale)
+            results[i] = unit_result(one, time.perf_counter() - now, confirm and confirm(kind))
+            if (results[i]["failure"] or {}).get("verdict") != "infra":
+                break
         if one.first is not None:
             break
     merge_units(rec, units, results, profile=profile, scale=scale)
 
 
-def crash_or_harness(exc: BaseException) -> str:
-    """``error`` (the mutated kernel crashed: a CUDA error, or an exception
-    raised inside the kernel's own code) or ``harness_error`` (raised by the
-    suite's code: a bug of the harness, which must not count as a kill)."""
-    from properties.watchdog import SUITE_PACKAGES, looks_like_cuda_error
+# ------------------------------------------------------------------ verdicts of one failure
+# The verdicts a kill counts (the rate's numerator), and the ones counted at all (its denominator);
+# every other verdict is none: listed, never counted (docs/mutants.md: why each).
+KILLS = ("killed", "error")
+COUNTED = KILLS + ("survived",)
+NON_VERDICTS = ("pristine_fails", "compile_error", "infra", "harness_error", "short", "incomplete", "stale")
+VERDICTS = COUNTED + NON_VERDICTS
+REWRITTEN = "sdpa-rewrites-"  # kernels.source writes a mutant's rewritten files to a temp directory of this prefix
+# Where the kernels load or compile their sources before any launch (file, function; None:
+# any): an exception raised below one of these frames is the source's compile error.
+COMPILE_STAGES = (
+    ("cudnn/frost/template_loader.py", "load_template"),  # executes a template's (rewritten) source
+    ("cudnn/frost/compiled_cache.py", "compile_cached"),  # every DSL compile of the SM80 and sm90 hosts
+    ("cutlass/base_dsl/compiler.py", None),  # cute.compile, the DSL's compiler
+    ("kernels/source.py", "host_module"),  # a rewritten host module's body
+    ("kernels/source.py", "_package_module"),  # a rewritten backward or sm90 module's body
+)
 
-    frames = traceback.extract_tb(exc.__traceback__)
-    if looks_like_cuda_error(exc) or not frames:
+
+def _rewritten(filename: str) -> bool:
+    return any(part.startswith(REWRITTEN) for part in Path(filename).parts)
+
+
+def raised_by_kernels(exc: BaseException) -> bool:
+    """``properties.watchdog.raised_by_kernels``, with the mutant's rewritten
+    files (loaded from a temp directory, outside the cudnn package) counted
+    as the kernels', and a SyntaxError as raised where its source is."""
+    from properties.watchdog import SUITE_PACKAGES
+    from properties.watchdog import raised_by_kernels as in_cudnn
+
+    if in_cudnn(exc):
+        return True
+    if isinstance(exc, SyntaxError) and _rewritten(exc.filename or ""):
+        return True
+    files = [str(Path(f.filename).resolve()) for f in traceback.extract_tb(exc.__traceback__)]
+    last_own = max((i for i, f in enumerate(files) if f.startswith(SUITE_PACKAGES)), default=-1)
+    return any(_rewritten(f) for f in files[last_own + 1 :])
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """The device or the host ran out of memory (torch.OutOfMemoryError, "CUDA error: out of memory", MemoryError)."""
+    text = f"{type(exc).__name__}: {exc}".lower()
+    return isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError" or "out of memory" in text
+
+
+def compiling(exc: BaseException) -> bool:
+    """``exc`` was raised while the kernels loaded or compiled their sources (``COMPILE_STAGES``), before any launch."""
+    if isinstance(exc, SyntaxError):
+        return True
+    for frame in traceback.extract_tb(exc.__traceback__):
+        name = Path(frame.filename).as_posix()
+        if any(name.endswith("/" + where) and fn in (None, frame.name) for where, fn in COMPILE_STAGES):
+            return True
+    return False
+
+
+def crash_or_harness(exc: BaseException) -> str:
+    """The verdict of an exception a property raised (not a PropertyFailure):
+    ``infra`` (out of memory: the machine, not the mutant), ``compile_error``
+    (raised by the kernels while loading or compiling the rewritten source),
+    ``error`` (raised by the kernels' own code, or a CUDA error after which
+    this process' context is dead: a crash of the mutated kernel), else
+    ``harness_error`` (the suite's code, or a library it called: never a kill;
+    a message that merely names a CUDA error included)."""
+    from properties.watchdog import context_lost, looks_like_cuda_error
+
+    if out_of_memory(exc):
+        return "infra"
+    if raised_by_kernels(exc):
+        return "compile_error" if compiling(exc) else "error"
+    if looks_like_cuda_error(exc) and context_lost(exc) is not None:
         return "error"
-    # raised in one of the suite's own frames (not a CUDA error surfacing there): a bug of the suite
-    return "harness_error" if str(Path(frames[-1].filename).resolve()).startswith(SUITE_PACKAGES) else "error"
+    return "harness_error"
+
+
+def failure_verdict(failure: BaseException) -> str:
+    """The verdict of a failing example: a PropertyFailure kills, but the
+    launch check's (the kernels raised on a valid Case: properties.common.accepted)
+    is judged by what they raised (``crash_or_harness``: out of memory and a
+    compile error are no kill); any other exception by ``crash_or_harness``."""
+    from ground.outcome import PropertyFailure
+
+    if not isinstance(failure, PropertyFailure):
+        return crash_or_harness(failure)
+    cause = failure.__cause__ if getattr(failure, "check", None) == "launch" else None
+    if cause is not None and out_of_memory(cause):
+        return "infra"
+    if cause is not None and raised_by_kernels(cause) and compiling(cause):
+        return "compile_error"
+    return "killed"
+
+
+# ---------------------------------------------------------- the pristine replay of a kill
+REPLAY_S = 900.0  # a fresh process' replay of a kill's Cases: start-up, compiles, two examples (the large tier's too)
+
+
+def pristine_failure(kind: Kind, cases: Sequence[Case], pristine, check, fresh: Optional[dict] = None) -> Optional[dict]:
+    """Replay a kill's ``cases`` (the shrunk one and the first) with ``check``
+    on the pristine kernels (``pristine()``: the control's adapter): None when
+    none fails there (rejected or refused: no failure), else the first that
+    does, as record fields. In this process while its CUDA context works,
+    else (a crash killed it) in a fresh one made from ``fresh`` (a worker's
+    options); ``{"unknown": why}`` when no replay could run."""
+    from properties.watchdog import probe
+
+    if probe() is None:
+        return _replay(kind, cases, pristine(), check)
+    if fresh is None:
+        return {"unknown": "the CUDA context is dead and no fresh process was asked for"}
+    return _replay_fresh(kind, cases, fresh)
+
+
+def _replay(kind: Kind, cases: Sequence[Case], adapter, check) -> Optional[dict]:
+    """Each Case as one explicit Hypothesis example (a property may reject it, as in its search)."""
+    from hypothesis import HealthCheck, Phase, example, given, settings
+    from hypothesis import strategies as st
+
+    for case in cases:
+
+        @settings(database=None, deadline=None, phases=[Phase.explicit], suppress_health_check=list(HealthCheck), report_multiple_bugs=False)
+        @example(c=case)
+        @given(c=st.just(case))
+        def replay(c):
+            check(kind, c, adapter)
+
+        try:
+            replay()
+        except unittest.SkipTest:  # refused on the pristine kernels: no failure there
+            continue
+        except Exception as e:  # noqa: BLE001 - any failure on the pristine kernels: the kill is not the mutant's
+            return {"case": case.to_dict(), "case_text": case.describe(), "failure": f"{type(e).__name__}: {str(e).strip()[:300]}"}
+    return None
+
+
+def _replay_fresh(kind: Kind, cases: Sequence[Case], opts: dict) -> Optional[dict]:
+    """``_replay`` in a fresh Python process (a worker, a daemon, may not start a multiprocessing child)."""
+    import base64
+    import pickle
+
+    keep = {k: opts.get(k) for k in ("kernels_source", "findings", "adapter_factory", "check", "family")}
+    job = base64.b64encode(pickle.dumps((kind.name, [c.to_dict() for c in cases], keep)))
+    code = "import sys; from conformance.kill_rate import _replay_main; _replay_main(sys.stdin.read())"
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    try:
+        done = subprocess.run([sys.executable, "-c", code], input=job.decode(), capture_output=True, text=True, timeout=REPLAY_S, env=env)
+        return json.loads(done.stdout.strip().splitlines()[-1])["pristine"]
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError, KeyError) as e:
+        return {"unknown": f"the fresh process' replay gave no answer ({type(e).__name__}: {e})"}
+
+
+def _replay_main(job: str) -> None:
+    """The fresh process of ``_replay_fresh``: prints {"pristine": ...} as its last line."""
+    import base64
+    import pickle
+
+    name, cases, opts = pickle.loads(base64.b64decode(job))
+    _setup(opts)
+    kind = next(k for k in KINDS if k.name == name)
+    pristine = adapter_for(CONTROLS[opts.get("family") or DEFAULT_FAMILY], opts.get("adapter_factory"))
+    result = _replay(kind, [Case.from_dict(c) for c in cases], pristine, opts.get("check") or check_property)
+    print(json.dumps({"pristine": result}))
 
 
 # ------------------------------------------------------------- processes
 def run_share(
-    mutant: Mutant, units, take, report, stop, *, adapter, profile: str, budget_s: float, scale: float, t0: float, check=check_property, large=None
+    mutant: Mutant,
+    units,
+    take,
+    report,
+    stop,
+    *,
+    adapter,
+    profile: str,
+    budget_s: float,
+    scale: float,
+    t0: float,
+    check=check_property,
+    large=None,
+    confirm=None,
 ) -> None:
     """One process's share of a mutant's units (``search_units``): ``take()``
     gives the next unit's index (None: no more), each searched exactly as one
@@ -606,12 +850,14 @@ def run_share(
     to have failed, over every share of the mutant; a unit after it is not
     needed for the verdict, so it is skipped, or abandoned mid-search (its
     check no longer launches; its result says ``abandoned``). Only a failure
-    lowers it, so no unit before the first failure is ever skipped (two shares
+    lowers it (not an ``infra`` one: the parent searches that unit again
+    first), so no unit before the first failure is ever skipped (two shares
     lowering it at once may leave the larger of their indices: that only skips
     less). The cap: ``budget_s`` from this share's start, as a single
-    process's from its own. ``large``: a lock the mutant's shares hold while
-    searching a large-tier kind (gigabytes per example), so that they search
-    them one at a time, as one process does."""
+    process's from its own. ``large``: a lock every share of every mutant
+    holds while searching a large-tier kind (8-17 GB per example), so that
+    they search them one at a time; waiting for it spends the cap.
+    ``confirm``: the kill confirmation (``confirmation``)."""
     deadline, flavors = time.perf_counter() + budget_s, flavors_for(mutant)
     while (i := take()) is not None:
         if stop.value < i:
@@ -623,12 +869,42 @@ def run_share(
             return None if stop.value < i else check(kind, case, adapter)
 
         now = time.perf_counter()
-        with large if large is not None and kind.examples == LARGE_BUDGET else nullcontext():
+        with _holding(large if kind.examples == LARGE_BUDGET else None, deadline):  # a kill's pristine replay too
             one = search(kind, adapter, flavors, profile=profile, until=deadline, t0=t0, check=gated, stratum=stratum, scale=scale)
-        res = unit_result(one, time.perf_counter() - now) | {"abandoned": stop.value < i}
-        if res["failure"] and not res["abandoned"]:
+            res = unit_result(one, time.perf_counter() - now, confirm and confirm(kind)) | {"abandoned": stop.value < i}
+        if res["failure"] and res["failure"]["verdict"] != "infra" and not res["abandoned"]:
             stop.value = min(stop.value, i)
         report("unit", i, res)
+
+
+def _taking(queues):
+    """``take()`` over ``queues`` in turn: each until its None (the next unit index; None: no more)."""
+    left = list(queues)
+
+    def take():
+        while left:
+            task = left[0].get()
+            if task is not None:
+                return task
+            left.pop(0)
+        return None
+
+    return take
+
+
+@contextmanager
+def _holding(lock, deadline: float):
+    """``lock`` held (None: nothing to hold), waited for until ``deadline`` at
+    most (a search that starts past it is cut without drawing)."""
+    if lock is None:
+        yield
+        return
+    held = lock.acquire(timeout=max(0.0, deadline - time.perf_counter()))
+    try:
+        yield
+    finally:
+        if held:
+            lock.release()
 
 
 def _setup(opts: dict) -> None:
@@ -638,7 +914,7 @@ def _setup(opts: dict) -> None:
     use_kernels_source(opts.get("kernels_source"))
     import torch
 
-    torch.set_num_threads(opts.get("threads", 1))
+    torch.set_num_threads(opts.get("threads") or 1)
     if opts.get("findings"):
         from ground import findings
         from properties import CHECKS
@@ -648,8 +924,9 @@ def _setup(opts: dict) -> None:
 
 def _worker(mutant: Mutant, specs, opts: dict, share: int, shares: int, tasks, out, stop, large, born: float) -> None:
     """Process entry: one share of a mutant (``specs``: its units as (kind
-    name, stratum)), output to its log, messages to ``out``: ("start" | "unit"
-    | "stale" | "harness" | "done", mutant, share, unit index, payload)."""
+    name, stratum); ``tasks``: queues of unit indices, each taken from until
+    its None, in turn), output to its log, messages to ``out``: ("start" |
+    "unit" | "stale" | "harness" | "done", mutant, share, unit index, payload)."""
     log = Path(opts["log_dir"]) / (f"{mutant.name}.log" if shares == 1 else f"{mutant.name}.{share}.log")
     with open(log, "w") as f:
         os.dup2(f.fileno(), 1)
@@ -672,10 +949,11 @@ def _worker(mutant: Mutant, specs, opts: dict, share: int, shares: int, tasks, o
         except StaleMutant as e:
             out.put(("stale", mutant.name, share, None, str(e)))
             return
+        check = opts.get("check") or check_property
         run_share(
             mutant,
             units,
-            tasks.get,
+            _taking(tasks),
             report,
             stop,
             adapter=adapter,
@@ -683,12 +961,13 @@ def _worker(mutant: Mutant, specs, opts: dict, share: int, shares: int, tasks, o
             budget_s=opts["budget_s"],
             scale=opts.get("examples_scale", 1.0),
             t0=t0,
-            check=opts.get("check") or check_property,
+            check=check,
             large=large,
+            confirm=confirmation(mutant, check, opts.get("adapter_factory"), opts),
         )
     except BaseException as e:  # noqa: BLE001 - outside any property call (or a refusal): the harness, not the mutant
         traceback.print_exc()
-        out.put(("harness", mutant.name, share, current[0], f"{type(e).__name__}: {e}"))
+        out.put(("harness", mutant.name, share, current[0], ("infra" if out_of_memory(e) else "harness_error", f"{type(e).__name__}: {e}")))
         return
     out.put(("done", mutant.name, share, None, None))
 
@@ -725,12 +1004,13 @@ def _work(units, opts: dict) -> float:
     return sum(planned_examples(opts["profile"], k, opts.get("examples_scale", 1.0)) * weight_of(k.property) for k, _ in units)
 
 
-# The catalogue fields of a record (base_record) that a mutant with no search result keeps.
-CATALOGUE_FIELDS = ("name", "bug_class", "family", "targets", "expected_killer", "why", "kinds")
+# The catalogue fields of a record (base_record) that a mutant with no search result keeps
+# (its change and rewrites too: --resume compares them).
+CATALOGUE_FIELDS = ("name", "bug_class", "family", "targets", "expected_killer", "change", "rewrites", "why", "kinds")
 
 
 def _fallback(m: Mutant, verdict: str, error: str) -> dict:
-    """The record of a mutant whose process died, hung or failed in the harness."""
+    """The record of a mutant whose process died, outlived the cap or failed in the harness."""
     base = base_record(m)
     return {k: base[k] for k in CATALOGUE_FIELDS} | {"verdict": verdict, "error": error}
 
@@ -750,8 +1030,10 @@ class _Running:
     events: dict = field(default_factory=dict)  # unit (-1: before any) -> (verdict, error): a share died or raised
     stale: Optional[str] = None
     tasks: object = None  # the mutant's queue of unit indices, then one None per share
-    large: object = None  # the lock its shares hold while searching a large-tier kind
+    large: object = None  # the lock its shares hold while searching a large-tier kind (one for every mutant)
     queued: list = field(default_factory=list)  # the unit indices put in its queue, in search order
+    retried: set = field(default_factory=set)  # units searched again in a fresh process after an infra failure
+    own: list = field(default_factory=list)  # those processes' own queues: held here (a process keeps no reference once started)
 
     def ended(self, share: int, unit: Optional[int], verdict: str, error: str) -> None:
         """A share ended without its result (it raised in the harness, died or
@@ -820,19 +1102,52 @@ def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print, on
     result)`` with each unit's result; ``done_units`` (name -> unit index ->
     result, of an earlier call): units not searched again, their results
     merged as if searched here (a mutant whose needed units are all done
-    starts no process). A share past the cap
-    (--budget-s: searching and shrinking) + GRACE_S is killed (verdict
-    error: a hang); a share that dies ends its mutant's verdict there (the
-    first failure in search order still wins)."""
+    starts no process). The machine's faults are no verdict: a unit whose
+    search ran out of memory, or whose share was killed by a signal (the
+    host's OOM killer), is searched once more in a fresh process (its cap:
+    what is left of the mutant's), and ``infra`` if that fails the same way.
+    A share still alive past the cap (--budget-s: searching and shrinking) +
+    GRACE_S is killed: ``incomplete`` (no watchdog tells a hung launch from a
+    slow search). A share that exits without a result is a ``harness_error``.
+    Either ends the mutant's verdict at its unit (the first failure in search
+    order still wins)."""
     import multiprocessing as mp
 
     from conformance.kill_rate import _worker  # by its module name even when run as __main__
 
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
+    large = ctx.Lock()  # one for every mutant: a large-tier example holds 8-17 GB of the device
     units, plan = share_plan(mutants, opts, jobs)
     pending, running, records = list(mutants), {}, {}
     limit = opts["budget_s"] + GRACE_S
+
+    def left_s(run: _Running) -> float:
+        return opts["budget_s"] - (time.time() - run.born)
+
+    def retry(run: _Running, i: Optional[int], replace: bool) -> bool:
+        """Unit ``i`` (None: the share's start) searched once more, by a fresh
+        share that takes it first, then (``replace``: in place of a share that
+        died) the mutant's queue as that share would have; False where it
+        cannot be (searched again already, or past the cap)."""
+        key = -1 if i is None else i
+        if key in run.retried or left_s(run) <= 0:
+            return False
+        run.retried.add(key)
+        first = ctx.Queue()
+        run.own.append(first)
+        for task in ([] if i is None else [i]) + [None]:
+            first.put(task)
+        spawn(run, len(run.procs), len(run.procs) + 1, left_s(run), [first] + [run.tasks] * replace)
+        return True
+
+    def lost(run: _Running, share: int, i: Optional[int], verdict: str, why: str) -> None:
+        """A share ended without a result for unit ``i``: an infra fault is searched again, once."""
+        run.current.pop(share, None)
+        if verdict == "infra" and retry(run, i, replace=True):
+            run.finished.add(share)
+            return
+        run.ended(share, i, verdict, why)
 
     def handle(msg) -> None:
         what, name, share, i, payload = msg
@@ -843,15 +1158,21 @@ def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print, on
             run.current[share] = i
         elif what == "unit":
             run.current[share] = None
-            if not payload["abandoned"]:
-                run.results[i] = payload
-                if on_unit is not None:
-                    on_unit(name, i, payload)
+            if payload["abandoned"]:
+                return
+            infra = (payload["failure"] or {}).get("verdict") == "infra"
+            if infra and retry(run, i, replace=False):
+                return
+            run.results[i] = payload
+            if infra:  # its share did not lower it: the verdict stops here
+                run.stop.value = min(run.stop.value, i)
+            if on_unit is not None:
+                on_unit(name, i, payload)
         elif what == "stale":
             run.stale = payload
             run.finished.add(share)
         elif what == "harness":
-            run.ended(share, i, "harness_error", payload)
+            lost(run, share, i, *payload)
         elif what == "done":
             run.finished.add(share)
 
@@ -862,11 +1183,11 @@ def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print, on
         except queue_mod.Empty:
             pass
 
-    def spawn(run: _Running, share: int, shares: int, budget_s: float) -> None:
+    def spawn(run: _Running, share: int, shares: int, budget_s: float, tasks=None) -> None:
         specs = [(k.name, st) for k, st in run.units]
         p = ctx.Process(
             target=_worker,
-            args=(run.mutant, specs, opts | {"budget_s": budget_s}, share, shares, run.tasks, out, run.stop, run.large, run.born),
+            args=(run.mutant, specs, opts | {"budget_s": budget_s}, share, shares, tasks or [run.tasks], out, run.stop, run.large, run.born),
             name=f"mutant-{run.mutant.name}-{share}",
             daemon=True,
         )
@@ -882,7 +1203,7 @@ def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print, on
             run.results.update(saved)
             run.queued = [i for i in range(len(run.units)) if i < stop and i not in saved]
             n = min(plan[m.name], len(run.queued))
-            run.tasks, run.large = ctx.Queue(), ctx.Lock()
+            run.tasks, run.large = ctx.Queue(), large
             for i in run.queued + [None] * n:
                 run.tasks.put(i)
             for share in range(n):
@@ -891,27 +1212,31 @@ def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print, on
             idle = jobs - sum(len(r.procs) - len(r.finished) for r in running.values())
             while idle > 0 and (run := late_share_for(running.values(), opts)) is not None:
                 run.tasks.put(None)  # the queue's units come first: the new share takes the next unit, then its own end
-                spawn(run, len(run.procs), len(run.procs) + 1, opts["budget_s"] - (time.time() - run.born))
+                spawn(run, len(run.procs), len(run.procs) + 1, left_s(run))
                 idle -= 1
         try:
             handle(out.get(timeout=1.0))
         except queue_mod.Empty:
             pass
         for name, run in list(running.items()):
-            for share, p in run.procs.items():
+            for share, p in list(run.procs.items()):
                 if share in run.finished or (p.is_alive() and time.time() - run.born <= limit):
                     continue
-                if p.is_alive():
+                overdue = p.is_alive()
+                if overdue:
                     p.kill()
-                    why = f"worker killed after {limit:.0f} s (hung?)"
-                else:
-                    why = f"worker exited with code {p.exitcode} without a verdict"
                 p.join(timeout=5)
                 time.sleep(0.2)
                 drain()  # a message may have landed just before it exited
-                if share not in run.finished:
-                    # A signal (a crash in the kernel) or a hang is the mutant's; a Python exit is the harness'.
-                    run.ended(share, run.current.get(share), "harness_error" if (p.exitcode or 0) > 0 else "error", why)
+                if share in run.finished:
+                    continue
+                unit = run.current.get(share)
+                if overdue:
+                    lost(run, share, unit, "incomplete", f"worker killed {limit:.0f} s after the mutant's start: past the cap (--budget-s) + {GRACE_S} s")
+                elif (p.exitcode or 0) < 0:  # a signal: the host's OOM killer, a machine's fault; never the mutant's by itself
+                    lost(run, share, unit, "infra", f"worker killed by signal {-p.exitcode} ({_signal_name(-p.exitcode)}) without a verdict")
+                else:
+                    lost(run, share, unit, "harness_error", f"worker exited with code {p.exitcode} without a verdict")
             if len(run.finished) == len(run.procs):
                 for p in run.procs.values():
                     p.join(timeout=5)
@@ -923,50 +1248,85 @@ def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print, on
     return [records[m.name] for m in mutants]
 
 
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return "?"
+
+
 def drew(rec: dict) -> str:
     """What each searched kind drew: ``kind drawn/planned`` (``cut``: the
-    cap stopped it), joined by commas; ``-`` when none was searched."""
-    return ", ".join(f"{k['name']} {k['examples']}/{k.get('planned', '?')}" + (" cut" if k.get("cut") else "") for k in rec.get("kinds") or ()) or "-"
+    cap stopped it; ``short``: a stratum drew fewer than planned), joined by
+    commas; ``-`` when none was searched."""
+    return (
+        ", ".join(
+            f"{k['name']} {k['examples']}/{k.get('planned', '?')}" + (" cut" if k.get("cut") else "") + (" short" if k.get("short") else "")
+            for k in rec.get("kinds") or ()
+        )
+        or "-"
+    )
+
+
+# Why a record holds no verdict, where its own error says nothing.
+NO_VERDICT_WHY = {
+    "incomplete": "the cap (--budget-s) stopped the search before its example counts",
+    "short": "a search drew fewer examples than planned: its property rejected the rest",
+}
 
 
 def _progress_line(rec: dict, done: int, total: int) -> str:
     how = f" by {rec['killed_by']} after {rec['first_failure_s']} s" if rec.get("killed_by") else ""
     # An error's message tells a crash of the kernel from a bug of the harness.
-    text = rec.get("error") or rec.get("summary")
-    why = "the cap (--budget-s) stopped the search before its example counts" if rec["verdict"] == "incomplete" else text
-    why = f" ({why})" if why and rec["verdict"] != "killed" else ""
+    text = rec.get("error") or NO_VERDICT_WHY.get(rec["verdict"]) or rec.get("summary")
+    if rec["verdict"] == "pristine_fails":
+        text = f"fails on the pristine kernels too: {pristine_text(rec)}"
+    why = f" ({text})" if text and rec["verdict"] != "killed" else ""
     kinds = f" [drew {drew(rec)}]" if rec.get("kinds") else ""
     return f"[{done}/{total}] {rec['verdict']:<9} {rec['name']}{how}{why}{kinds}"
 
 
+def pristine_text(rec: dict) -> str:
+    p = rec.get("pristine") or {}
+    return f"{p.get('case_text', '?')}: {p.get('failure', '?')}"
+
+
 # ---------------------------------------------------------------- verdicts
-VERDICTS = ("killed", "error", "survived", "incomplete", "stale", "harness_error")
-
-
 def tally(mutant_records: Sequence[dict]) -> dict:
-    """Counts and the kill rate: (killed + error) / (total - stale - incomplete)."""
+    """Counts and the kill rate: (killed + error) / (killed + error + survived);
+    every other verdict (``NON_VERDICTS``) is excluded, counted apart."""
     n = {v: sum(r["verdict"] == v for r in mutant_records) for v in VERDICTS}
-    counted = len(mutant_records) - n["stale"] - n["incomplete"]
-    rate = (n["killed"] + n["error"]) / counted if counted else None
-    return {**n, "total": len(mutant_records), "counted": counted, "kill_rate": rate}
+    counted = sum(n[v] for v in COUNTED)
+    rate = sum(n[v] for v in KILLS) / counted if counted else None
+    return {**n, "total": len(mutant_records), "counted": counted, "excluded": len(mutant_records) - counted, "kill_rate": rate}
+
+
+def invalidated(t: dict) -> dict:
+    """A tally of an invalid run: its counts, no rate (it would measure the suite's failure)."""
+    return t | {"kill_rate": None, "invalid": True}
 
 
 def control_problem(control: Optional[dict]) -> Optional[str]:
     """Why the run is invalid because of the control (None: it survived)."""
-    if control is None:
+    if control is None or control["verdict"] == "survived":
         return None
-    if control["verdict"] == "survived":
-        return None
-    if control["verdict"] == "incomplete":
+    verdict, error = control["verdict"], control.get("error")
+    if verdict == "incomplete":
         return (
-            f"the control's search was stopped by the cap (--budget-s) before its example counts ({drew(control)}): "
+            f"the control's search was stopped by the cap (--budget-s) before its example counts ({error or drew(control)}): "
             "raise --budget-s (or lower --examples-scale), the control must fully survive"
         )
-    if control["verdict"] == "harness_error":
-        return f"the control's worker failed in the harness ({control.get('error')}), so mutant verdicts mean nothing"
-    what = f"failed {control.get('killed_by')}" if control.get("killed_by") else control["verdict"]
+    if verdict == "short":
+        return (
+            f"the control's search drew fewer examples than planned ({drew(control)}): a property rejects most of its draws, the control must draw its counts"
+        )
+    if verdict == "harness_error":
+        return f"the control's worker failed in the harness ({error or control.get('summary')}), so mutant verdicts mean nothing"
+    if verdict == "infra":
+        return f"the control's search met a fault of the machine ({error or control.get('summary')}): run it again (fewer --jobs)"
+    what = f"failed {control.get('killed_by')}" if control.get("killed_by") else verdict
     case = f" on {control.get('case_text')}" if control.get("case_text") else ""
-    detail = control.get("summary") or control.get("error") or ""
+    detail = control.get("summary") or error or ""
     return f"the control (no rewrites) {what}{case}: {detail} -- the suite is not green on the installed kernels (fix it or add a known finding), so mutant verdicts mean nothing"
 
 
@@ -980,24 +1340,40 @@ def controls_problem(controls) -> Optional[str]:
     return "; ".join(bad) or None
 
 
+def run_problem(controls, mutants: Sequence[dict] = ()) -> Optional[str]:
+    """Why the run is invalid (None: it is not): a control that did not
+    survive, or a mutant's kill that fails on the pristine kernels too (a
+    failure of the suite, named with its Case)."""
+    bad = [controls_problem(controls)] + [
+        f"{r['name']}: its kill ({r.get('killed_by')}) fails on the pristine kernels too, on {pristine_text(r)} -- "
+        "a failure of the suite, not the mutant's (fix it or add a known finding)"
+        for r in mutants
+        if r["verdict"] == "pristine_fails"
+    ]
+    return "; ".join(p for p in bad if p) or None
+
+
 def exit_code(t: dict, control, goal: float) -> int:
     """``control``: the control's record, or the list of the families' controls."""
-    # An incomplete mutant fails the run: on a faster machine it might have been killed or survived.
+    # A mutant with no verdict (stale aside: a catalogue entry to fix, never run) fails the run: on
+    # another machine, or with the suite's bug fixed, it might have been killed or survived.
     # No mutant run (--only control): the goal has nothing to measure.
     rate_ok = t["total"] == 0 or (t["kill_rate"] is not None and t["kill_rate"] >= goal)
-    ok = controls_problem(control) is None and not t["harness_error"] and not t["incomplete"] and rate_ok
+    ok = controls_problem(control) is None and not any(t[v] for v in NON_VERDICTS if v != "stale") and rate_ok
     return 0 if ok else 1
 
 
 def kill_rate_line(t: dict, goal: float) -> str:
+    """The rate, its formula with the counts, and every excluded verdict's count."""
     if t["total"] == 0:
         return "kill rate: n/a (no mutant run: the control alone)"
+    excluded = "excluded (no verdict): " + ", ".join(f"{t.get(v, 0)} {v}" for v in NON_VERDICTS)
+    if t.get("invalid"):
+        return f"kill rate: n/a (INVALID RUN); {excluded}"
+    formula = f"(killed {t['killed']} + error {t['error']}) / (killed {t['killed']} + error {t['error']} + survived {t['survived']})"
     if t["kill_rate"] is None:
-        return f"kill rate: n/a (no mutant to count; {t['stale']} stale, {t['incomplete']} incomplete)"
-    return (
-        f"kill rate: {t['kill_rate']:.0%} ({t['killed']} killed + {t['error']} by crash of {t['counted']}; "
-        f"{t['survived']} survived, {t['stale']} stale, {t['incomplete']} incomplete) goal {goal:.0%}"
-    )
+        return f"kill rate: n/a = {formula}: no mutant to count; {excluded}"
+    return f"kill rate: {t['kill_rate']:.0%} = {formula} = {t['killed'] + t['error']}/{t['counted']}; {excluded}; goal {goal:.0%}"
 
 
 COLUMNS = (
@@ -1019,20 +1395,20 @@ def render_markdown(doc: dict) -> str:
     shares = run.get("shares") or {}
     split = f" (searches split over processes: {', '.join(f'{name} {n}' for name, n in shares.items())})" if shares else ""
     split += f", resumed: {run['resumed']} records from earlier calls (--resume)" if run.get("resumed") else ""
+    controls = doc.get("controls") or ([doc["control"]] if doc.get("control") else [])
+    problem = run_problem(controls, doc["mutants"])
+    valid = invalidated if problem else dict
     lines = [
         "# Mutants",
         "",
         f"profile `{run['profile']}`, example counts x{run.get('examples_scale', 1):g} (per kind and stratum: the verdicts mean the same on "
         f"every machine), cap {run['budget_s']:g} s per mutant, {run['jobs']} jobs{split}, {run['wall_s']} s wall; {run.get('gpu') or 'no GPU'} ({run.get('mode') or '-'})",
         "",
-        f"**{kill_rate_line(t, run['goal'])}**",
-        "",
     ]
-    controls = doc.get("controls") or ([doc["control"]] if doc.get("control") else [])
-    lines += [f"- {f}: {kill_rate_line(ft, run['goal'])}" for f, ft in (doc.get("tally_by_family") or {}).items()]
+    lines += [f"**INVALID RUN**: {problem}", ""] if problem else []  # first: no rate stands above it
+    lines += [f"**{kill_rate_line(valid(t), run['goal'])}**", ""]
+    lines += [f"- {f}: {kill_rate_line(valid(ft), run['goal'])}" for f, ft in (doc.get("tally_by_family") or {}).items()]
     lines += [""] if doc.get("tally_by_family") else []
-    problem = controls_problem(controls)
-    lines += [f"**INVALID RUN**: {problem}", ""] if problem else []
     lines += ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in controls + doc["mutants"]:
         case = r.get("first_case") if r["verdict"] == "error" else r.get("case")
@@ -1056,9 +1432,68 @@ def render_markdown(doc: dict) -> str:
 
 # ----------------------------------------------------------------- resume
 PARTIAL = "mutants.partial.json"
-# What must be equal for a record of an earlier call to stand in a run: the searches it made and where.
-RESUME_KEYS = ("families", "profile", "examples_scale", "kinds", "jobs", "budget_s", "known_findings", "gpu", "versions")
-KEPT = ("killed", "error", "survived", "stale")  # a verdict; incomplete and harness_error records are searched again
+# What must be equal for a record of an earlier call to stand in a run: the searches it made
+# (options, selection, environment that the strategies and reference read) and what judged
+# them (the kernels' source and versions, the findings file's content, the suite's revision).
+RESUME_KEYS = (
+    "families",
+    "profile",
+    "examples_scale",
+    "kinds",
+    "explicit",
+    "jobs",
+    "budget_s",
+    "known_findings",
+    "findings_digest",
+    "kernels_source",
+    "environment",
+    "suite",
+    "gpu",
+    "versions",
+)
+RESUME_ENV = ("SDPA_GEOMETRY", "SDPA_PLANT_REFERENCE_BUG")  # read by the strategies and the reference in every worker
+# The verdicts a record keeps (each the same on every machine); the others are searched again.
+KEPT = ("killed", "error", "compile_error", "survived", "short", "stale")
+UNIT_KEPT = ("killed", "error", "compile_error")  # a unit's failure kept; any other failing unit is searched again
+
+
+def unit_kept(res: dict) -> bool:
+    """A unit's result stands in a later call: searched to its end (not cut) and, if it failed, with a verdict of ``UNIT_KEPT``."""
+    return not res["cut"] and (res["failure"] is None or res["failure"].get("verdict") in UNIT_KEPT)
+
+
+def file_digest(path) -> Optional[str]:
+    """sha256 of the file's bytes (None: no file)."""
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16] if path else None
+    except OSError:
+        return None
+
+
+def suite_revision() -> Optional[str]:
+    """The suite's commit (``git rev-parse HEAD``) with a digest of its uncommitted
+    changes to the suite's packages (tracked and untracked files); None without git."""
+    from properties.watchdog import SUITE_PACKAGES
+
+    root = Path(__file__).resolve().parents[1]
+    packages = [Path(p).name for p in SUITE_PACKAGES]
+
+    def git(*args) -> str:
+        done = subprocess.run(["git", "--no-optional-locks", "-C", str(root), *args], capture_output=True, text=True, timeout=60)
+        if done.returncode:
+            raise OSError(done.stderr.strip())
+        return done.stdout
+
+    try:
+        head = git("rev-parse", "HEAD").strip()
+        changes = git("diff", "HEAD", "--", *packages)
+        new = git("ls-files", "--others", "--exclude-standard", "--", *packages).split()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    digest = hashlib.sha256(changes.encode())
+    for name in sorted(new):
+        digest.update(name.encode() + b"\0" + ((root / name).read_bytes() if (root / name).is_file() else b""))
+    return head if not changes and not new else f"{head}+{digest.hexdigest()[:12]}"
 
 
 def resumed_records(
@@ -1067,11 +1502,12 @@ def resumed_records(
     """What this run keeps of ``partial`` (an earlier call's
     mutants.partial.json): the records, by name; the wall seconds the calls
     before took; and, of a mutant with no record kept, its units searched to
-    their count (or failed): name -> unit index -> result (``opts``: this
-    run's, whose ``mutant_units`` each must still be). Usage for a missing or
-    unreadable file, or one made with other options (``RESUME_KEYS``); a
-    record is kept when its verdict is one (``KEPT``) and its mutant's change
-    is the catalogue's now."""
+    their count or to a kept failure (``unit_kept``): name -> unit index ->
+    result (``opts``: this run's, whose ``mutant_units`` each must still be).
+    Usage for a missing or unreadable file, or one made with other options
+    (``RESUME_KEYS``, named); a record is kept when its verdict is one
+    (``KEPT``) and its mutant's rewrites are the catalogue's now (every one,
+    in full: ``Mutant.digest``)."""
     try:
         doc = json.loads(partial.read_text())
         before, records, saved = doc["run"], doc["records"], doc.get("units", {})
@@ -1083,15 +1519,15 @@ def resumed_records(
     if differ:
         k = differ[0]
         raise Usage(f"--resume: {partial} was made with {k}={before.get(k)!r}, this run has {run.get(k)!r}: run the same options, or drop --resume")
-    current = {m.name: change_line(m) for m in mutants}
-    kept = {n: r for n, r in records.items() if n in current and r.get("verdict") in KEPT and r.get("change") == current[n]}
+    current = {m.name: m.digest for m in mutants}
+    kept = {n: r for n, r in records.items() if n in current and r.get("verdict") in KEPT and r.get("rewrites") == current[n]}
     units: Dict[str, Dict[int, dict]] = {}
     for m in mutants:
         mine = saved.get(m.name) or {}
-        if m.name in kept or not mine or opts is None or mine.get("change") != current[m.name]:
+        if m.name in kept or not mine or opts is None or mine.get("rewrites") != current[m.name]:
             continue
         plan = [unit_label(u) for u in mutant_units(m, opts)]
-        units[m.name] = {int(i): r["result"] for i, r in mine["done"].items() if int(i) < len(plan) and r["unit"] == plan[int(i)]}
+        units[m.name] = {int(i): r["result"] for i, r in mine["done"].items() if int(i) < len(plan) and r["unit"] == plan[int(i)] and unit_kept(r["result"])}
     return kept, float(doc.get("wall_s") or 0.0), units
 
 
@@ -1244,7 +1680,7 @@ def _validate(args) -> dict:
             findings.load(found, checks=CHECKS)
         except findings.FindingsError as e:
             raise Usage(str(e)) from None
-    return {
+    v = {
         "families": families,
         "controls": [CONTROLS[f] for f in families],
         "mutants": [m for m in catalogue if only is None or m.name in only],
@@ -1253,6 +1689,14 @@ def _validate(args) -> dict:
         "profile": profile,
         "findings": found,
     }
+    # A mutant (or control) with no search would "survive" a search of nothing.
+    empty = [] if args.list else [m for m in v["controls"] + v["mutants"] if not mutant_units(m, v)]
+    if empty:
+        raise Usage(
+            f"{empty[0].name} would search nothing: no kind it is searched by among {','.join(kinds)} runs under --profile {profile} "
+            "(a mutant with no search would survive it): name other --properties or another --profile"
+        )
+    return v
 
 
 def list_catalogue(mutants: Sequence[Mutant], out=print) -> int:
@@ -1332,7 +1776,12 @@ def main(args) -> int:
         "jobs": args.jobs,
         "goal": args.goal,
         "kinds": v["kinds"],
+        "explicit": v["explicit"],
         "known_findings": v["findings"],
+        "findings_digest": file_digest(v["findings"]),
+        "kernels_source": str(Path(args.kernels_source).expanduser().resolve()) if args.kernels_source else None,
+        "environment": {name: os.environ.get(name) for name in RESUME_ENV},
+        "suite": suite_revision(),
         "gpu": env.gpu,
         # The families' modes ("native sm90"), not the SM80 code's alone.
         "mode": family_select.mode(tuple(v["families"]), env.capability) if v["families"] != (DEFAULT_FAMILY,) else env.mode,
@@ -1355,7 +1804,7 @@ def main(args) -> int:
     if split:
         print("split over processes: " + ", ".join(f"{name} {n}" for name, n in split.items()))
     made, plans = dict(kept), {m.name: mutant_units(m, opts) for m in todo}
-    searched = {m.name: {"change": change_line(m), "done": {}} for m in todo}
+    searched = {m.name: {"change": change_line(m), "rewrites": m.digest, "done": {}} for m in todo}
     for name, mine in done.items():
         searched[name]["done"] = {str(i): {"unit": unit_label(plans[name][i]), "result": r} for i, r in mine.items()}
 
@@ -1367,7 +1816,7 @@ def main(args) -> int:
         save()
 
     def unit(name: str, i: int, res: dict) -> None:
-        if not res["cut"]:  # searched to its count, or failed: not searched again
+        if unit_kept(res):  # searched to its end, or failed with a verdict: not searched again
             searched[name]["done"][str(i)] = {"unit": unit_label(plans[name][i]), "result": res}
             save()
 
@@ -1382,26 +1831,29 @@ def main(args) -> int:
         for m in everyone
     ]
     control_records, mutant_records = records[: len(controls)], records[len(controls) :]
-    t = tally(mutant_records)
+    problem = run_problem(control_records, mutant_records)
+    valid = invalidated if problem else dict  # an invalid run gives no rate: it would measure the suite's failure
+    t = valid(tally(mutant_records))
     run.update(
         shares=split,  # processes per mutant searched by more than one at the start (run_all)
         wall_s=round(before_s + time.time() - start, 1),  # every call's, with --resume
         resumed=len(kept),
     )
-    problem = controls_problem(control_records)
     doc = {"run": run, "control": control_records[0], "controls": control_records, "mutants": mutant_records, "tally": t, "valid": problem is None}
     if len(v["families"]) > 1:  # each family's own rate too: one catalogue's power says nothing of the other's
-        doc["tally_by_family"] = {f: tally([r for r in mutant_records if r.get("family", DEFAULT_FAMILY) == f]) for f in v["families"]}
+        doc["tally_by_family"] = {f: valid(tally([r for r in mutant_records if r.get("family", DEFAULT_FAMILY) == f])) for f in v["families"]}
     js, md = write_reports(doc, args.report_dir)
+    if problem:
+        print(f"INVALID RUN: {problem}", file=sys.stderr)
+        sys.stderr.flush()
     print(kill_rate_line(t, args.goal))
     for f, ft in (doc.get("tally_by_family") or {}).items():
         print(f"  {f}: {kill_rate_line(ft, args.goal)}")
-    if problem:
-        print(f"INVALID RUN: {problem}", file=sys.stderr)
-    if t["incomplete"]:
-        print(f"{t['incomplete']} mutant(s) incomplete: the cap (--budget-s {args.budget_s:g}) stopped their search before its example counts", file=sys.stderr)
-    if t["harness_error"]:
-        print(f"harness errors in {t['harness_error']} worker(s): see {log_dir}", file=sys.stderr)
+    for verdict in NON_VERDICTS:
+        names = [r["name"] for r in mutant_records if r["verdict"] == verdict]
+        if names and verdict != "pristine_fails":  # those the INVALID line names
+            why = NO_VERDICT_WHY.get(verdict, "no verdict, not counted")
+            print(f"{len(names)} mutant(s) {verdict} ({why}; logs: {log_dir}): {', '.join(names)}", file=sys.stderr)
     print(f"{js}\n{md}")
     return exit_code(t, control_records, args.goal)
 

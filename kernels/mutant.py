@@ -4,6 +4,7 @@ test (``kernels.source.Rewrite``). The catalogue is ``kernels.mutants``
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Tuple
 
@@ -24,3 +25,10 @@ class Mutant:
     @property
     def targets(self) -> Tuple[str, ...]:
         return tuple(sorted({rw.target for rw in self.rewrites}))
+
+    @property
+    def digest(self) -> str:
+        """Every rewrite in full (target, text, replacement, regex): a record of the
+        mutant is the record of these rewrites only (the kill harness' --resume)."""
+        text = repr([(rw.target, rw.pattern, rw.replacement, rw.regex) for rw in self.rewrites])
+        return hashlib.sha256(text.encode()).hexdigest()[:16]

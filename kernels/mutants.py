@@ -566,8 +566,9 @@ MUTANTS: Tuple[Mutant, ...] = (
 ) + BWD_MUTANTS
 
 
-# The sm90 family's mutants (kernels/mutants_sm90.py; family "sm90"): not in MUTANTS,
-# the SM80 catalogue the kill harness measures, until the sm90 properties exist.
+# The sm90 family's mutants (kernels/mutants_sm90.py; family "sm90"): not in MUTANTS, the
+# SM80 catalogue a kill-harness run measures by default; `--family sm90` (or all) measures
+# them, on a Hopper GPU, with the sm90 properties' kinds (conformance.kill_sm90).
 CATALOGUE: Tuple[Mutant, ...] = MUTANTS + SM90_MUTANTS
 
 

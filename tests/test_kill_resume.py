@@ -111,7 +111,7 @@ def test_kept_records_hold_a_verdict_of_the_mutant_as_it_is(tmp_path):
     records = {
         a.name: _record(a, "killed"),
         b.name: _record(b, "harness_error"),
-        c.name: _record(c, "error") | {"change": "f16: `x` -> `y`"},  # the catalogue's rewrite changed since
+        c.name: _record(c, "error") | {"rewrites": "0" * 16},  # the catalogue's rewrites changed since
         d.name: _record(d, "stale"),
     }
     M.write_partial(tmp_path / M.PARTIAL, run, records, 12.5)

@@ -119,7 +119,7 @@ def test_the_table_and_exit_status_carry_both_controls():
     drew = ", ".join(f"{k.name} {n}/{n}" for k in SM90_KINDS for n in [M.planned_examples("dev", k)])
     assert f"| control_sm90 | control | - | survived | - | - | - | - | - | {drew} |" in md and "sm90_compile_reuse_dense 2/2" in drew
     assert "| sm90_lse_in_log2_units | lse_units | sm90_common | killed | sm90_numerics_dense | sm90_numerics_dense |" in md
-    assert "- sm90: kill rate: 100% (2 killed" in md and "- sm80: kill rate: 0% (0 killed" in md and "INVALID" not in md
+    assert "- sm90: kill rate: 100% = (killed 2 + error 0)" in md and "- sm80: kill rate: 0% = (killed 0 + error 0)" in md and "INVALID" not in md
     assert M.exit_code(doc["tally"], doc["controls"], goal=0.5) == 0
     doc["controls"][1] = {**control_sm90, "verdict": "killed", "killed_by": "sm90_tails_dense", "summary": "NaN"}
     assert M.controls_problem(doc["controls"]).startswith("control_sm90: the control (no rewrites) failed sm90_tails_dense")
