@@ -81,8 +81,11 @@ def test_without_a_device_the_cache_persists_nothing(tmp_path, monkeypatch):
         pytest.skip("checks the CPU-only behaviour")
     from kernels import get_adapter
 
+    from kernels.counters import memos_forgotten
+
     monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path))
-    delta = get_adapter("prepared").compile_only(Case(layout="thd", q_lens=(3,), kv_lens=(2,), h_q=3, h_kv=1))
+    with memos_forgotten():  # cold memos: an earlier test of this worker may have compiled the same key
+        delta = get_adapter("prepared").compile_only(Case(layout="thd", q_lens=(3,), kv_lens=(2,), h_q=3, h_kv=1))
     assert delta.misses == 1
     assert not any(p.is_file() for p in tmp_path.rglob("*") if p.suffix in (".o", ".json"))
 
