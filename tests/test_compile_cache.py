@@ -80,7 +80,6 @@ def test_without_a_device_the_cache_persists_nothing(tmp_path, monkeypatch):
     if torch.cuda.is_available():
         pytest.skip("checks the CPU-only behaviour")
     from kernels import get_adapter
-
     from kernels.counters import memos_forgotten
 
     monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path))
