@@ -275,6 +275,8 @@ def check_backward_rejection(case: Case, adapter=None) -> Observation:
 
     def judged():
         judge.raises_contract("backward_rejection", case, call, row.expect.exception, row.expect.fragment)
+        # A call the wrapper wrongly takes launches on these buffers: nothing outside them may be written.
+        judge.guards_intact("backward_rejection", case, {**launched_buffers(inputs, (o, lse)), "do": do})
         delta = box["delta"].delta
         judge.compile_delta("backward_rejection", case, delta, {"misses": 0}, f"rule {rule}: refused before compiling")
         return {}

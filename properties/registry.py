@@ -261,6 +261,7 @@ REGISTRY: Tuple[Property, ...] = (
         {
             "rejects": (OUTCOME, "sdpa_bwd_wrapper_sm80 raises the stated exception naming the argument"),
             "compile budget": (PLAIN, "a refused backward call compiles nothing"),
+            **_GUARDS,
         },
         cold_seconds=0.5,
         directions=(BWD,),
