@@ -56,8 +56,8 @@ def _used_lse(case: Case, n: int) -> torch.Tensor:
     return used
 
 
-def _rows(case: Case, *coords) -> torch.Tensor:
-    rows = torch.zeros(findings.row_shape(case), dtype=torch.bool)
+def _rows(case: Case, *coords, space: str = "q") -> torch.Tensor:
+    rows = torch.zeros(findings.row_shape(case, space), dtype=torch.bool)
     for c in coords:
         rows[c] = True
     return rows
@@ -530,17 +530,10 @@ def test_the_empty_q_entry_leak_is_excused_in_that_entrys_dk_rows_only():
     def dk_failure(rows):
         return _nan_failure(case, rows, "dk", "no nan", "backward_tails")
 
-    kv_rows = lambda *coords: _rows_of(findings.row_shape(case, "kv"), *coords)  # noqa: E731
+    kv_rows = lambda *coords: _rows(case, *coords, space="kv")  # noqa: E731
     assert entry.excuses(dk_failure(kv_rows((0, 0, slice(0, 25)))))
     assert not entry.excuses(dk_failure(kv_rows((1, 0, 3))))  # the entry with queries
     assert not entry.excuses(dk_failure(kv_rows((0, 0, 27))))  # a padded K row of the empty entry
-
-
-def _rows_of(shape, *coords) -> torch.Tensor:
-    rows = torch.zeros(shape, dtype=torch.bool)
-    for c in coords:
-        rows[c] = True
-    return rows
 
 
 def test_a_region_holds_the_rows_of_its_quantity_only():
