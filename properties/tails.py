@@ -76,8 +76,9 @@ def judge_tails(case: Case, inputs, outputs, result, initialize_outputs: bool, s
             want = tail_expectation(initialize_outputs)
             for quantity, got in quantities:
                 dead = ~row_mask(case, inputs, quantity, got.shape)
-                # counted on the host (a device count is a host sync): the rows outside [cu[0], cu[-1])
-                checked[f"{quantity} capacity tail"] = got.numel() // case.t_q * (case.t_q - sum(case.q_lens))
+                # counted on the host (a device count is a host sync): the rows outside [cu[0], cu[-1]);
+                # an empty pack (T_q = 0) has none
+                checked[f"{quantity} capacity tail"] = got.numel() // case.t_q * (case.t_q - sum(case.q_lens)) if case.t_q else 0
                 what = f"{quantity.upper()} capacity outside the live tokens"
                 if initialize_outputs:  # zeroed by the host: the value 0
                     judge.exactly("tails", case, quantity, got, torch.full_like(got, want), dead, what, regions, check="capacity", defer=True)

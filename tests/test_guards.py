@@ -214,9 +214,10 @@ def on_cpu(monkeypatch):
 
 
 NUMERIC_CASES = [Case(s_q=3, s_kv=5, memory="bshd_padded", bias="float32", seq_kv_lens=(4,)), Case(layout="thd", q_lens=(2, 3), kv_lens=(4, 1), q_slack=2)]
+EMPTY_PACK = Case(layout="thd", q_lens=(0,), kv_lens=(0,))  # T_q = 0: no row at all, the capacity count too
 
 
-@pytest.mark.parametrize("case", NUMERIC_CASES, ids=["dense", "thd"])
+@pytest.mark.parametrize("case", [*NUMERIC_CASES, EMPTY_PACK], ids=["dense", "thd", "thd-empty"])
 def test_an_honest_fake_kernel_passes(case, on_cpu):
     from properties import check_numerics, check_tails
 

@@ -97,13 +97,10 @@ def compiled_variants(c: Case):
         yield c.replace(scale=-c.scale)
 
 
-SEEN = []
+DRAWS = sm90_cases() | sm90_cases(head_dims="free")
 
 
-@settings(max_examples=200, **FIXED)
-@given(sm90_cases() | sm90_cases(head_dims="free"))
-def test_the_planner_takes_every_drawn_case_as_the_case_says(c):
-    SEEN.append(c)
+def assert_planned_as_it_says(c: Case) -> None:
     assert c.structural_problem() is None
     spec = specialize(c)  # raises what check_support raises
     assert mapping_problems(c, spec) == [], c.describe()
@@ -112,25 +109,44 @@ def test_the_planner_takes_every_drawn_case_as_the_case_says(c):
         assert compile_key(other) != spec.key, (c.describe(), other.describe())
 
 
-def test_the_draws_reach_every_mapped_value():
-    """The 200 derandomized draws above reach both values of every mapped fact (so the mapping test judged them)."""
-    if not SEEN:
-        test_the_planner_takes_every_drawn_case_as_the_case_says()
-    for name, values in dict(
-        layout={"dense", "thd"},
-        dtype={"float16", "bfloat16"},
-        causal={False, True},
-        bottom_right={False, True},
-        has_lse={False, True},
-        lse_log2={False, True},
-        pack_gqa={False, True},
-        sinks={False, True},
-        sched=set(SCHED_POLICY),
-    ).items():
-        assert {getattr(c, name) for c in SEEN} == values, name
-    assert any(c.window_left >= 0 for c in SEEN) and any(c.window_right > 0 for c in SEEN)
-    assert any(c.seq_q_lens is not None for c in SEEN) and any(c.h_q != c.h_kv for c in SEEN)
-    assert {(c.scale or 1.0) > 0 for c in SEEN} == {False, True} and any(c.d_qk != c.d_v for c in SEEN)
+@settings(max_examples=200, **FIXED)
+@given(DRAWS)
+def test_the_planner_takes_every_drawn_case_as_the_case_says(c):
+    assert_planned_as_it_says(c)
+
+
+# Every value of every mapped fact, as a predicate on a drawn Case.
+REACH = {
+    **{
+        f"{name}={value!r}": (lambda c, n=name, v=value: getattr(c, n) == v)
+        for name, values in dict(
+            layout=("dense", "thd"),
+            dtype=("float16", "bfloat16"),
+            causal=(False, True),
+            bottom_right=(False, True),
+            has_lse=(False, True),
+            lse_log2=(False, True),
+            pack_gqa=(False, True),
+            sinks=(False, True),
+            sched=tuple(SCHED_POLICY),
+        ).items()
+        for value in values
+    },
+    "window_left>=0": lambda c: c.window_left >= 0,
+    "window_right>0": lambda c: c.window_right > 0,
+    "padded": lambda c: c.seq_q_lens is not None,
+    "gqa": lambda c: c.h_q != c.h_kv,
+    "scale<=0": lambda c: (c.scale or 1.0) <= 0,
+    "d_qk!=d_v": lambda c: c.d_qk != c.d_v,
+}
+
+
+@pytest.mark.parametrize("fact", REACH)
+def test_the_draws_reach_every_mapped_value(fact):
+    """The strategy reaches every value of every mapped fact, and the plan of
+    that draw says what it says: searched for (find), so the verdict does not
+    hang on which draws one engine's derandomized order happens to make."""
+    assert_planned_as_it_says(find(DRAWS, REACH[fact], settings=settings(max_examples=2000, **FIXED)))
 
 
 def test_mapping_problems_can_fail():
