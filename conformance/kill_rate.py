@@ -81,6 +81,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from conformance import family_select
 from conformance.kill_sm90 import PENDING, SM90_KINDS, hopper_refusal
+from conformance.large_lock import LargeTierLock
 from ground.case import Case
 from ground.families import DEFAULT_FAMILY, FAMILY_NAMES
 from ground.outcome import Unsupported
@@ -855,8 +856,9 @@ def run_share(
     lowering it at once may leave the larger of their indices: that only skips
     less). The cap: ``budget_s`` from this share's start, as a single
     process's from its own. ``large``: a lock every share of every mutant
-    holds while searching a large-tier kind (8-17 GB per example), so that
-    they search them one at a time; waiting for it spends the cap.
+    but the controls holds while searching a large-tier kind (8-17 GB per
+    example), so that they search them one at a time; waiting for it spends
+    the cap (conformance.large_lock).
     ``confirm``: the kill confirmation (``confirmation``)."""
     deadline, flavors = time.perf_counter() + budget_s, flavors_for(mutant)
     while (i := take()) is not None:
@@ -1117,7 +1119,8 @@ def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print, on
 
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    large = ctx.Lock()  # one for every mutant: a large-tier example holds 8-17 GB of the device
+    # One for every mutant (a large-tier example holds 8-17 GB of the device); a file lock, so a holder's crash frees it.
+    large = LargeTierLock(Path(opts["log_dir"]) / ".large-tier.lock")
     units, plan = share_plan(mutants, opts, jobs)
     pending, running, records = list(mutants), {}, {}
     limit = opts["budget_s"] + GRACE_S
@@ -1203,7 +1206,8 @@ def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print, on
             run.results.update(saved)
             run.queued = [i for i in range(len(run.units)) if i < stop and i not in saved]
             n = min(plan[m.name], len(run.queued))
-            run.tasks, run.large = ctx.Queue(), large
+            # The control never waits on a mutant's large-tier search (conformance.large_lock).
+            run.tasks, run.large = ctx.Queue(), None if m.bug_class == CONTROL.bug_class else large
             for i in run.queued + [None] * n:
                 run.tasks.put(i)
             for share in range(n):
