@@ -29,13 +29,15 @@ cap on a mutant's wall clock (searching and shrinking); the table says per
 kind how many examples were drawn of how many planned.
 Verdicts (``VERDICTS``; docs/mutants.md says why each counts or not): a
 kill is ``killed`` (a PropertyFailure) or ``error`` (an exception the
-mutated kernels raised, or a CUDA error that left the context dead), each
+mutated kernels raised, a CUDA error that left the context dead, or a death
+by a signal other than SIGKILL launching a Case that kills a fresh process
+on the mutant's kernels again: conformance.inflight), each
 replayed on the pristine kernels before it counts (``pristine_fails`` when
 it fails there too: a failure of the suite, which makes the run invalid);
 ``survived``: every search drew its planned count and nothing failed. No
 verdict, never counted: ``harness_error`` (raised by the suite's own code,
 a refusal, a worker that exited), ``infra`` (out of memory, a worker killed
-by a signal: retried once in a fresh process), ``compile_error`` (the
+by SIGKILL or by a crash that did not recur: retried once in a fresh process), ``compile_error`` (the
 rewritten source failed to load or compile before any launch), ``short`` (a
 search drew fewer examples than planned: its property rejected the rest),
 ``incomplete`` (the cap stopped a search, or a worker outlived it),
@@ -80,6 +82,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from conformance import family_select
+from conformance import inflight as flight
 from conformance.kill_sm90 import PENDING, SM90_KINDS, hopper_refusal
 from conformance.large_lock import LargeTierLock
 from ground.case import Case
@@ -797,17 +800,22 @@ def _replay(kind: Kind, cases: Sequence[Case], adapter, check) -> Optional[dict]
     return None
 
 
-def _replay_fresh(kind: Kind, cases: Sequence[Case], opts: dict) -> Optional[dict]:
-    """``_replay`` in a fresh Python process (a worker, a daemon, may not start a multiprocessing child)."""
+def _replay_fresh(kind: Kind, cases: Sequence[Case], opts: dict, mutant: Optional[Mutant] = None) -> Optional[dict]:
+    """``_replay`` in a fresh Python process (a worker, a daemon, may not start
+    a multiprocessing child), on the pristine kernels or (``mutant``) on that
+    mutant's; ``{"died": signal number, "signal": name}`` when the process
+    was killed by a signal."""
     import base64
     import pickle
 
     keep = {k: opts.get(k) for k in ("kernels_source", "findings", "adapter_factory", "check", "family")}
-    job = base64.b64encode(pickle.dumps((kind.name, [c.to_dict() for c in cases], keep)))
+    job = base64.b64encode(pickle.dumps((kind.name, [c.to_dict() for c in cases], keep, mutant)))
     code = "import sys; from conformance.kill_rate import _replay_main; _replay_main(sys.stdin.read())"
     env = os.environ | {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     try:
         done = subprocess.run([sys.executable, "-c", code], input=job.decode(), capture_output=True, text=True, timeout=REPLAY_S, env=env)
+        if done.returncode < 0:
+            return {"died": -done.returncode, "signal": _signal_name(-done.returncode)}
         return json.loads(done.stdout.strip().splitlines()[-1])["pristine"]
     except (OSError, subprocess.SubprocessError, ValueError, IndexError, KeyError) as e:
         return {"unknown": f"the fresh process' replay gave no answer ({type(e).__name__}: {e})"}
@@ -818,11 +826,11 @@ def _replay_main(job: str) -> None:
     import base64
     import pickle
 
-    name, cases, opts = pickle.loads(base64.b64decode(job))
+    name, cases, opts, mutant = pickle.loads(base64.b64decode(job))
     _setup(opts)
     kind = next(k for k in KINDS if k.name == name)
-    pristine = adapter_for(CONTROLS[opts.get("family") or DEFAULT_FAMILY], opts.get("adapter_factory"))
-    result = _replay(kind, [Case.from_dict(c) for c in cases], pristine, opts.get("check") or check_property)
+    adapter = adapter_for(mutant or CONTROLS[opts.get("family") or DEFAULT_FAMILY], opts.get("adapter_factory"))
+    result = _replay(kind, [Case.from_dict(c) for c in cases], adapter, opts.get("check") or check_property)
     print(json.dumps({"pristine": result}))
 
 
@@ -842,6 +850,7 @@ def run_share(
     check=check_property,
     large=None,
     confirm=None,
+    inflight=None,
 ) -> None:
     """One process's share of a mutant's units (``search_units``): ``take()``
     gives the next unit's index (None: no more), each searched exactly as one
@@ -859,7 +868,9 @@ def run_share(
     but the controls holds while searching a large-tier kind (8-17 GB per
     example), so that they search them one at a time; waiting for it spends
     the cap (conformance.large_lock).
-    ``confirm``: the kill confirmation (``confirmation``)."""
+    ``confirm``: the kill confirmation (``confirmation``). ``inflight``:
+    the flight recorder (conformance.inflight), told each Case before its
+    check runs."""
     deadline, flavors = time.perf_counter() + budget_s, flavors_for(mutant)
     while (i := take()) is not None:
         if stop.value < i:
@@ -868,7 +879,11 @@ def run_share(
         kind, stratum = units[i]
 
         def gated(kind, case, adapter, i=i):
-            return None if stop.value < i else check(kind, case, adapter)
+            if stop.value < i:
+                return None
+            if inflight is not None:
+                inflight(i, kind.name, case.to_dict())
+            return check(kind, case, adapter)
 
         now = time.perf_counter()
         with _holding(large if kind.examples == LARGE_BUDGET else None, deadline):  # a kill's pristine replay too
@@ -966,6 +981,7 @@ def _worker(mutant: Mutant, specs, opts: dict, share: int, shares: int, tasks, o
             check=check,
             large=large,
             confirm=confirmation(mutant, check, opts.get("adapter_factory"), opts),
+            inflight=flight.recorder(flight.path(opts["log_dir"], mutant.name, share)),
         )
     except BaseException as e:  # noqa: BLE001 - outside any property call (or a refusal): the harness, not the mutant
         traceback.print_exc()
@@ -1106,8 +1122,9 @@ def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print, on
     merged as if searched here (a mutant whose needed units are all done
     starts no process). The machine's faults are no verdict: a unit whose
     search ran out of memory, or whose share was killed by a signal (the
-    host's OOM killer), is searched once more in a fresh process (its cap:
-    what is left of the mutant's), and ``infra`` if that fails the same way.
+    host's OOM killer's SIGKILL, or a crash that did not recur on replay:
+    ``crashed``), is searched once more in a fresh process (its cap: what is
+    left of the mutant's), and ``infra`` if that fails the same way.
     A share still alive past the cap (--budget-s: searching and shrinking) +
     GRACE_S is killed: ``incomplete`` (no watchdog tells a hung launch from a
     slow search). A share that exits without a result is a ``harness_error``.
@@ -1151,6 +1168,50 @@ def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print, on
             run.finished.add(share)
             return
         run.ended(share, i, verdict, why)
+
+    def crashed(run: _Running, share: int, i: Optional[int], signum: int) -> bool:
+        """A share killed by signal ``signum`` while launching a recorded Case
+        of unit ``i`` (conformance.inflight): that Case replayed in a fresh
+        process on the mutant's kernels, then on the pristine ones. Dying
+        again on the mutant's while the pristine kernels pass it is a kill,
+        ``error`` (the mutated kernel crashes its process); dying or failing
+        on the pristine ones too is ``pristine_fails``. False (not judged:
+        ``infra``, searched once more) for the OOM killer's signal, no Case
+        in flight, or a replay that does not die again."""
+        got = flight.read(flight.path(opts["log_dir"], run.mutant.name, share))
+        if signum == flight.OOM_SIGNAL or i is None or got is None or got["unit"] != i:
+            return False
+        kind, case = run.units[i][0], Case.from_dict(got["case"])
+        again = _replay_fresh(kind, [case], opts, run.mutant)
+        if not (again and "died" in again):
+            return False
+        pristine = _replay_fresh(kind, [case], opts)
+        if pristine is not None and "unknown" in pristine:
+            return False
+        how = f"the process was killed by signal {signum} ({_signal_name(signum)}) launching this Case, and again on replay"
+        verdict = "error" if pristine is None else "pristine_fails"
+        failure = dict(
+            verdict=verdict,
+            summary=how + ("; the pristine kernels pass it" if pristine is None else "; so was it, or it failed, on the pristine kernels"),
+            first_failure_s=round(time.time() - run.born, 1),
+            case=case.to_dict(),
+            case_size=case_size(case),
+            case_text=case.describe(),
+            first_case=case.to_dict(),
+            failure_case=None,
+        )
+        if pristine is not None:
+            failure.update(pristine=pristine, mutant_verdict="error")
+        planned = planned_examples(opts["profile"], kind, opts.get("examples_scale", 1.0))
+        run.results[i] = dict(
+            examples=got["example"], planned=planned, shrinks=0, excused=0, cut=False, shrink_capped=False, seconds=0.0, failure=failure, abandoned=False
+        )
+        run.stop.value = min(run.stop.value, i)
+        run.current.pop(share, None)
+        run.finished.add(share)
+        if on_unit is not None:
+            on_unit(run.mutant.name, i, run.results[i])
+        return True
 
     def handle(msg) -> None:
         what, name, share, i, payload = msg
@@ -1237,8 +1298,9 @@ def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print, on
                 unit = run.current.get(share)
                 if overdue:
                     lost(run, share, unit, "incomplete", f"worker killed {limit:.0f} s after the mutant's start: past the cap (--budget-s) + {GRACE_S} s")
-                elif (p.exitcode or 0) < 0:  # a signal: the host's OOM killer, a machine's fault; never the mutant's by itself
-                    lost(run, share, unit, "infra", f"worker killed by signal {-p.exitcode} ({_signal_name(-p.exitcode)}) without a verdict")
+                elif (p.exitcode or 0) < 0:  # a signal: a crash of the mutated kernel only if replay says so (crashed)
+                    if not crashed(run, share, unit, -p.exitcode):
+                        lost(run, share, unit, "infra", f"worker killed by signal {-p.exitcode} ({_signal_name(-p.exitcode)}) without a verdict")
                 else:
                     lost(run, share, unit, "harness_error", f"worker exited with code {p.exitcode} without a verdict")
             if len(run.finished) == len(run.procs):

@@ -196,7 +196,7 @@ def test_run_all_splits_a_lone_mutant_over_its_jobs(tmp_path):
     lines = []
     (rec,) = M.run_all([M.CONTROL], opts, jobs=3, progress=lines.append)
     assert _timeless(rec) == _timeless(_one(M.CONTROL, survive, kinds=TWO_KINDS)) and rec["verdict"] == "survived"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["control.0.log", "control.1.log", "control.2.log"]
+    assert sorted(p.name for p in tmp_path.glob("*.log")) == ["control.0.log", "control.1.log", "control.2.log"]
     assert lines == [f"[1/1] survived  control [drew {M.drew(rec)}]"] and "numerics_dense 320/320, tails_dense 160/160" in lines[0]
     (rec,) = M.run_all([M.CONTROL], opts | {"check": fail_late}, jobs=3, progress=lines.append)
     assert rec["killed_by"] == "tails_dense" and _timeless(rec) == _timeless(_one(M.CONTROL, fail_late, kinds=TWO_KINDS))
@@ -267,7 +267,7 @@ def test_run_all_gives_a_freed_job_to_a_running_mutant(tmp_path, monkeypatch):
     control, rec = M.run_all([M.CONTROL, stale], opts, jobs=2, progress=lambda line: None)
     assert (rec["verdict"], control["verdict"]) == ("stale", "survived"), (rec.get("error"), control.get("error"))
     assert _timeless(control) == _timeless(_one(M.CONTROL, survive, kinds=TWO_KINDS))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["control.1.log", "control.log", "stale.log"]
+    assert sorted(p.name for p in tmp_path.glob("*.log")) == ["control.1.log", "control.log", "stale.log"]
 
 
 def _unit_results(mutant, check, *, kinds, upto: int) -> dict:

@@ -189,6 +189,47 @@ def test_a_worker_killed_by_a_signal_is_searched_again_then_infra(tmp_path, monk
     assert rec["verdict"] == "infra" and "signal 9 (SIGKILL)" in rec["error"] and "searching tails_dense" in rec["error"], rec
 
 
+def crashes_on_several_heads(kind, case, adapter):
+    """The mutated kernel's crash (SIGABRT, as a failed CUDA assertion aborts): on Cases of several
+    query heads, on the mutant's adapter only, or on every adapter where $SDPA_TEST_CRASH_ALL is set;
+    only while $SDPA_TEST_CRASH_ONCE names no file yet, where it names one (a crash that does not recur)."""
+    once = os.environ.get(CRASH_ONCE)
+    if case.h_q > 1 and (adapter.rewrites or os.environ.get(CRASH_ALL)) and not (once and Path(once).exists()):
+        if once:
+            Path(once).write_text("crashed")
+        os.abort()
+    return survive(kind, case, adapter)
+
+
+CRASH_ONCE, CRASH_ALL = "SDPA_TEST_CRASH_ONCE", "SDPA_TEST_CRASH_ALL"
+
+
+def test_a_crash_that_recurs_on_replay_and_not_on_the_pristine_kernels_is_a_kill(tmp_path):
+    """Spawned for real: the share dies by SIGABRT launching a Case; the flight
+    recorder names it, it crashes the mutant's kernels again in a fresh process
+    and passes on the pristine ones: ``error`` (a kill listed apart), that Case
+    recorded, with the examples drawn up to it."""
+    (rec,) = M.run_all([QWEN_ONLY], _opts(tmp_path, crashes_on_several_heads), jobs=1, progress=lambda line: None)
+    assert rec["verdict"] == "error" and rec["killed_by"] == "tails_dense", rec
+    assert Case.from_dict(rec["case"]).h_q > 1 and rec["first_case"] == rec["case"] and "signal 6 (SIGABRT)" in rec["summary"]
+    assert rec["kinds"][0]["failed"] and rec["kinds"][0]["examples"] >= 1
+    t = M.tally([rec])
+    assert t["error"] == 1 and t["counted"] == 1 and t["kill_rate"] == 1.0
+
+
+def test_a_crash_on_the_pristine_kernels_too_is_pristine_fails(tmp_path, monkeypatch):
+    monkeypatch.setenv(CRASH_ALL, "1")
+    (rec,) = M.run_all([QWEN_ONLY], _opts(tmp_path, crashes_on_several_heads), jobs=1, progress=lambda line: None)
+    assert rec["verdict"] == "pristine_fails" and rec["pristine"]["signal"] == "SIGABRT" and Case.from_dict(rec["case"]).h_q > 1, rec
+
+
+def test_a_crash_that_does_not_recur_is_searched_again(tmp_path, monkeypatch):
+    """No kill without the crash recurring on replay: the unit is searched once more (infra's path), and survives."""
+    monkeypatch.setenv(CRASH_ONCE, str(tmp_path / "marker"))
+    (rec,) = M.run_all([QWEN_ONLY], _opts(tmp_path, crashes_on_several_heads), jobs=1, progress=lambda line: None)
+    assert rec["verdict"] == "survived" and M.drew(rec) == "tails_dense 10/10", rec
+
+
 def test_every_mutant_shares_one_large_tier_lock(tmp_path, monkeypatch):
     """A large-tier example holds 8-17 GB: the lock its searches hold is one
     for every mutant (processes stood in for: each reports its mutant stale)."""
