@@ -256,3 +256,41 @@ def test_kill_searches_meet_every_reach_row(layout):
             met[key] += 1
     weak = {row.describe(): met[compile_key(row)] for row in REACH_ROWS[layout] if met[compile_key(row)] < 9}
     assert not weak, weak
+
+
+def window_edge_is_live(c: Case) -> bool:
+    """A live Q row whose left window's first key (q + delta - W) is a live key: where a window bound
+    off by one changes the output (the mutant sm90_window_bound_off_by_one)."""
+    if c.window_left < 0 or specialize(c).params.window_left is None:
+        return False
+    for q_len, kv_len in zip(c.q_lengths(), c.kv_lengths()):
+        for q in range(q_len):
+            key = (q + kv_len - q_len if c.bottom_right else q) - c.window_left
+            if 0 <= key < kv_len:
+                return True
+    return False
+
+
+def test_kill_searches_meet_a_live_window_edge():
+    """Ten seeded 40-draw dense searches (sm90_numerics_dense's ci count) each
+    draw a Case whose left window's first key is live (where a window bound
+    off by one shows). Drawn uniformly among the pooled rows (4 of 30 dense
+    rows hold a left window), the kill harness's own seeded search of
+    sm90_numerics_dense drew no windowed Case in 40; the mask is now drawn
+    first every other draw (strategies.sm90.mask_of), and that search draws 6."""
+    from hypothesis import Phase
+    from hypothesis import seed as fixed_seed
+
+    edges = []
+    for run in range(10):
+        edge = []
+
+        @fixed_seed(run)
+        @settings(max_examples=40, database=None, deadline=None, phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+        @given(sm90_cases(layouts=("dense",), geometry="pool"))
+        def search(case):
+            edge.append(window_edge_is_live(case))
+
+        search()
+        edges.append(sum(edge))
+    assert min(edges) > 0, edges
