@@ -220,22 +220,39 @@ COLD = {
 }
 
 
-# One launch in a fresh process on the named adapter; prints its counters.
+# One launch in a fresh process on the named adapter; prints its counters, then what
+# its guard bands say (None: untouched) and a digest of the O and LSE bits it wrote.
 _PROBE = """
-import json, sys
+import hashlib, json, sys
 from kernels.source import use_kernels_source
 use_kernels_source()  # $SDPA_KERNELS_SOURCE, inherited: the same kernels as this run
 #PRELUDE
+import torch
 from ground.case import Case
 from ground.data import make_inputs, make_outputs
+from ground.outcome import PropertyFailure
 from kernels import get_adapter
+from properties import judge
+from properties.common import launched_buffers
 case = Case.from_json(sys.argv[1])
-result = get_adapter(sys.argv[2]).run(case, make_inputs(case, "cuda"), make_outputs(case, "cuda"))
+inputs, outputs = make_inputs(case, "cuda"), make_outputs(case, "cuda")
+result = get_adapter(sys.argv[2]).run(case, inputs, outputs)
 print("COUNTERS " + json.dumps(result.compile.to_dict()))
+try:
+    judge.guards_intact("disk_reuse", case, launched_buffers(inputs, outputs, result))
+    guards = None
+except PropertyFailure as e:
+    guards = e.summary
+bits = hashlib.sha256()
+for t in (result.o, result.lse):
+    if t is not None:
+        bits.update(t.detach().contiguous().view(-1).view(torch.uint8).cpu().numpy().tobytes())
+print("LAUNCH " + json.dumps({"guards": guards, "output": bits.hexdigest()}))
 """
 
 
-def _launch_in_new_process(case: Case, adapter, cache_dir, prelude: str) -> dict:
+def _launch_in_new_process(case: Case, adapter, cache_dir, prelude: str) -> Tuple[dict, dict]:
+    """(compile counters, {"guards": a guard failure's summary or None, "output": digest of the O and LSE bits}) of one launch in a fresh process."""
     import json
     import os
     import subprocess
@@ -250,16 +267,19 @@ def _launch_in_new_process(case: Case, adapter, cache_dir, prelude: str) -> dict
     done = subprocess.run(
         [sys.executable, "-c", _PROBE.replace("#PRELUDE", prelude), case.to_json(), adapter.name], env=env, capture_output=True, text=True, timeout=300
     )
-    lines = [line for line in done.stdout.splitlines() if line.startswith("COUNTERS ")]
-    if done.returncode != 0 or not lines:
+    said = {tag: [line[len(tag) + 1 :] for line in done.stdout.splitlines() if line.startswith(tag + " ")] for tag in ("COUNTERS", "LAUNCH")}
+    if done.returncode != 0 or not all(said.values()):
         raise RuntimeError(f"the probe process failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
-    return json.loads(lines[-1][len("COUNTERS ") :])
+    return json.loads(said["COUNTERS"][-1]), json.loads(said["LAUNCH"][-1])
 
 
 def check_disk_reuse(case: Case, adapter, *, prelude: str = "") -> Observation:
     """CUDNN_FRONTEND_COMPILED_CACHE across processes: a first process on a
     fresh, empty cache directory compiles ``case``; a second process on the
     same directory serves it from disk (counters read around its one launch).
+    Each process checks its launch's guard bands, and the kernel served from
+    disk must write the bits the freshly compiled one wrote (the forward is
+    deterministic: another kernel under the key would differ).
     ``prelude`` is code the probe processes run first (the power test plants
     a broken key there)."""
     import tempfile
@@ -267,19 +287,34 @@ def check_disk_reuse(case: Case, adapter, *, prelude: str = "") -> Observation:
     recorder.begin("disk_reuse", case)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="sdpa-disk-cache-") as where:
-        first = _launch_in_new_process(case, adapter, where, prelude)
+        first, first_launch = _launch_in_new_process(case, adapter, where, prelude)
         seen = {"first process": first, DELIBERATE_COMPILES: COLD["fresh"]}  # the Observation's notes: both processes' counters
 
+        def guarded(which: str, launch: dict) -> None:
+            if launch["guards"] is not None:
+                raise PropertyFailure("disk_reuse", case, f"the {which} process' launch: {launch['guards']}", {which: launch}, check="guards")
+
         def judged():
+            guarded("first", first_launch)
             if first.get("misses", 0) < 1:
                 raise PropertyFailure("disk_reuse", case, f"the first process found {where} warm: {first}", {"first": first}, check="cold first process")
-            second = seen["second process"] = _launch_in_new_process(case, adapter, where, prelude)
+            second, second_launch = _launch_in_new_process(case, adapter, where, prelude)
+            seen["second process"] = second
+            guarded("second", second_launch)
             # Only compiles count: a new process's in-process memos (the THD lrus,
             # the template modules) start empty, so they miss once per key by design.
             judge.compile_delta("disk_reuse", case, second, {"misses": 0}, "a second process on the same on-disk cache")
             if second.get("hits", 0) < 1:
                 raise PropertyFailure(
                     "disk_reuse", case, f"the second process neither compiled nor read the on-disk cache: {second}", {"second": second}, check="disk hit"
+                )
+            if second_launch["output"] != first_launch["output"]:
+                raise PropertyFailure(
+                    "disk_reuse",
+                    case,
+                    "the kernel the on-disk cache served wrote other O / LSE bits than the one the first process compiled",
+                    {"first": first_launch, "second": second_launch},
+                    check="same output",
                 )
             return {}
 

@@ -122,9 +122,11 @@ REGISTRY: Tuple[Property, ...] = (
         "disk_reuse",
         served(check_disk_reuse),
         {
+            **_GUARDS,
             "cold first process": (PLAIN, "the first process on a fresh cache directory compiles"),
             "compile budget": (PLAIN, "a second process on the same on-disk cache compiles nothing"),
             "disk hit": (PLAIN, "the second process reads the on-disk cache"),
+            "same output": (PLAIN, "the kernel served from disk writes the O and LSE bits the compiled one wrote"),
         },
         cold_seconds=22.0,
         directions=(FWD,),

@@ -529,7 +529,7 @@ def _run_probe_prefix(code: str, case: Case):
     import sys
     from pathlib import Path
 
-    prefix = code.split("\nresult =")[0].replace("#PRELUDE", "")
+    prefix = code.split("\ninputs, outputs =")[0].replace("#PRELUDE", "")
     root = Path(__file__).resolve().parents[1]
     return subprocess.run([sys.executable, "-c", prefix, case.to_json(), "prepared"], cwd=root, capture_output=True, text=True, timeout=120)
 
@@ -545,6 +545,34 @@ def test_the_disk_probe_imports_and_parses_its_case_on_the_cpu(layout):
     assert planted != compile_cache._PROBE
     bad = _run_probe_prefix(planted, compile_cache.DISK_CASES[layout])
     assert bad.returncode != 0 and "ImportError" in bad.stderr
+
+
+@pytest.mark.parametrize(
+    "first, second, check",
+    [
+        ({"guards": "out-of-bounds write: o: 1 element(s) after the end", "output": "a"}, {"guards": None, "output": "a"}, "guards"),
+        ({"guards": None, "output": "a"}, {"guards": "out-of-bounds write: lse", "output": "a"}, "guards"),
+        ({"guards": None, "output": "a"}, {"guards": None, "output": "b"}, "same output"),
+        ({"guards": None, "output": "a"}, {"guards": None, "output": "a"}, None),
+    ],
+)
+def test_disk_reuse_judges_each_process_launch(monkeypatch, first, second, check):
+    """Each probe process's guard bands, and the kernel served from disk writing the compiled one's bits:
+    a cold first process and a disk hit are not enough (the probes stood in for: no GPU here)."""
+    import types
+
+    from ground.outcome import PropertyFailure
+    from properties import compile_cache
+
+    launches = iter([({"misses": 1}, first), ({"hits": 1}, second)])
+    monkeypatch.setattr(compile_cache, "_launch_in_new_process", lambda *a: next(launches))
+    case = compile_cache.DISK_CASES["dense"]
+    if check is None:
+        assert compile_cache.check_disk_reuse(case, types.SimpleNamespace(name="prepared")).outcome == "passed"
+        return
+    with pytest.raises(PropertyFailure) as failure:
+        compile_cache.check_disk_reuse(case, types.SimpleNamespace(name="prepared"))
+    assert failure.value.check == check
 
 
 def test_compiles_fails_a_call_that_asks_for_no_kernel():
