@@ -12,7 +12,8 @@ import torch
 
 from ground.data import TORCH_DTYPES, guarded, guarded_copy
 
-# Tampered operands sit inside guard bands too (ground.data.guarded).
+# Tampered operands sit inside guard bands too (ground.data.guarded), and the
+# adapter hands them to the guard check with the Case's own (``tampered``).
 
 
 def _cu_k_length(kw, case, x):
@@ -27,7 +28,7 @@ def _thd_bias(kw, case, x):
 def _thd_seq_lens(kw, case, x):
     for key, lens in (("seq_kv_lens", case.seq_kv_lens), ("seq_len_q", case.seq_q_lens)):
         if lens is not None:
-            kw[key] = torch.tensor(list(lens), dtype=torch.int32, device=x.q.device)
+            kw[key] = guarded_copy(torch.tensor(list(lens), dtype=torch.int32, device=x.q.device))
 
 
 WRAPPER_TAMPERS = {
@@ -51,3 +52,9 @@ def apply_wrapper_tamper(name, kw, case, x) -> None:
         WRAPPER_TAMPERS[name](kw, case, x)
     except KeyError:
         raise ValueError(f"tamper {name!r}: unknown to the wrapper adapter (known: {', '.join(WRAPPER_TAMPERS)})") from None
+
+
+def tampered(kw, handed) -> dict:
+    """The tensors in ``kw`` that are none of ``handed``'s (the operands a tamper made), as "<argument> (tampered)"."""
+    own = {id(t) for t in handed.values()}
+    return {f"{key} (tampered)": t for key, t in kw.items() if isinstance(t, torch.Tensor) and id(t) not in own}

@@ -29,7 +29,7 @@ from kernels.arch import compile_arch
 from kernels.backward import wrapper_backward
 from kernels.base import CompileDelta, KernelResult, require
 from kernels.counters import measure
-from kernels.tampers import apply_wrapper_tamper
+from kernels.tampers import apply_wrapper_tamper, tampered
 
 ENTRY = "sdpa_fwd_wrapper_sm80"
 
@@ -167,6 +167,7 @@ class WrapperAdapter:
             )
             if t is not None
         }
+        handed.update(tampered(kw, handed))
         return KernelResult(o_w, lse_w, box.delta, notes, handed)
 
     def backward(self, case: Case, inputs: CaseTensors, o, lse, do, grads=None, *, initialize_outputs: bool = True) -> KernelResult:
