@@ -942,3 +942,19 @@ TOLERANCES.update(
         "dsink": Quantity("per head", "exp2((sink - LSE) log2e) D per row in fp32 with the handed LSE's error, summed over rows and batch"),
     }
 )
+
+
+# ------------------------------------------------------------------ the reference against its oracles
+# How closely the float64 reference must agree with the independent computations that check it
+# (tests/test_reference.py, tests/test_backward_reference.py). Not a kernel's bound: float64 against
+# float64. Two float64 attentions that order their sums differently differ by ~1e-16 times a few
+# thousand terms; a wrong mask, scale or head fold moves O by 1e-3 or more. The gaps between are wide
+# on purpose: a tolerance here can be missed only by a real disagreement.
+F64_REORDERED = 1e-9  # abs and rel: float64 computations whose sums run in another order (an oracle, another batching)
+SAME_ARITHMETIC = 1e-12  # abs and rel: the same per-row arithmetic run in other row chunks (only the row grouping moves)
+AUTOGRAD_AGREEMENT = (1e-10, 1e-12)  # (rel, abs): the closed-form backward against float64 autograd of an independent forward
+# The float32 reference within this fraction of |O|max (|LSE|max, at least 1) of the float64 one: float32's
+# 2^-24 rounding times the few hundred terms of a row's sums, with an order of magnitude to spare.
+FP32_REFERENCE_REL = 1e-5
+# A low-precision reference is worse than float32, yet still attention: within this fraction of |O|max.
+LOWP_REFERENCE_REL = 0.1

@@ -14,7 +14,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ground.case import BIAS_DTYPES, DTYPES, MEMORY_ORDERS, Case
 from ground.data import make_inputs
-from ground.tolerances import max_abs_error
+from ground.tolerances import F64_REORDERED, FP32_REFERENCE_REL, LOWP_REFERENCE_REL, SAME_ARITHMETIC, max_abs_error
 from reference import masks
 from reference.attention import attention, reference_for_case
 from tests.oracles import naive_attention, naive_for_case, visible
@@ -82,7 +82,7 @@ def q_live_rows(case: Case, t) -> torch.Tensor:
     return t.q_live[:, None, :].expand(-1, case.h_q, -1)
 
 
-def assert_same(got, want, tol=1e-9):
+def assert_same(got, want, tol=F64_REORDERED):
     """Close in float64, NaN where NaN, equal infinities where infinite."""
     torch.testing.assert_close(got.to(F64), want.to(F64), rtol=tol, atol=tol, equal_nan=True)
 
@@ -228,7 +228,7 @@ def test_matches_torch_math_sdpa(case):
     o, _ = reference_for_case(case, t, compute_dtype=F64)
     rows = (vis.any(-1) & t.q_live[:, None, :])[..., None]  # SDPA gives NaN on rows with no key
     rows = rows.expand(-1, case.h_q, -1, case.d_v)
-    torch.testing.assert_close(o[rows], want[rows], rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(o[rows], want[rows], rtol=F64_REORDERED, atol=F64_REORDERED)
 
 
 # ---------------------------------------------------- precision modes
@@ -253,9 +253,9 @@ def test_fp32_close_to_fp64_and_lowp_worse(dtype, mask):
     e32, elo = max_abs_error(o32, o64, live[..., None].expand_as(o64)), max_abs_error(olo, o64, live[..., None].expand_as(o64))
     l32e, lloe = max_abs_error(l32, l64, live), max_abs_error(llo, l64, live)
     l_amax = float(l64[live & torch.isfinite(l64)].abs().max())
-    assert e32 <= 1e-5 * o_amax and l32e <= 1e-5 * max(1.0, l_amax)
-    assert e32 < elo < 0.1 * o_amax  # lowp: worse, yet still an attention
-    assert l32e < lloe < 0.1 * max(1.0, l_amax)
+    assert e32 <= FP32_REFERENCE_REL * o_amax and l32e <= FP32_REFERENCE_REL * max(1.0, l_amax)
+    assert e32 < elo < LOWP_REFERENCE_REL * o_amax  # lowp: worse, yet still an attention
+    assert l32e < lloe < LOWP_REFERENCE_REL * max(1.0, l_amax)
 
 
 # ------------------------------------------------------------ poison rule
@@ -339,10 +339,10 @@ def test_row_chunks_equal_the_whole_call(case, chunk_elems):
     whole = reference_for_case(case, t, F64, extra=_model(case), chunk_elems=1 << 40)
     parts = reference_for_case(case, t, F64, extra=_model(case), chunk_elems=chunk_elems)
     for w, p in zip(whole[:2], parts[:2]):
-        assert_same(p, w, tol=1e-12)
+        assert_same(p, w, tol=SAME_ARITHMETIC)
     assert whole[2].keys() == parts[2].keys()
     for name in whole[2]:
-        assert_same(parts[2][name], whole[2][name], tol=1e-12)
+        assert_same(parts[2][name], whole[2][name], tol=SAME_ARITHMETIC)
 
 
 def test_row_chunking_has_power(monkeypatch):

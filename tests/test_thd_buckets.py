@@ -42,10 +42,10 @@ def _both(case, monkeypatch):
 
 def _assert_equal_calls(batched, alone):
     for b, a in zip(batched[:2], alone[:2]):
-        assert_same(b, a, tol=1e-12)
+        assert_same(b, a, tol=tolerances.SAME_ARITHMETIC)
     assert batched[2].keys() == alone[2].keys()
     for name in alone[2]:  # every term of both bounds, down to the flush-to-zero counts
-        torch.testing.assert_close(batched[2][name], alone[2][name], rtol=1e-9, atol=0.0, equal_nan=True, msg=name)
+        torch.testing.assert_close(batched[2][name], alone[2][name], rtol=tolerances.F64_REORDERED, atol=0.0, equal_nan=True, msg=name)
 
 
 @settings(max_examples=60, **SETTINGS)
