@@ -12,10 +12,12 @@ executes. So the adapter:
   for (``CANNOT``: THD, no Stats, base-2 Stats, PackGQA, a widened causal
   band, a scheduler other than the planner's auto pick), each with its reason;
   ``expressible(case)`` is a Case bounded to what it can express;
-- copies the wrapper's O and Stats into the caller's guarded buffers after
-  the call and says so in its notes: the kernel never wrote the caller's
-  output buffers (their guard bands judge the copy), and Stats strides of the
-  compile are the wrapper's own, whatever ``lse_layout`` says;
+- returns the wrapper's own O and Stats as its result and says so in its
+  notes: the kernel never writes the caller's output buffers, so the tails
+  judge the wrapper's tensors (no guard bands, no pad columns or pitch of
+  the caller's: a copy into the caller's buffers would make those checks
+  judge the copy), and Stats strides of the compile are the wrapper's own,
+  whatever ``lse_layout`` says;
 - ``compile_only``: the wrapper itself runs on meta tensors until it asks
   for its plan (``_get_or_create_api``), which is answered by
   ``check_support`` on the same arguments declared on CUDA device 0, the
@@ -202,27 +204,27 @@ class Sm90WrapperAdapter:
         return box.delta
 
     def run(self, case: Case, inputs, outputs=None, *, initialize_outputs: bool = True, tamper: Optional[str] = None) -> KernelResult:
-        """Call the wrapper on the caller's inputs on a Hopper GPU and copy its
-        O/Stats into the caller's buffers."""
+        """Call the wrapper on the caller's inputs on a Hopper GPU; its result is
+        the wrapper's own O and Stats, as returned (no guard bands: their pad
+        columns and pitch are the wrapper's to lay out, and the tails judge
+        what the kernel wrote, not a copy of it)."""
         from cudnn.sdpa.fwd.api_dsl import sdpa_fwd_wrapper_dsl_sm90
 
         self._served(case)
-        x, o, lse = hopper_launch(self, case, inputs, outputs, tamper=tamper, initialize_outputs=initialize_outputs, entry=ENTRY)
+        x, _, _ = hopper_launch(self, case, inputs, outputs, tamper=tamper, initialize_outputs=initialize_outputs, entry=ENTRY)
         args, kwargs = wrapper_call(case, x)
         with sm90_sources(self.rewrites), measure() as box:  # the wrapper plans, compiles and launches in one call
             got = sdpa_fwd_wrapper_dsl_sm90(*args, **kwargs)
-        o.copy_(got["o_tensor"])
-        lse.copy_(got["lse_tensor"])
         notes = {
             "adapter": self.name,
             "family": FAMILY.name,
             "arch": FAMILY.arch,
             "compile_key": key_digest(self.specialize(case).key),  # the wrapper's own plan of the Case (planned again: no launch)
-            "outputs": f"{ENTRY}'s own O (BSHD storage) and compact Stats, copied into the caller's buffers after the call; "
-            "the kernel never wrote the caller's output buffers",
+            "outputs": f"wrapper-owned ({ENTRY}'s own O, BSHD storage, and compact Stats, as returned; no guard bands); "
+            "the caller's output buffers are not used",
         }
         handed = dict(q=x.q, k=x.k, v=x.v, sinks=x.sinks, seq_q_lens=x.seq_q_lens, seq_kv_lens=x.seq_kv_lens)
-        return KernelResult(o, lse, box.delta, notes, {k: t for k, t in handed.items() if t is not None})
+        return KernelResult(got["o_tensor"], got["lse_tensor"], box.delta, notes, {k: t for k, t in handed.items() if t is not None})
 
     def backward(self, case: Case, *args, **kwargs) -> KernelResult:
         raise Unsupported("adapter", "the sm90 family is forward only: no SM90 backward", adapter=self.name, what=case.describe())
