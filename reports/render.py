@@ -435,6 +435,20 @@ def _profile(s: dict) -> list:
     ]
 
 
+def _slowest_tests(s: dict) -> list:
+    rows = [
+        [r["test"], r["worker"], _fmt(r["span_seconds"]), r["examples"], _fmt(r["example_seconds"]), _fmt(r["between_examples"])]
+        for r in s.get("slowest_tests") or ()
+    ]
+    if not rows:
+        return []
+    return [
+        ("h", 2, "Slowest tests"),
+        ("p", "Each test's span on its worker, from its first begun example to its last verdict: a long one is a worker's tail."),
+        ("table", ["test", "worker", "span", "examples", "example s", "between examples"], rows),
+    ]
+
+
 def _slowest(s: dict) -> list:
     if not s["slowest"]:
         return [("h", 2, "Slowest examples"), ("p", "No examples.")]
@@ -457,7 +471,22 @@ def _family_pairs(s: dict) -> list:
     return out
 
 
-SECTIONS = (_environment, _run, _skips, _failures, _findings, _properties, _ratio_plots, _coverage, _pairs, _family_pairs, _compile, _profile, _slowest)
+SECTIONS = (
+    _environment,
+    _run,
+    _skips,
+    _failures,
+    _findings,
+    _properties,
+    _ratio_plots,
+    _coverage,
+    _pairs,
+    _family_pairs,
+    _compile,
+    _profile,
+    _slowest_tests,
+    _slowest,
+)
 
 
 def blocks(s: dict) -> list:

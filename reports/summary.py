@@ -123,6 +123,7 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
     compiling: Dict[str, list] = defaultdict(list)  # key -> (worker, property, misses) of each example that compiled under it
     deliberate, unkeyed, deliberate_seconds = Counter(), Counter(), 0.0  # property -> compiles made on purpose / of examples naming no key
     workers: Dict[str, dict] = defaultdict(lambda: {"examples": 0, "example_seconds": 0.0, "phases": Counter(), "first": None, "last": None})
+    per_test: Dict[str, dict] = defaultdict(lambda: {"examples": 0, "example_seconds": 0.0, "first": None, "last": None, "shard": None})
     for r in records:
         kind = r.get("kind")
         if kind in ("begin", "obs"):
@@ -135,6 +136,8 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
             times.append(r.get("t", 0.0))
             w = workers[r.get("shard", "?")]
             w["first"] = r.get("t") if w["first"] is None else w["first"]
+            pt = per_test[r.get("test") or "?"]
+            pt["first"], pt["shard"] = (r.get("t") if pt["first"] is None else pt["first"]), r.get("shard", "?")
         elif kind == "obs":
             p = props[r["property"]]
             if r.get("outcome") in ("passed", "xfailed"):
@@ -152,6 +155,10 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
             w["example_seconds"] += r.get("seconds") or 0.0
             w["phases"].update(r.get("phases") or {})
             w["last"] = r.get("t_end") or w["last"]
+            pt = per_test[r.get("test") or "?"]
+            pt["examples"] += 1
+            pt["example_seconds"] += r.get("seconds") or 0.0
+            pt["last"] = r.get("t_end") or pt["last"]
             notes = r.get("notes") or {}
             key, misses = notes.get("compile_key"), int((r.get("compile") or {}).get("misses") or 0)
             if key:
@@ -288,6 +295,7 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
         )
         | {"cache": session.get("environment", {}).get("compile_cache_note")},
         "profile": _profile(workers, props),
+        "slowest_tests": _slowest_tests(per_test),
         "slowest": [
             {
                 "property": r["property"],
@@ -407,6 +415,28 @@ def _accounting(
         "floor": _floor(per, artifacts + sum(unkeyed.values()), workers, wall) | {"definition": FLOOR_DEFINITION},
         "keys_floor": _floor(per, compiled_keys, workers, wall),
     }
+
+
+def _slowest_tests(per_test: Dict[str, dict]) -> list:
+    """The SLOWEST tests by span (first begun example to last verdict, on
+    their worker), with their examples' seconds and the rest ("between
+    examples"): what one worker's tail is made of, for balancing a run."""
+    rows = []
+    for test, t in per_test.items():
+        if t["first"] is None or t["last"] is None or not t["examples"]:
+            continue
+        span = t["last"] - t["first"]
+        rows.append(
+            {
+                "test": test,
+                "worker": t["shard"],
+                "examples": t["examples"],
+                "span_seconds": round(span, 3),
+                "example_seconds": round(t["example_seconds"], 3),
+                "between_examples": round(span - t["example_seconds"], 3),
+            }
+        )
+    return sorted(rows, key=lambda r: (-r["span_seconds"], r["test"]))[:SLOWEST]
 
 
 def _profile(workers: Dict[str, dict], props: Dict[str, dict]) -> dict:

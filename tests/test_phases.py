@@ -61,3 +61,30 @@ def test_profile_sums_per_worker_and_reports_time_between_examples():
     assert w["examples"] == 2 and w["span_seconds"] == 14.0 and w["example_seconds"] == 8.0 and w["between_examples"] == 6.0
     assert w["phases"] == {"compile": 6.0, "launch": 1.0, "other": 1.0}
     assert prof["phases"]["compile"] == 12.0 and prof["example_seconds"] == 16.0
+
+
+def test_slowest_tests_are_ranked_by_their_span_on_their_worker():
+    """A test's span runs from its first begun example to its last verdict; what its examples did not use is 'between'."""
+    case = {"layout": "dense"}
+    recs = []
+    for test, shard, t0, n in (("a", "gw0-1", 0.0, 3), ("b", "gw1-2", 0.0, 1), ("c", "gw0-1", 50.0, 2)):
+        for i in range(n):
+            recs.append({"kind": "begin", "shard": shard, "property": "numerics", "case": case, "test": test, "t": t0 + 10 * i})
+            recs.append(
+                {
+                    "kind": "obs",
+                    "shard": shard,
+                    "property": "numerics",
+                    "case": case,
+                    "test": test,
+                    "outcome": "passed",
+                    "seconds": 2.0,
+                    "t_end": t0 + 10 * i + 2,
+                }
+            )
+    got = merge(recs)["slowest_tests"]
+    assert [(r["test"], r["worker"], r["examples"], r["span_seconds"], r["example_seconds"], r["between_examples"]) for r in got] == [
+        ("a", "gw0-1", 3, 22.0, 6.0, 16.0),
+        ("c", "gw0-1", 2, 12.0, 4.0, 8.0),
+        ("b", "gw1-2", 1, 2.0, 2.0, 0.0),
+    ]
