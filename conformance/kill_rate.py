@@ -1179,7 +1179,10 @@ def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print, on
         ``infra``, searched once more) for the OOM killer's signal, no Case
         in flight, or a replay that does not die again."""
         got = flight.read(flight.path(opts["log_dir"], run.mutant.name, share))
-        if signum == flight.OOM_SIGNAL or i is None or got is None or got["unit"] != i:
+        if signum == flight.OOM_SIGNAL or got is None or (i is not None and got["unit"] != i):
+            return False
+        i = got["unit"]  # the file, written before the launch, also where the "start" message died with the process
+        if i in run.results:  # a unit already searched to its result: the death came between units
             return False
         kind, case = run.units[i][0], Case.from_dict(got["case"])
         again = _replay_fresh(kind, [case], opts, run.mutant)
