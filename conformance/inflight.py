@@ -23,8 +23,10 @@ def path(log_dir: str, mutant: str, share: int) -> Path:
 
 
 def recorder(where: Path) -> Callable:
-    """``record(unit, kind_name, case_dict)``: the next example of ``unit``, written before it launches."""
+    """``record(unit, kind_name, case_dict)``: the next example of ``unit``, written before it launches.
+    A file an earlier run of the same share left is removed first: it names no Case of this one."""
     counts: dict = {}
+    where.unlink(missing_ok=True)
 
     def record(unit: int, kind: str, case: dict) -> None:
         counts[unit] = counts.get(unit, 0) + 1
