@@ -16,7 +16,8 @@ from ground.tables import PINNED
 # Set to 1 to run on versions other than ground.tables.PINNED (verdicts then
 # describe another build; the header still names what ran).
 ALLOW_MISMATCH_ENV = "SDPA_ALLOW_VERSION_MISMATCH"
-PACKAGES = ("torch", "nvidia-cudnn-frontend", "nvidia-cutlass-dsl")
+# hypothesis: a derandomized search draws what its version draws (pyproject.toml pins it), so it is recorded too.
+PACKAGES = ("torch", "nvidia-cudnn-frontend", "nvidia-cutlass-dsl", "hypothesis")
 
 NATIVE = "native sm80"
 COMPILE_ONLY = "compile-only (no GPU)"
@@ -117,5 +118,5 @@ def header(adapter: str = "?", env: Optional[Environment] = None) -> str:
     v = env.versions
     return (
         f"sdpa-conformance: {gpu} | torch {v['torch']} | cudnn-frontend {v['nvidia-cudnn-frontend']}"
-        f" | cutlass-dsl {v['nvidia-cutlass-dsl']} | mode: {env.mode} | adapter: {adapter} | kernels: {describe()}"
+        f" | cutlass-dsl {v['nvidia-cutlass-dsl']} | hypothesis {v.get('hypothesis', '?')} | mode: {env.mode} | adapter: {adapter} | kernels: {describe()}"
     )

@@ -34,7 +34,16 @@ def test_run_modes():
 def test_header_names_everything():
     env = environment.Environment("NVIDIA H200", (9, 0), "13.0", environment.installed_versions(), environment.run_mode((9, 0)))
     line = environment.header("wrapper", env)
-    for part in ("NVIDIA H200 (sm_90, driver 13.0)", "torch ", "cudnn-frontend ", "cutlass-dsl ", "mode: sm80 code on sm_90", "adapter: wrapper", "kernels: "):
+    for part in (
+        "NVIDIA H200 (sm_90, driver 13.0)",
+        "torch ",
+        "cudnn-frontend ",
+        "cutlass-dsl ",
+        "hypothesis 6.",
+        "mode: sm80 code on sm_90",
+        "adapter: wrapper",
+        "kernels: ",
+    ):
         assert part in line
     assert "\n" not in line
 
