@@ -279,7 +279,7 @@ def check_disk_reuse(case: Case, adapter, *, prelude: str = "") -> Observation:
     same directory serves it from disk (counters read around its one launch).
     Each process checks its launch's guard bands, and the kernel served from
     disk must write the bits the freshly compiled one wrote (the forward is
-    deterministic: another kernel under the key would differ).
+    bitwise repeatable: another kernel under the key would differ).
     ``prelude`` is code the probe processes run first (the power test plants
     a broken key there)."""
     import tempfile
