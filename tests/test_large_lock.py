@@ -8,7 +8,6 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
-import time
 
 from conformance.kill_rate import CONTROL, CONTROL_SM90
 from conformance.large_lock import LargeTierLock
@@ -91,7 +90,8 @@ def test_a_mutant_that_dies_holding_the_lock_starves_no_search(tmp_path):
     """Spawned for real, --jobs 2: a mutant's large-tier search dies by a
     signal while holding the lock, and is searched once more (an infra death)
     by a process that must get the lock; the control's large-tier search runs
-    to its count. With a lock that stays taken, both waited out the cap."""
+    to its count. With a lock that stays taken, both waited out the cap
+    (the control ended `incomplete`)."""
     from conformance import kill_rate as M
     from kernels.mutants import Mutant
     from kernels.source import Rewrite
@@ -99,7 +99,7 @@ def test_a_mutant_that_dies_holding_the_lock_starves_no_search(tmp_path):
     crasher = Mutant("crasher", "large_offsets", (Rewrite("f16", "a", "b"),), "numerics_large_offsets", "w")
     opts = dict(
         profile="ci",
-        budget_s=60,
+        budget_s=90,
         kinds=["numerics_large_offsets"],
         findings=None,
         log_dir=str(tmp_path),
@@ -107,10 +107,8 @@ def test_a_mutant_that_dies_holding_the_lock_starves_no_search(tmp_path):
         adapter_factory=marked_adapter,
         check=crash_the_mutant,
     )
-    t0 = time.monotonic()
     control, rec = M.run_all([M.CONTROL, crasher], opts, jobs=2, progress=lambda line: None)
     assert control["verdict"] == "survived" and control["complete"], control
     assert rec["verdict"] == "infra" and "SIGKILL" in rec["error"], rec  # died again when searched once more
     assert sorted(p.name for p in tmp_path.glob("crasher*.log")) == ["crasher.1.log", "crasher.log"]  # the first process, the one more
     assert (tmp_path / ".large-tier.lock").exists()
-    assert time.monotonic() - t0 < 45  # neither search waited out the 60 s cap on the lock
