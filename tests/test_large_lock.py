@@ -11,7 +11,7 @@ import signal
 
 from conformance.kill_rate import CONTROL, CONTROL_SM90
 from conformance.large_lock import LargeTierLock
-from ground.outcome import Observation
+from tests.test_kill_verdicts import _opts, survive
 
 
 def _hold_then_die(lock, held):
@@ -70,18 +70,9 @@ def test_the_controls_are_the_bug_class_that_takes_no_lock():
     assert CONTROL.bug_class == CONTROL_SM90.bug_class == "control"
 
 
-def survive(kind, case, adapter):
-    return Observation(kind.property, case, ratios={"o": 0.5})
-
-
-def marked_adapter(rewrites):
-    """No adapter; a mutant's stand-in says it is one (its rewrites are never applied)."""
-    return "mutant" if rewrites else None
-
-
 def crash_the_mutant(kind, case, adapter):
-    """The mutant's process dies at its first large-tier example, holding the lock."""
-    if adapter == "mutant":
+    """The mutant's process (its stand-in adapter carries rewrites) dies at its first large-tier example, holding the lock."""
+    if adapter.rewrites:
         os.kill(os.getpid(), signal.SIGKILL)
     return survive(kind, case, adapter)
 
@@ -97,16 +88,7 @@ def test_a_mutant_that_dies_holding_the_lock_starves_no_search(tmp_path):
     from kernels.source import Rewrite
 
     crasher = Mutant("crasher", "large_offsets", (Rewrite("f16", "a", "b"),), "numerics_large_offsets", "w")
-    opts = dict(
-        profile="ci",
-        budget_s=90,
-        kinds=["numerics_large_offsets"],
-        findings=None,
-        log_dir=str(tmp_path),
-        threads=1,
-        adapter_factory=marked_adapter,
-        check=crash_the_mutant,
-    )
+    opts = _opts(tmp_path, crash_the_mutant, profile="ci", budget_s=90, kinds=["numerics_large_offsets"])
     control, rec = M.run_all([M.CONTROL, crasher], opts, jobs=2, progress=lambda line: None)
     assert control["verdict"] == "survived" and control["complete"], control
     assert rec["verdict"] == "infra" and "SIGKILL" in rec["error"], rec  # died again when searched once more
