@@ -572,22 +572,28 @@ def unit_result(s: _Search, seconds: float, confirm=None) -> dict:
         verdict = failure_verdict(failure)
         judged = isinstance(failure, PropertyFailure)
         failing = getattr(failure, "case", None)
-        res["failure"] = dict(
-            verdict=verdict,
-            summary=failure.summary if judged else f"{type(failure).__name__}: {str(failure)[:300]}",
-            first_failure_s=round(s.first[2], 1),
-            case=case.to_dict(),
-            case_size=case_size(case),
-            case_text=case.describe(),
-            first_case=s.first[0].to_dict(),
-            failure_case=failing.to_dict() if judged and failing != case else None,
-        )
+        summary = failure.summary if judged else f"{type(failure).__name__}: {str(failure)[:300]}"
+        res["failure"] = failure_fields(verdict, summary, s.first[2], case, s.first[0], failing if judged and failing != case else None)
         if verdict in KILLS and confirm is not None:
             pristine = confirm(list(dict.fromkeys((case, s.first[0]))))
             if pristine is not None:
                 unknown = pristine.get("unknown")
                 res["failure"].update(verdict="harness_error" if unknown else "pristine_fails", pristine=pristine, mutant_verdict=verdict)
     return res
+
+
+def failure_fields(verdict: str, summary: str, seconds: float, case: Case, first: Case, failing: Optional[Case] = None) -> dict:
+    """A unit's failure as record fields: the verdict, the (shrunk) Case, the first failing one."""
+    return dict(
+        verdict=verdict,
+        summary=summary,
+        first_failure_s=round(seconds, 1),
+        case=case.to_dict(),
+        case_size=case_size(case),
+        case_text=case.describe(),
+        first_case=first.to_dict(),
+        failure_case=None if failing is None else failing.to_dict(),
+    )
 
 
 def first_failing(results: dict, events: Optional[dict] = None) -> Optional[int]:
@@ -1193,16 +1199,8 @@ def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print, on
             return False
         how = f"the process was killed by signal {signum} ({_signal_name(signum)}) launching this Case, and again on replay"
         verdict = "error" if pristine is None else "pristine_fails"
-        failure = dict(
-            verdict=verdict,
-            summary=how + ("; the pristine kernels pass it" if pristine is None else "; so was it, or it failed, on the pristine kernels"),
-            first_failure_s=round(time.time() - run.born, 1),
-            case=case.to_dict(),
-            case_size=case_size(case),
-            case_text=case.describe(),
-            first_case=case.to_dict(),
-            failure_case=None,
-        )
+        summary = how + ("; the pristine kernels pass it" if pristine is None else "; so was it, or it failed, on the pristine kernels")
+        failure = failure_fields(verdict, summary, time.time() - run.born, case, case)
         if pristine is not None:
             failure.update(pristine=pristine, mutant_verdict="error")
         planned = planned_examples(opts["profile"], kind, opts.get("examples_scale", 1.0))
