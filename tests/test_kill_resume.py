@@ -13,6 +13,7 @@ import pytest
 
 from conformance import kill_rate as M
 from kernels.mutants import MUTANTS
+from tests.test_kill_verdicts import stub_gpu
 
 THREE = [m.name for m in MUTANTS[:3]]
 
@@ -26,14 +27,7 @@ def machine(monkeypatch):
     """A stub SM 8.0 GPU for main(), and ``run_all`` replaced: it makes each
     record from ``verdicts`` (name -> verdict, "control" survives), stopping
     (as a call cut by its time limit) at a name in ``cut``."""
-    import torch
-
-    from kernels import environment
-
-    env = environment.Environment("stub GPU", (8, 0), "13.0", environment.installed_versions(), "native sm80")
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
-    monkeypatch.setattr(environment, "detect", lambda: env)
+    stub_gpu(monkeypatch)
     state = {"verdicts": {}, "cut": set(), "cut_at": 0, "ran": [], "handed": {}}
 
     def run_all(mutants, opts, jobs, progress=print, on_record=None, done_units=None, on_unit=None):

@@ -533,11 +533,8 @@ def test_the_suite_revision_tolerates_no_git(monkeypatch):
     assert M.suite_revision() is None
 
 
-@pytest.fixture
-def machine(monkeypatch):
-    """A stub SM 8.0 GPU for main(), and ``run_all`` stood in for: each
-    mutant's record from ``state["verdicts"]`` (name -> verdict; survived),
-    each unit's result from ``state["unit"]`` (reported to ``on_unit``)."""
+def stub_gpu(monkeypatch) -> None:
+    """main() sees a stub SM 8.0 GPU (no device is touched)."""
     import torch
 
     from kernels import environment
@@ -546,6 +543,14 @@ def machine(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
     monkeypatch.setattr(environment, "detect", lambda: env)
+
+
+@pytest.fixture
+def machine(monkeypatch):
+    """A stub SM 8.0 GPU for main(), and ``run_all`` stood in for: each
+    mutant's record from ``state["verdicts"]`` (name -> verdict; survived),
+    each unit's result from ``state["unit"]`` (reported to ``on_unit``)."""
+    stub_gpu(monkeypatch)
     state = {"verdicts": {}, "unit": None}
 
     def run_all(mutants, opts, jobs, progress=print, on_record=None, done_units=None, on_unit=None):
