@@ -94,7 +94,9 @@ NUMERICS, TAILS = "properties.numerics:check_numerics", "properties.tails:check_
 REUSE = "properties.compile_cache_sm90:check_sm90_compile_reuse"
 SM90_KINDS: Tuple[Sm90Kind, ...] = (
     Sm90Kind("sm90_numerics_dense", "numerics", "numerics", "conformance/test_sm90_numerics.py::test_sm90_numerics_dense[compile]", NUMERICS),
-    Sm90Kind("sm90_numerics_thd", "numerics", "numerics", "conformance/test_sm90_numerics.py::test_sm90_numerics_thd", NUMERICS, ("thd",)),
+    Sm90Kind(
+        "sm90_numerics_thd", "numerics", "numerics", "conformance/test_sm90_numerics.py::test_sm90_numerics_thd", NUMERICS, ("thd",), params={"tails": True}
+    ),
     Sm90Kind("sm90_tails_dense", "tails", "tails", "conformance/test_sm90_numerics.py::test_sm90_tails_dense[compile]", TAILS),
     Sm90Kind(
         "sm90_compile_reuse_dense",

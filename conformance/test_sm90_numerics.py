@@ -3,7 +3,9 @@ D512 forward) through both of its entry points (parametrized ``entry``): the
 compile entry ``kernels.sm90.adapter.Sm90Adapter`` and the public wrapper
 ``kernels.sm90.wrapper.Sm90WrapperAdapter`` (dense Cases bounded by
 construction to what the wrapper can express: ``wrapper.expressible``), plus
-THD numerics through the compile entry (the wrapper has no THD). Cases are
+THD numerics through the compile entry (the wrapper has no THD), whose
+launch the tails judge too (the host's one output mode: no initialisation,
+nothing written outside a sequence). Cases are
 drawn by ``strategies.sm90.sm90_cases`` and judged by the same property code
 as the SM80 templates, the error model selected by the Case's ``family``
 (``ground.tolerances.bounds_for``: ``sm90_kernel_bounds``).
@@ -120,10 +122,13 @@ def test_sm90_tails_dense(entry, case):
 def test_sm90_numerics_thd(sm90, case):
     """THD sm90 Cases through the compile entry (packed buffers, cu prefixes,
     the plan's workspace): O and LSE of the live rows within the sm90 error
-    model; no guard band touched."""
+    model; no guard band touched. The same launch is judged by the tails
+    (``tails=True``): the host has no output initialisation, so the O and
+    Stats capacity outside the live tokens and the Stats pitch keep the
+    caller's poison bit for bit, and no dead input's NaN reaches a live row."""
     from properties.numerics import check_numerics
 
-    _judged(check_numerics, case, sm90)
+    _judged(check_numerics, case, sm90, tails=True)
 
 
 def test_both_entries_take_their_projected_cases():

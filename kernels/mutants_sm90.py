@@ -191,6 +191,16 @@ SM90_MUTANTS: Tuple[Mutant, ...] = (
         THD,
     ),
     _sm90(
+        "sm90_stats_store_past_q_len",
+        "output_tail",
+        [Rewrite("sm90", "if token < work.q_output_limit:", "if token < work.q_output_limit + cutlass.Int32(self.tokens_per_tile):")],
+        "sm90_numerics_thd",
+        "The Stats store's row predicate one tile past the sequence end: the last tile of each sequence writes Stats "
+        "rows its sequence does not own, into the next sequence's rows, the capacity past the last one, or past the "
+        "buffer.",
+        THD,
+    ),
+    _sm90(
         "sm90_o_store_past_d_v",
         "head_dim_tail",
         [Rewrite("sm90_host", "o = bhsd(o_ptr, kernel.h_q, sq, d_v, o_strides)", "o = bhsd(o_ptr, kernel.h_q, sq, 512, o_strides)")],

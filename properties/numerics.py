@@ -106,9 +106,10 @@ def check_numerics(case: Case, adapter, *, legacy: bool = False, tails: bool = F
     lengths, which hold FINITE_PAD (their NaN is check_tails'). ``legacy``
     also records the replaced rule's ratios in the notes
     (tools/calibrate_error_model.py). ``tails`` (THD): the launch is exactly
-    check_tails' with initialized outputs (NaN behind every dead input, NaN
-    in the output buffers), so its checks are judged on it too and recorded
-    as a tails example of their own: one launch, both properties."""
+    check_tails' (NaN behind every dead input, NaN in the output buffers) in
+    the output mode the adapter ran (its ``initialize_outputs`` note), so its
+    checks are judged on it too and recorded as a tails example of their
+    own: one launch, both properties."""
     recorder.begin("numerics", case, **({"legacy": True} if legacy else {}))
     start = time.perf_counter()
     dev = device()
@@ -124,9 +125,12 @@ def check_numerics(case: Case, adapter, *, legacy: bool = False, tails: bool = F
         return judge_forward("numerics", case, inputs, outputs, result, forward, regions, notes, legacy=legacy)
 
     observed = finish("numerics", case, start, judged, compile=result.compile.to_dict(), notes=notes)
-    if tails and case.is_thd and result.notes.get("initialize_outputs", True):
+    if tails and case.is_thd:
         from properties.tails import judge_tails
 
-        recorder.begin("tails", case, initialize_outputs=True)  # its case file names the property that judges next
-        judge_tails(case, inputs, outputs, result, True, time.perf_counter())
+        # The tails of the output mode the launch ran: the SM80 hosts zero the capacity when asked (the
+        # default); a host without that option (sm90) leaves it as the caller's bytes and says so.
+        ran = result.notes.get("initialize_outputs", True)
+        recorder.begin("tails", case, initialize_outputs=ran)  # its case file names the property that judges next
+        judge_tails(case, inputs, outputs, result, ran, time.perf_counter())
     return observed

@@ -1,12 +1,16 @@
 """The tails property on sm90 Cases, on the CPU: the emulated sm90 kernel
 (tests/kernel_emulation_sm90.py) storing into the caller's NaN-poisoned
 buffers passes on drawn dense sm90 Cases, and two planted store faults fail
-it. The same property runs on a Hopper GPU through Sm90Adapter.run
-(conformance/test_sm90_numerics.py); this shows it can judge the family's
-Cases and can fail."""
+it; on THD Cases, a reference stand-in storing as the SM90 THD host does
+(live rows only) passes the numerics launch judged by the tails too, and
+three planted stores outside the live rows fail it. The same property runs
+on a Hopper GPU through Sm90Adapter.run (conformance/test_sm90_numerics.py);
+this shows it can judge the family's Cases and can fail."""
 
 from __future__ import annotations
 
+import math
+from contextlib import contextmanager
 from unittest import mock
 
 import pytest
@@ -16,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from ground import findings
 from ground.case import Case
 from ground.outcome import PropertyFailure
-from properties import tails
+from properties import numerics, recorder, tails
 from strategies.sm90 import sm90_cases
 from tests.kernel_emulation_sm90 import EmulatedSm90Adapter, Sm90Plant
 
@@ -49,3 +53,86 @@ def test_planted_store_faults_fail_the_tails(plant, check):
     with pytest.raises(PropertyFailure) as failure:
         run_tails(PADDED, plant)
     assert failure.value.check == check
+
+
+class ReferenceThd:
+    """A stand-in for the sm90 compile entry on THD Cases: the float64
+    reference rounded into the caller's buffers, stored as the SM90 THD host
+    stores (live rows only: nothing outside a sequence, the Stats pitch left
+    alone) and noted as its one output mode (``Sm90Adapter``: THD_INIT).
+    ``plant``: a store fault of the kind the tails exist for."""
+
+    name = "reference-sm90-thd"
+
+    def __init__(self, plant: str = ""):
+        self.plant = plant
+
+    def run(self, case, inputs, outputs=None, *, initialize_outputs=True):
+        from ground.data import body_storage
+        from kernels.base import KernelResult
+        from kernels.sm90.adapter import THD_INIT
+        from reference.attention import reference_for_case
+
+        o, lse = outputs
+        ref_o, ref_lse = reference_for_case(case, inputs, torch.float64)[:2]
+        live = inputs.q_live
+        o[live] = ref_o[live].to(o.dtype)
+        if case.has_lse:
+            lse[:, live] = ref_lse[:, live].to(lse.dtype)
+        if self.plant == "o_capacity":  # the last tile's O store runs past cu_q[n_seq]
+            o[~live] = 0
+        elif self.plant == "stats_capacity" and case.has_lse:  # a Stats row stored past q_output_limit
+            lse[:, ~live] = -math.inf
+        elif self.plant == "stats_pitch" and case.has_lse:  # the Stats stores cover the whole head pitch
+            body_storage(lse).zero_()
+            lse[:, live] = ref_lse[:, live].to(lse.dtype)
+        handed = {"q": inputs.q, "k": inputs.k, "v": inputs.v, "o": o, **({"lse": lse} if case.has_lse else {})}
+        return KernelResult(o, lse, notes={"adapter": self.name, "initialize_outputs": THD_INIT}, handed=handed)
+
+
+@contextmanager
+def recorded():
+    """The Observations the properties record meanwhile (their verdicts, in order)."""
+    seen = []
+    with mock.patch.object(recorder, "observe", seen.append):
+        yield seen
+
+
+def run_thd(case: Case, plant: str = ""):
+    """check_numerics with ``tails=True`` (what test_sm90_numerics_thd runs) on the stand-in."""
+    with mock.patch.object(numerics, "device", lambda: torch.device("cpu")), findings.applied([]):
+        return numerics.check_numerics(case, ReferenceThd(plant), tails=True)
+
+
+@settings(max_examples=20, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(sm90_cases(layouts=("thd",)))
+def test_thd_tails_pass_on_drawn_sm90_cases(case):
+    """Live rows stored, the capacity and the Stats pitch left as the caller's poison: numerics and tails pass,
+    and the tails were judged in the no-init mode (a capacity check per output the launch wrote)."""
+    with recorded() as observations:
+        run_thd(case)
+    tails_obs = [o for o in observations if o.property == "tails"]
+    assert [o.outcome for o in observations] == ["passed", "passed"] and len(tails_obs) == 1
+
+
+# Capacity past the live tokens (q_slack) and a head-major Stats pitch past T_q (lse_layout "padded").
+SLACK = Case(family="sm90", layout="thd", q_lens=(17, 40), kv_lens=(30, 8), h_q=2, h_kv=1, q_slack=9, lse_layout="padded", seed=3)
+
+
+@pytest.mark.parametrize("plant, check", [("o_capacity", "capacity"), ("stats_capacity", "capacity"), ("stats_pitch", "lse pitch")])
+def test_planted_thd_store_faults_fail_the_tails(plant, check):
+    """An O or Stats store past the last sequence, and a Stats store over the pitch, each fail their tails check."""
+    assert run_thd(SLACK).outcome == "passed"
+    with pytest.raises(PropertyFailure) as failure:
+        run_thd(SLACK, plant)
+    assert failure.value.property == "tails" and failure.value.check == check, failure.value
+
+
+def test_the_sm90_compile_entry_declares_its_thd_output_mode():
+    """The compile entry serves "no-init" (its THD host's one mode) and notes it on THD launches; the public
+    wrapper, which allocates its outputs itself, still refuses it."""
+    from kernels.sm90.adapter import THD_INIT, Sm90Adapter
+    from kernels.sm90.wrapper import Sm90WrapperAdapter
+
+    assert THD_INIT is False and "no-init" in Sm90Adapter.supports
+    assert "no-init" not in Sm90WrapperAdapter.supports and "no-init" in Sm90WrapperAdapter.lacks

@@ -62,18 +62,19 @@ def compile_spec(spec: Sm90Specialization):
 
 def hopper_launch(adapter, case: Case, inputs, outputs, *, tamper: Optional[str], initialize_outputs: bool, entry: str):
     """What every sm90 launch checks and prepares, on either entry point: no
-    tamper, outputs initialized (the family has no no-init mode), a Hopper
-    (SM 9.0) device; then the inputs on it and the caller's (or fresh) O and
-    Stats. Returns (inputs, o, lse)."""
+    tamper, ``initialize_outputs=False`` only where the adapter declares
+    "no-init", a Hopper (SM 9.0) device; then the inputs on it and the
+    caller's (or fresh) O and Stats. Returns (inputs, o, lse)."""
     import torch
 
     from ground.data import make_outputs
+    from kernels.base import require
     from kernels.environment import detect
 
     if tamper is not None:
         raise ValueError(f"tamper {tamper!r}: {entry} takes none")
     if not initialize_outputs:
-        raise Unsupported.lacking(adapter.name, "no-init", case.describe(), adapter.lacks["no-init"])
+        require(adapter, "no-init", case.describe())
     env = detect()
     if env.capability is None:
         raise Unsupported.machine(NO_GPU + f" (the {adapter.name} adapter can only compile_only() here)", adapter=adapter.name)
@@ -133,6 +134,11 @@ def staged_operands(bound: dict, caller: dict) -> list:
     return sorted(r for r, t in bound.items() if t is not None and r in caller and not _same_memory(t, caller[r]))
 
 
+# The SM90 THD host's one output mode: the caller's O and Stats are not zeroed, and nothing outside a
+# sequence is written (``initialize_outputs=True`` selects a mode only where a host has one: kernels.base).
+THD_INIT = False
+
+
 class Sm90Adapter:
     """The sm90 family's compile entry point (see the module doc)."""
 
@@ -144,11 +150,11 @@ class Sm90Adapter:
         # kernels.source.Rewrite s of the sm90 sources (mutants): applied wherever the template is loaded.
         self.rewrites = tuple(rewrites)
 
-    supports = frozenset({"caller-outputs", "compile-only"})
-    lacks = {
-        "no-init": "the SM90 THD host has no output-initialisation option (rows outside a sequence are never written)",
-        "thd-addressing": "the sm90 family is forward only",
-    }
+    # "no-init": the SM90 THD host has no output-initialisation option; its O and Stats stores stop at
+    # each sequence's end (per-sequence O tensor maps; Stats rows predicated on token < q_output_limit),
+    # so the capacity outside the live tokens keeps the caller's bytes on every THD launch (THD_INIT).
+    supports = frozenset({"caller-outputs", "compile-only", "no-init"})
+    lacks = {"thd-addressing": "the sm90 family is forward only"}
 
     def _served(self, case: Case) -> None:
         if case.family != FAMILY.name:
@@ -203,6 +209,7 @@ class Sm90Adapter:
         if case.is_thd:  # the plan's size inside guard bands (the kernel writes its metadata there), at the template's alignment
             workspace = thd.guarded_workspace(api.scratch_workspace_bytes(), api._k_mod.PREPARED_WORKSPACE_ALIGNMENT, o.device)
             notes.update(lens_form="cu prefixes (Q and KV)", workspace=f"{workspace.numel()} bytes, adapter-allocated, guarded")
+            notes["initialize_outputs"] = THD_INIT  # what ran, whatever was asked: the tails judge this mode
         bound = bound_operands(case, inputs, o, lse)
         args, kwargs = execute_call(case, bound, workspace)
         staged = staged_operands(bound, caller)
