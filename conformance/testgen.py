@@ -48,6 +48,7 @@ def drawn(fam: Family, values, data, adapter=None) -> Case:
     recorded (a ``steered`` record: the report counts them per crash finding)."""
     entries = fam.launches(values, adapter)
     skip_unservable(fam, values, entries)
+    recorder.drawing()
     case = fam.apply(data.draw(fam.strategy_for(values), label="case"), values)
     served = fam.serve(case, values, entries)
     for entry, names in served.projected:

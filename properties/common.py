@@ -89,6 +89,7 @@ def refusal_policy(refusal: Unsupported) -> NoReturn:
     # After an example of this test failed, Hypothesis is shrinking: a refused Case there is no verdict on the
     # test (it would turn a failing test into a skipped one), only that example's rejection.
     if currently_in_test_context() and (refusal.policy.in_example == "reject" or recorder.failures_in_test()):
+        recorder.rejected(str(refusal) or type(refusal).__name__)
         reject()
     raise refusal
 

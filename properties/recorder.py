@@ -47,6 +47,7 @@ class _State:
     context: dict = field(default_factory=dict)  # how the current test runs the property (adapter, ...)
     last: Optional[Begun] = None
     failures: int = 0  # examples of the current test whose check raised (a failure or a crash)
+    mark: Optional[float] = None  # perf_counter where the next rejected example's seconds start (``rejected``)
 
 
 _state = _State()
@@ -65,6 +66,35 @@ def observe(observation: Observation) -> None:
     last = _state.last
     params = last.params if last is not None and last.property == observation.property else {}
     write({"kind": "obs", "test": _state.test, **observation.to_dict(), "params": params, "context": _state.context, "t_end": time.time()})
+    _state.mark = time.perf_counter()
+
+
+def drawing() -> None:
+    """An example's Case is about to be drawn (conformance.testgen): a
+    rejection of this example counts its seconds from here."""
+    _state.mark = time.perf_counter()
+
+
+def rejected(reason: str) -> None:
+    """The current example was rejected (a refusal whose policy rejects:
+    ``properties.common.refusal_policy``), ``reason`` its refusal: no
+    verdict, so no Observation. Its seconds run from its draw (``drawing``)
+    or, where none was marked, from the previous verdict, rejection or test
+    start in this process: the report shows what rejected draws cost each
+    test (time between verdicts that no phase names)."""
+    now = time.perf_counter()
+    last = _state.last
+    write(
+        {
+            "kind": "rejected",
+            "test": _state.test,
+            "property": last.property if last is not None else None,
+            "seconds": round(now - _state.mark, 6) if _state.mark is not None else None,
+            "reason": (reason.splitlines() or [""])[0][:200],
+            "t": time.time(),
+        }
+    )
+    _state.mark = now
 
 
 def steered(finding: str, property: str, case: Case, entries) -> None:
@@ -131,6 +161,7 @@ def set_test(nodeid: Optional[str], **context) -> None:
     _state.context = context
     _state.last = None
     _state.failures = 0
+    _state.mark = time.perf_counter()
 
 
 def write(record: dict) -> None:

@@ -417,11 +417,17 @@ def _profile(s: dict) -> list:
         return []
     names = [k for k in prof["phases"]]
     rows = [
-        [w["worker"], w["examples"], _fmt(w["span_seconds"]), _fmt(w["between_examples"])] + [_fmt(w["phases"].get(k, 0.0)) for k in names]
+        [w["worker"], w["examples"], _fmt(w["span_seconds"]), _fmt(w["between_examples"]), _rejected(w)] + [_fmt(w["phases"].get(k, 0.0)) for k in names]
         for w in prof["workers"]
     ]
     rows.append(
-        ["total", sum(w["examples"] for w in prof["workers"]), _fmt(prof["span_seconds"]), _fmt(prof["span_seconds"] - prof["example_seconds"])]
+        [
+            "total",
+            sum(w["examples"] for w in prof["workers"]),
+            _fmt(prof["span_seconds"]),
+            _fmt(prof["span_seconds"] - prof["example_seconds"]),
+            _rejected(prof),
+        ]
         + [_fmt(prof["phases"][k]) for k in names]
     )
     return [
@@ -429,15 +435,21 @@ def _profile(s: dict) -> list:
         (
             "p",
             "Each process's span from its first example to its last verdict; 'between examples' is Hypothesis (generation, "
-            "shrinking), pytest and fixtures; the phases are ground.phases (compile is the adapters' compile step).",
+            "shrinking), pytest and fixtures; 'rejected' counts the examples drawn and refused without a verdict (their "
+            "seconds, part of 'between examples'); the phases are ground.phases (compile is the adapters' compile step).",
         ),
-        ("table", ["worker", "examples", "span", "between examples"] + names, rows),
+        ("table", ["worker", "examples", "span", "between examples", "rejected (s)"] + names, rows),
     ]
+
+
+def _rejected(row: dict) -> str:
+    """'N (seconds)' of the rejected examples a profile row counts."""
+    return f"{row.get('rejected', 0)} ({_fmt(row.get('rejected_seconds', 0.0))})"
 
 
 def _slowest_tests(s: dict) -> list:
     rows = [
-        [r["test"], r["worker"], _fmt(r["span_seconds"]), r["examples"], _fmt(r["example_seconds"]), _fmt(r["between_examples"])]
+        [r["test"], r["worker"], _fmt(r["span_seconds"]), r["examples"], _fmt(r["example_seconds"]), _fmt(r["between_examples"]), _rejected(r)]
         for r in s.get("slowest_tests") or ()
     ]
     if not rows:
@@ -445,7 +457,7 @@ def _slowest_tests(s: dict) -> list:
     return [
         ("h", 2, "Slowest tests"),
         ("p", "Each test's span on its worker, from its first begun example to its last verdict: a long one is a worker's tail."),
-        ("table", ["test", "worker", "span", "examples", "example s", "between examples"], rows),
+        ("table", ["test", "worker", "span", "examples", "example s", "between examples", "rejected (s)"], rows),
     ]
 
 

@@ -122,8 +122,10 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
     by_family: Counter = Counter()  # matrix examples per kernel family
     compiling: Dict[str, list] = defaultdict(list)  # key -> (worker, property, misses) of each example that compiled under it
     deliberate, unkeyed, deliberate_seconds = Counter(), Counter(), 0.0  # property -> compiles made on purpose / of examples naming no key
-    workers: Dict[str, dict] = defaultdict(lambda: {"examples": 0, "example_seconds": 0.0, "phases": Counter(), "first": None, "last": None})
-    per_test: Dict[str, dict] = defaultdict(lambda: {"examples": 0, "example_seconds": 0.0, "first": None, "last": None, "shard": None})
+    workers: Dict[str, dict] = defaultdict(
+        lambda: {"examples": 0, "example_seconds": 0.0, "phases": Counter(), "first": None, "last": None, **_no_rejections()}
+    )
+    per_test: Dict[str, dict] = defaultdict(lambda: {"examples": 0, "example_seconds": 0.0, "first": None, "last": None, "shard": None, **_no_rejections()})
     for r in records:
         kind = r.get("kind")
         if kind in ("begin", "obs"):
@@ -172,6 +174,10 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
             elif misses:
                 unkeyed[r["property"]] += misses
             obs_list.append(r)
+        elif kind == "rejected":  # an example drawn and refused without a verdict (recorder.rejected)
+            for tally in (workers[r.get("shard", "?")], per_test[r.get("test") or "?"]):
+                tally["rejected"] += 1
+                tally["rejected_seconds"] += r.get("seconds") or 0.0
         elif kind == "collected":
             collected.update(r.get("tests", {}))
         elif kind == "steered":
@@ -417,6 +423,10 @@ def _accounting(
     }
 
 
+def _no_rejections() -> dict:
+    return {"rejected": 0, "rejected_seconds": 0.0}
+
+
 def _slowest_tests(per_test: Dict[str, dict]) -> list:
     """The SLOWEST tests by span (first begun example to last verdict, on
     their worker), with their examples' seconds and the rest ("between
@@ -434,6 +444,8 @@ def _slowest_tests(per_test: Dict[str, dict]) -> list:
                 "span_seconds": round(span, 3),
                 "example_seconds": round(t["example_seconds"], 3),
                 "between_examples": round(span - t["example_seconds"], 3),
+                "rejected": t["rejected"],
+                "rejected_seconds": round(t["rejected_seconds"], 3),
             }
         )
     return sorted(rows, key=lambda r: (-r["span_seconds"], r["test"]))[:SLOWEST]
@@ -443,7 +455,8 @@ def _profile(workers: Dict[str, dict], props: Dict[str, dict]) -> dict:
     """Where the worker time went: per process (shard), its span from its
     first begun example to its last verdict, the examples' seconds split by
     phase, and the rest of the span ("between examples": Hypothesis
-    generating and shrinking, pytest, fixtures, idle at the end)."""
+    generating and shrinking, pytest, fixtures, idle at the end; of it,
+    the rejected examples: drawn, refused, no verdict)."""
     rows = []
     for shard, w in sorted(workers.items()):
         if not w["examples"]:
@@ -457,6 +470,8 @@ def _profile(workers: Dict[str, dict], props: Dict[str, dict]) -> dict:
                 "example_seconds": round(w["example_seconds"], 3),
                 "phases": _phases(w["phases"], w["example_seconds"]),
                 "between_examples": round(span - w["example_seconds"], 3) if span is not None else None,
+                "rejected": w["rejected"],
+                "rejected_seconds": round(w["rejected_seconds"], 3),
             }
         )
     total = Counter()
@@ -468,6 +483,8 @@ def _profile(workers: Dict[str, dict], props: Dict[str, dict]) -> dict:
         "phases": _phases(total, example_seconds),
         "example_seconds": round(example_seconds, 3),
         "span_seconds": round(sum(r["span_seconds"] or 0.0 for r in rows), 3),
+        "rejected": sum(r["rejected"] for r in rows),
+        "rejected_seconds": round(sum(r["rejected_seconds"] for r in rows), 3),
     }
 
 

@@ -88,3 +88,46 @@ def test_slowest_tests_are_ranked_by_their_span_on_their_worker():
         ("c", "gw0-1", 2, 12.0, 4.0, 8.0),
         ("b", "gw1-2", 1, 2.0, 2.0, 0.0),
     ]
+
+
+def test_rejected_examples_are_tallied_per_test_and_worker():
+    """A rejected example (drawn, refused, no verdict) is counted with its seconds on its test and worker, part of
+    the time between verdicts; examples and example seconds stay the verdicts'."""
+    case = {"layout": "dense"}
+    recs = [
+        {"kind": "begin", "shard": "gw0-1", "property": "metamorphic", "case": case, "test": "t", "t": 0.0},
+        {"kind": "rejected", "shard": "gw0-1", "property": "metamorphic", "test": "t", "seconds": 1.5, "reason": "r", "t": 1.5},
+        {"kind": "rejected", "shard": "gw0-1", "property": None, "test": "t", "seconds": 0.5, "reason": "r", "t": 2.0},
+        {"kind": "begin", "shard": "gw0-1", "property": "metamorphic", "case": case, "test": "t", "t": 2.0},
+        {"kind": "obs", "shard": "gw0-1", "property": "metamorphic", "case": case, "test": "t", "outcome": "passed", "seconds": 1.0, "t_end": 3.0},
+    ]
+    got = merge(recs)
+    (w,) = got["profile"]["workers"]
+    assert (w["examples"], w["example_seconds"], w["between_examples"], w["rejected"], w["rejected_seconds"]) == (1, 1.0, 2.0, 2, 2.0)
+    assert (got["profile"]["rejected"], got["profile"]["rejected_seconds"]) == (2, 2.0)
+    (t,) = got["slowest_tests"]
+    assert (t["test"], t["rejected"], t["rejected_seconds"], t["between_examples"]) == ("t", 2, 2.0, 2.0)
+
+
+def test_the_recorder_times_a_rejection_from_its_draw(tmp_path):
+    """recorder.rejected writes one record per rejection, its seconds counted from the draw's mark (testgen's
+    ``recorder.drawing``), and the next one from the last rejection."""
+    import json
+
+    from ground.case import Case
+    from properties import recorder
+
+    previous = recorder.open_shard(str(tmp_path / "shard.jsonl"))
+    try:
+        recorder.set_test("t")
+        recorder.begin("metamorphic", Case())
+        recorder.drawing()
+        time.sleep(0.05)
+        recorder.rejected("case: the relation does not move it\nmore")
+        recorder.rejected("again")
+    finally:
+        recorder.close_shard(previous)
+    rows = [json.loads(line) for line in (tmp_path / "shard.jsonl").read_text().splitlines()]
+    first, second = [r for r in rows if r["kind"] == "rejected"]
+    assert first["test"] == "t" and first["property"] == "metamorphic" and first["reason"] == "case: the relation does not move it"
+    assert 0.05 <= first["seconds"] < 1.0 and second["seconds"] < 0.05

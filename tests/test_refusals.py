@@ -7,6 +7,7 @@ Hypothesis example: neither retried nor shrunk), "case" rejects the example
 from __future__ import annotations
 
 import pickle
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -16,6 +17,7 @@ from hypothesis.errors import Unsatisfiable
 from conformance import cli
 from ground.case import Case
 from ground.outcome import REFUSALS, Unsupported
+from properties import recorder
 from properties.common import served
 from reports import casefile
 
@@ -76,9 +78,9 @@ def test_served_applies_the_policy(scope):
         check(Case(), None)
 
     if REFUSALS[scope].in_example == "reject":
-        with pytest.raises(Unsatisfiable):  # every example rejected: none judged
+        with mock.patch.object(recorder, "rejected") as rejected, pytest.raises(Unsatisfiable):  # every example rejected: none judged
             example()
-        assert len(calls) > 1
+        assert len(calls) > 1 and rejected.call_count == len(calls)  # each one recorded for the report's tally
     else:
         with pytest.raises(Unsupported):  # a skip: re-raised at once
             example()
