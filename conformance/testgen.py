@@ -57,6 +57,7 @@ def drawn(fam: Family, values, data, adapter=None) -> Case:
     for finding in served.steered:
         event(f"steered by crash finding {finding.id}")
         recorder.steered(finding.id, fam.property, case, entries)
+    recorder.drawn()
     return served.case
 
 

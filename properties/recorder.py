@@ -48,6 +48,7 @@ class _State:
     last: Optional[Begun] = None
     failures: int = 0  # examples of the current test whose check raised (a failure or a crash)
     mark: Optional[float] = None  # perf_counter where the next rejected example's seconds start (``rejected``)
+    draw_seconds: Optional[float] = None  # the current example's draw (``drawing`` to ``drawn``), for its verdict's record
 
 
 _state = _State()
@@ -65,14 +66,23 @@ def observe(observation: Observation) -> None:
     """The verdict of the example begun last (passed / xfailed / failed)."""
     last = _state.last
     params = last.params if last is not None and last.property == observation.property else {}
-    write({"kind": "obs", "test": _state.test, **observation.to_dict(), "params": params, "context": _state.context, "t_end": time.time()})
-    _state.mark = time.perf_counter()
+    drew = {"draw_seconds": round(_state.draw_seconds, 6)} if _state.draw_seconds is not None else {}
+    write({"kind": "obs", "test": _state.test, **observation.to_dict(), "params": params, "context": _state.context, "t_end": time.time(), **drew})
+    _state.mark, _state.draw_seconds = time.perf_counter(), None
 
 
 def drawing() -> None:
     """An example's Case is about to be drawn (conformance.testgen): a
     rejection of this example counts its seconds from here."""
-    _state.mark = time.perf_counter()
+    _state.mark, _state.draw_seconds = time.perf_counter(), None
+
+
+def drawn() -> None:
+    """The example's Case is drawn and served (conformance.testgen): its
+    verdict's record carries the draw's seconds (Hypothesis and the
+    strategies; before the example's own seconds start)."""
+    if _state.mark is not None:
+        _state.draw_seconds = time.perf_counter() - _state.mark
 
 
 def rejected(reason: str) -> None:
@@ -94,7 +104,7 @@ def rejected(reason: str) -> None:
             "t": time.time(),
         }
     )
-    _state.mark = now
+    _state.mark, _state.draw_seconds = now, None
 
 
 def steered(finding: str, property: str, case: Case, entries) -> None:

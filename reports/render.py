@@ -416,48 +416,40 @@ def _profile(s: dict) -> list:
     if not prof.get("workers"):
         return []
     names = [k for k in prof["phases"]]
-    rows = [
-        [w["worker"], w["examples"], _fmt(w["span_seconds"]), _fmt(w["between_examples"]), _rejected(w)] + [_fmt(w["phases"].get(k, 0.0)) for k in names]
-        for w in prof["workers"]
-    ]
-    rows.append(
-        [
-            "total",
-            sum(w["examples"] for w in prof["workers"]),
-            _fmt(prof["span_seconds"]),
-            _fmt(prof["span_seconds"] - prof["example_seconds"]),
-            _rejected(prof),
-        ]
-        + [_fmt(prof["phases"][k]) for k in names]
-    )
+    rows = [[w["worker"], w["examples"], _fmt(w["span_seconds"]), *_between(w)] + [_fmt(w["phases"].get(k, 0.0)) for k in names] for w in prof["workers"]]
+    total = dict(prof, between_examples=prof["span_seconds"] - prof["example_seconds"])
+    rows.append(["total", sum(w["examples"] for w in prof["workers"]), _fmt(prof["span_seconds"]), *_between(total)] + [_fmt(prof["phases"][k]) for k in names])
     return [
         ("h", 2, "Per-worker profile (seconds)"),
         (
             "p",
             "Each process's span from its first example to its last verdict; 'between examples' is Hypothesis (generation, "
-            "shrinking), pytest and fixtures; 'rejected' counts the examples drawn and refused without a verdict (their "
-            "seconds, part of 'between examples'); the phases are ground.phases (compile is the adapters' compile step).",
+            "shrinking), pytest and fixtures; of it, 'drawing' is the judged examples' draws (the matrix tests') and "
+            "'rejected' the examples drawn and refused without a verdict (their seconds); the phases are ground.phases "
+            "(compile is the adapters' compile step).",
         ),
-        ("table", ["worker", "examples", "span", "between examples", "rejected (s)"] + names, rows),
+        ("table", ["worker", "examples", "span", *BETWEEN] + names, rows),
     ]
 
 
-def _rejected(row: dict) -> str:
-    """'N (seconds)' of the rejected examples a profile row counts."""
-    return f"{row.get('rejected', 0)} ({_fmt(row.get('rejected_seconds', 0.0))})"
+BETWEEN = ("between examples", "drawing", "rejected (s)")
+
+
+def _between(row: dict) -> list:
+    """The BETWEEN cells of a profile row: the time between examples, the draws in it, and 'N (seconds)' of the
+    rejected examples."""
+    rejected = f"{row.get('rejected', 0)} ({_fmt(row.get('rejected_seconds', 0.0))})"
+    return [_fmt(row["between_examples"]), _fmt(row.get("draw_seconds", 0.0)), rejected]
 
 
 def _slowest_tests(s: dict) -> list:
-    rows = [
-        [r["test"], r["worker"], _fmt(r["span_seconds"]), r["examples"], _fmt(r["example_seconds"]), _fmt(r["between_examples"]), _rejected(r)]
-        for r in s.get("slowest_tests") or ()
-    ]
+    rows = [[r["test"], r["worker"], _fmt(r["span_seconds"]), r["examples"], _fmt(r["example_seconds"]), *_between(r)] for r in s.get("slowest_tests") or ()]
     if not rows:
         return []
     return [
         ("h", 2, "Slowest tests"),
         ("p", "Each test's span on its worker, from its first begun example to its last verdict: a long one is a worker's tail."),
-        ("table", ["test", "worker", "span", "examples", "example s", "between examples", "rejected (s)"], rows),
+        ("table", ["test", "worker", "span", "examples", "example s", *BETWEEN], rows),
     ]
 
 

@@ -160,6 +160,8 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
             pt = per_test[r.get("test") or "?"]
             pt["examples"] += 1
             pt["example_seconds"] += r.get("seconds") or 0.0
+            for tally in (w, pt):  # the draws of the examples given a verdict (recorder.drawn): part of "between"
+                tally["draw_seconds"] += r.get("draw_seconds") or 0.0
             pt["last"] = r.get("t_end") or pt["last"]
             notes = r.get("notes") or {}
             key, misses = notes.get("compile_key"), int((r.get("compile") or {}).get("misses") or 0)
@@ -424,7 +426,7 @@ def _accounting(
 
 
 def _no_rejections() -> dict:
-    return {"rejected": 0, "rejected_seconds": 0.0}
+    return {"rejected": 0, "rejected_seconds": 0.0, "draw_seconds": 0.0}
 
 
 def _slowest_tests(per_test: Dict[str, dict]) -> list:
@@ -446,6 +448,7 @@ def _slowest_tests(per_test: Dict[str, dict]) -> list:
                 "between_examples": round(span - t["example_seconds"], 3),
                 "rejected": t["rejected"],
                 "rejected_seconds": round(t["rejected_seconds"], 3),
+                "draw_seconds": round(t["draw_seconds"], 3),
             }
         )
     return sorted(rows, key=lambda r: (-r["span_seconds"], r["test"]))[:SLOWEST]
@@ -456,7 +459,8 @@ def _profile(workers: Dict[str, dict], props: Dict[str, dict]) -> dict:
     first begun example to its last verdict, the examples' seconds split by
     phase, and the rest of the span ("between examples": Hypothesis
     generating and shrinking, pytest, fixtures, idle at the end; of it,
-    the rejected examples: drawn, refused, no verdict)."""
+    the draws of the judged examples and the rejected examples: drawn,
+    refused, no verdict)."""
     rows = []
     for shard, w in sorted(workers.items()):
         if not w["examples"]:
@@ -472,6 +476,7 @@ def _profile(workers: Dict[str, dict], props: Dict[str, dict]) -> dict:
                 "between_examples": round(span - w["example_seconds"], 3) if span is not None else None,
                 "rejected": w["rejected"],
                 "rejected_seconds": round(w["rejected_seconds"], 3),
+                "draw_seconds": round(w["draw_seconds"], 3),
             }
         )
     total = Counter()
@@ -485,6 +490,7 @@ def _profile(workers: Dict[str, dict], props: Dict[str, dict]) -> dict:
         "span_seconds": round(sum(r["span_seconds"] or 0.0 for r in rows), 3),
         "rejected": sum(r["rejected"] for r in rows),
         "rejected_seconds": round(sum(r["rejected_seconds"] for r in rows), 3),
+        "draw_seconds": round(sum(r["draw_seconds"] for r in rows), 3),
     }
 
 

@@ -99,14 +99,24 @@ def test_rejected_examples_are_tallied_per_test_and_worker():
         {"kind": "rejected", "shard": "gw0-1", "property": "metamorphic", "test": "t", "seconds": 1.5, "reason": "r", "t": 1.5},
         {"kind": "rejected", "shard": "gw0-1", "property": None, "test": "t", "seconds": 0.5, "reason": "r", "t": 2.0},
         {"kind": "begin", "shard": "gw0-1", "property": "metamorphic", "case": case, "test": "t", "t": 2.0},
-        {"kind": "obs", "shard": "gw0-1", "property": "metamorphic", "case": case, "test": "t", "outcome": "passed", "seconds": 1.0, "t_end": 3.0},
+        {
+            "kind": "obs",
+            "shard": "gw0-1",
+            "property": "metamorphic",
+            "case": case,
+            "test": "t",
+            "outcome": "passed",
+            "seconds": 1.0,
+            "t_end": 3.0,
+            "draw_seconds": 0.25,
+        },
     ]
     got = merge(recs)
     (w,) = got["profile"]["workers"]
-    assert (w["examples"], w["example_seconds"], w["between_examples"], w["rejected"], w["rejected_seconds"]) == (1, 1.0, 2.0, 2, 2.0)
-    assert (got["profile"]["rejected"], got["profile"]["rejected_seconds"]) == (2, 2.0)
+    assert (w["examples"], w["example_seconds"], w["between_examples"], w["rejected"], w["rejected_seconds"], w["draw_seconds"]) == (1, 1.0, 2.0, 2, 2.0, 0.25)
+    assert (got["profile"]["rejected"], got["profile"]["rejected_seconds"], got["profile"]["draw_seconds"]) == (2, 2.0, 0.25)
     (t,) = got["slowest_tests"]
-    assert (t["test"], t["rejected"], t["rejected_seconds"], t["between_examples"]) == ("t", 2, 2.0, 2.0)
+    assert (t["test"], t["rejected"], t["rejected_seconds"], t["between_examples"], t["draw_seconds"]) == ("t", 2, 2.0, 2.0, 0.25)
 
 
 def test_the_recorder_times_a_rejection_from_its_draw(tmp_path):
@@ -115,6 +125,7 @@ def test_the_recorder_times_a_rejection_from_its_draw(tmp_path):
     import json
 
     from ground.case import Case
+    from ground.outcome import Observation
     from properties import recorder
 
     previous = recorder.open_shard(str(tmp_path / "shard.jsonl"))
@@ -125,9 +136,16 @@ def test_the_recorder_times_a_rejection_from_its_draw(tmp_path):
         time.sleep(0.05)
         recorder.rejected("case: the relation does not move it\nmore")
         recorder.rejected("again")
+        recorder.drawing()
+        time.sleep(0.02)
+        recorder.drawn()
+        recorder.observe(Observation("metamorphic", Case(), outcome="passed"))
+        recorder.observe(Observation("metamorphic", Case(), outcome="passed"))  # no draw marked: none recorded
     finally:
         recorder.close_shard(previous)
     rows = [json.loads(line) for line in (tmp_path / "shard.jsonl").read_text().splitlines()]
     first, second = [r for r in rows if r["kind"] == "rejected"]
     assert first["test"] == "t" and first["property"] == "metamorphic" and first["reason"] == "case: the relation does not move it"
     assert 0.05 <= first["seconds"] < 1.0 and second["seconds"] < 0.05
+    drawn, undrawn = [r for r in rows if r["kind"] == "obs"]
+    assert 0.02 <= drawn["draw_seconds"] < 1.0 and "draw_seconds" not in undrawn
