@@ -29,7 +29,7 @@ from typing import Optional
 import pytest
 
 from conformance import __version__, family_select, isolation
-from ground import findings
+from ground import findings, phases
 from ground.families import DEFAULT_FAMILY, FAMILY_NAMES
 from ground.outcome import PropertyFailure, Unsupported
 from ground.tables import ADAPTER_ENV, ADAPTERS, COMPAT_ENV, DEFAULT_ADAPTER, NO_GPU
@@ -424,6 +424,7 @@ def environment(run: Run) -> dict:
             "family_mode": family_select.mode(selected_families(run), e.capability),
             # A case file of another family records its own mode ("native sm90"), not the SM80 code's.
             "family_modes": {n: family_select.mode((n,), e.capability) for n in FAMILY_NAMES if n != DEFAULT_FAMILY},
+            "phase_timing": phases.mode(),
         }
         from kernels.mutants import planted
 

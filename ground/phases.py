@@ -8,13 +8,18 @@ example's Observation (``Observation.phases``), and the report sums them per
 property and per worker (the per-worker profile of docs/throughput.md).
 
 GPU work is asynchronous: a phase that ran CUDA work synchronizes the device
-when it ends, so its seconds are its own and not the next phase's (a few
-microseconds per phase; the judging synchronizes anyway).
+when it ends, so its seconds are its own and not the next phase's. On a GPU
+that 16 processes share, each such sync waits for this process's turn on the
+device, so ``SDPA_PHASE_SYNC=0`` (``SYNC``) leaves them out: the phases then
+time the host's issuing alone, and the device work lands in the phase that
+waits for it (the inputs' upload, the judging). Which mode timed a run is in
+its report's environment (``mode()``).
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import time
 from collections import defaultdict
 from contextlib import contextmanager
@@ -23,6 +28,8 @@ from typing import Dict, List
 import torch
 
 PHASES = ("inputs", "launch", "compile", "reference", "bounds", "judge", "record")
+SYNC_ENV = "SDPA_PHASE_SYNC"
+SYNC = os.environ.get(SYNC_ENV, "1") != "0"  # phase ends synchronize the device (read once, at import)
 _stack: List[list] = []  # [name, seconds spent in nested phases]
 _totals: Dict[str, float] = defaultdict(float)
 
@@ -35,7 +42,7 @@ def phase(name: str):
     try:
         yield
     finally:
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
+        if SYNC and torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.synchronize()
         elapsed = time.perf_counter() - start
         _, nested = _stack.pop()
@@ -56,6 +63,11 @@ def timed(name: str):
         return run
 
     return wrap
+
+
+def mode() -> str:
+    """How this process times its phases, for the report's environment."""
+    return "device synchronized at each phase's end" if SYNC else f"host issue time only ({SYNC_ENV}=0)"
 
 
 def take(compile_seconds: float = 0.0) -> Dict[str, float]:

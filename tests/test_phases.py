@@ -149,3 +149,29 @@ def test_the_recorder_times_a_rejection_from_its_draw(tmp_path):
     assert 0.05 <= first["seconds"] < 1.0 and second["seconds"] < 0.05
     drawn, undrawn = [r for r in rows if r["kind"] == "obs"]
     assert 0.02 <= drawn["draw_seconds"] < 1.0 and "draw_seconds" not in undrawn
+
+
+def test_phase_ends_synchronize_the_device_unless_switched_off(monkeypatch):
+    """A phase's end waits for the device (its seconds are its own) unless SDPA_PHASE_SYNC=0, which the run's
+    report names; the switch is read from the environment."""
+    import subprocess
+    import sys
+    from unittest import mock
+
+    import torch
+
+    calls = []
+    with mock.patch.object(torch.cuda, "is_available", lambda: True), mock.patch.object(torch.cuda, "is_initialized", lambda: True):
+        with mock.patch.object(torch.cuda, "synchronize", lambda *a: calls.append(1)):
+            for sync, waits in ((True, 1), (False, 0)):
+                monkeypatch.setattr(phases, "SYNC", sync)
+                calls.clear()
+                with phases.phase("bounds"):
+                    pass
+                assert len(calls) == waits
+    phases.take()
+    env = dict(__import__("os").environ, SDPA_PHASE_SYNC="0")
+    out = subprocess.run(
+        [sys.executable, "-c", "from ground import phases; print(phases.SYNC, phases.mode())"], env=env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "False host issue time only (SDPA_PHASE_SYNC=0)"
