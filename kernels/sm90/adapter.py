@@ -32,6 +32,7 @@ from typing import Optional
 from ground.case import Case
 from ground.data import guard_bands
 from ground.outcome import Unsupported
+from ground.phases import timed
 from ground.tables import NO_GPU
 from kernels.base import CompileDelta, KernelResult, key_digest
 from kernels.counters import measure
@@ -177,6 +178,7 @@ class Sm90Adapter:
         return box.delta
 
     # ------------------------------------------------------------- run
+    @timed("launch")
     def run(self, case: Case, inputs, outputs=None, *, initialize_outputs: bool = True, tamper: Optional[str] = None) -> KernelResult:
         """Launch ``case`` (dense or THD) on a Hopper GPU through the planner's
         compile() and execute() on the caller's buffers (O, LSE written in

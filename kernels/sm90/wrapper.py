@@ -34,6 +34,7 @@ from typing import Callable, Optional, Tuple
 
 from ground.case import Case
 from ground.outcome import Unsupported
+from ground.phases import timed
 from kernels.base import CompileDelta, KernelResult, key_digest
 from kernels.counters import measure
 from kernels.sm90.adapter import compile_spec, hopper_launch
@@ -203,6 +204,7 @@ class Sm90WrapperAdapter:
             compile_spec(spec)
         return box.delta
 
+    @timed("launch")
     def run(self, case: Case, inputs, outputs=None, *, initialize_outputs: bool = True, tamper: Optional[str] = None) -> KernelResult:
         """Call the wrapper on the caller's inputs on a Hopper GPU; its result is
         the wrapper's own O and Stats, as returned (no guard bands: their pad
