@@ -152,8 +152,9 @@ class Sm90Adapter:
         self.rewrites = tuple(rewrites)
 
     # "no-init": the SM90 THD host has no output-initialisation option; its O and Stats stores stop at
-    # each sequence's end (per-sequence O tensor maps; Stats rows predicated on token < q_output_limit),
-    # so the capacity outside the live tokens keeps the caller's bytes on every THD launch (THD_INIT).
+    # each sequence's end (per-sequence O tensor maps of extent s_b: frost/tile_dsl/thd.py emit_seq_descs;
+    # Stats rows predicated on token < q_output_limit: prefill_d512_f16.py), so the capacity outside the
+    # live tokens keeps the caller's bytes on every THD launch (THD_INIT).
     supports = frozenset({"caller-outputs", "compile-only", "no-init"})
     lacks = {"thd-addressing": "the sm90 family is forward only"}
 
