@@ -84,7 +84,7 @@ class Sm90Kind:
         """Whether ``profile`` runs the test this kind stands for, on the compile entry (properties.matrix.PROFILE_TESTS)."""
         from properties.matrix import in_profile
 
-        return in_profile(profile, self.test.split("::")[-1].split("[")[0], {"entry": "compile"})
+        return in_profile(profile, self.test.split("::")[-1].split("[")[0], {"entry": "compile", "layout": self.layouts[0]})
 
     def nodeid(self, case=None, drawn: Optional[dict] = None) -> str:
         return self.test
@@ -102,7 +102,7 @@ SM90_KINDS: Tuple[Sm90Kind, ...] = (
         "sm90_compile_reuse_dense",
         "compile_reuse",
         "compile_reuse",
-        "conformance/test_sm90_compile.py::test_sm90_runtime_facts_mint_no_compile",
+        "conformance/test_sm90_compile.py::test_sm90_runtime_facts_mint_no_compile[dense]",
         REUSE,
         params={"launch": True},
     ),

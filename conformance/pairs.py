@@ -188,7 +188,8 @@ def sm90_tests() -> Dict[str, tuple]:
         "test_sm90_numerics_dense": (lambda: sm90_cases(layouts=("dense",)), examples("numerics")),
         "test_sm90_numerics_thd": (lambda: sm90_cases(layouts=("thd",)), examples("numerics")),
         "test_sm90_tails_dense": (lambda: sm90_cases(layouts=("dense",)), examples("tails")),
-        "test_sm90_runtime_facts_mint_no_compile": (lambda: sm90_cases(layouts=("dense",)), 10),
+        "test_sm90_runtime_facts_mint_no_compile[dense]": (lambda: sm90_cases(layouts=("dense",)), 10),
+        "test_sm90_runtime_facts_mint_no_compile[thd]": (lambda: sm90_cases(layouts=("thd",)), 10),
         # tests/test_sm90_specialize.py (the CPU tier): both layouts, pool and free head dims
         "test_the_planner_takes_every_drawn_case_as_the_case_says": (lambda: sm90_cases() | sm90_cases(head_dims="free"), 200),
     }

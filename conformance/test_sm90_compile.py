@@ -1,8 +1,12 @@
 """The sm90 family's compile-cache property launched (the GPU variant of
-tests/test_compile_cache_sm90.py): after a dense sm90 Case ran once through
+tests/test_compile_cache_sm90.py): after an sm90 Case ran once through
 ``Sm90Adapter.run``, its runtime variants (data, the scale's magnitude,
-padding-length values) run asking the compiled cache for no entry the Case
-did not ask for, compiling nothing, every launch's guard bands intact.
+dense padding-length values; THD K/V lengths and capacity, Q lengths at the
+same Q total, and a new Q total where no Stats stride holds it) run asking
+the compiled cache for no entry the Case did not ask for, compiling nothing,
+every launch's guard bands intact. THD launches too, because a compile a
+launch makes per packed capacity (the THD setup, the plan's workspace) is
+one that compile_only cannot see.
 
 Launches on a Hopper GPU (SM 9.0) only; elsewhere it skips, naming it (the
 CPU tier runs the same property through compile_only)."""
@@ -11,6 +15,7 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conformance.test_sm90_numerics import _judged, sm90  # noqa: F401  (the Hopper-gated adapter fixture)
 from strategies.sm90 import sm90_cases
@@ -18,11 +23,15 @@ from strategies.sm90 import sm90_cases
 pytestmark = pytest.mark.family("sm90")
 
 
+CASES = {layout: sm90_cases(layouts=(layout,)) for layout in ("dense", "thd")}
+
+
 @pytest.mark.gpu
 @pytest.mark.property("compile_reuse")
+@pytest.mark.parametrize("layout", sorted(CASES))
 @settings(deadline=None, max_examples=10)
-@given(case=sm90_cases(layouts=("dense",)))
-def test_sm90_runtime_facts_mint_no_compile(sm90, case):  # noqa: F811
+@given(data=st.data())
+def test_sm90_runtime_facts_mint_no_compile(sm90, layout, data):  # noqa: F811
     from properties.compile_cache_sm90 import check_sm90_compile_reuse
 
-    _judged(check_sm90_compile_reuse, case, sm90, launch=True)
+    _judged(check_sm90_compile_reuse, data.draw(CASES[layout], label="case"), sm90, launch=True)

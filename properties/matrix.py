@@ -598,7 +598,7 @@ assert len(FAMILIES) == len(MATRIX), "two families share a test name"
 # (deliberate compiles). The sm90 family (its tests are outside the matrix):
 # dense numerics and tails on its compile entry (the public wrapper's plan is
 # ci's) over its pool's fewest rows and reach rows (strategies.sm90.few_rows),
-# and its compile reuse on the same rows; its THD is ci's (a THD row is another
+# and its dense compile reuse on the same rows; its THD is ci's (a THD row is another
 # compile of seconds). The compile budget: strategies.profiles.PR_COMPILE_SLOTS.
 # docs/throughput.md.
 PR_BACKWARD_STRATA = ("gptoss-fp16", "llama-bf16")
@@ -613,7 +613,7 @@ PROFILE_TESTS: Dict[str, Dict[str, Optional[Tuple[str, ...]]]] = {
         **dict.fromkeys(("test_config_rejects", "test_backward_wrapper_rejects")),
         **dict.fromkeys(("test_backward_dense", "test_backward_thd", "test_backward_tails_dense", "test_backward_tails_thd"), PR_BACKWARD_STRATA),
         **dict.fromkeys(("test_sm90_numerics_dense", "test_sm90_tails_dense"), ("compile",)),
-        "test_sm90_runtime_facts_mint_no_compile": None,
+        "test_sm90_runtime_facts_mint_no_compile": ("dense",),
     }
 }
 

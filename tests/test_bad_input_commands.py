@@ -103,7 +103,8 @@ def test_pairs_shows_nothing_drawn_as_nothing():
 
 def test_pairs_sm90_honours_k():
     drawn = pairs.sm90_draws("ci", select="runtime_facts_mint_no_compile")
-    assert list(drawn) == ["test_sm90_runtime_facts_mint_no_compile"] and drawn["test_sm90_runtime_facts_mint_no_compile"]
+    names = [f"test_sm90_runtime_facts_mint_no_compile[{layout}]" for layout in ("dense", "thd")]
+    assert list(drawn) == names and all(drawn[n] for n in names)
 
 
 # -------------------------------------------------------------------- gate
