@@ -1,6 +1,7 @@
-"""The metamorphic relations exact for the sm90 family (properties.metamorphic.SM90_EXACT: batch and head
-permutations, isolation, V scaled by 2^k within range, determinism) on dense sm90 Cases through
-``Sm90Adapter.run``: two launches whose outputs must agree bit for bit, moved as the inputs moved.
+"""The metamorphic relations exact for the sm90 family (properties.metamorphic.SM90_EXACT: batch, sequence
+and head permutations, isolation, V scaled by 2^k within range, determinism) on dense and THD sm90 Cases
+through ``Sm90Adapter.run``, each relation on the layouts it is stated for: two launches whose outputs must
+agree bit for bit, moved as the inputs moved.
 
 Launches on a Hopper GPU (SM 9.0) only; elsewhere it skips, naming it (the CPU runs the same
 property on the emulated kernel: tests/test_metamorphic_sm90_cpu.py). A relation across families (sm80 vs sm90 on one Case) is not
@@ -12,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 
 from conformance.test_sm90_numerics import _judged, sm90  # noqa: F401  (the Hopper-gated adapter fixture)
-from properties.metamorphic import SM90_EXACT
+from properties.metamorphic import RELATIONS, SM90_EXACT
 from strategies.sm90 import sm90_cases
 
 pytestmark = pytest.mark.family("sm90")
@@ -20,10 +21,21 @@ pytestmark = pytest.mark.family("sm90")
 
 @pytest.mark.gpu
 @pytest.mark.property("metamorphic")
-@pytest.mark.parametrize("relation", sorted(SM90_EXACT))
+@pytest.mark.parametrize("relation", sorted(r for r in SM90_EXACT if "dense" in RELATIONS[r].layouts))
 @settings(deadline=None)
 @given(case=sm90_cases(layouts=("dense",)))
 def test_sm90_metamorphic_dense(sm90, relation, case):  # noqa: F811
+    from properties.metamorphic import check_metamorphic
+
+    _judged(check_metamorphic, case, sm90, relation=relation)
+
+
+@pytest.mark.gpu
+@pytest.mark.property("metamorphic")
+@pytest.mark.parametrize("relation", sorted(r for r in SM90_EXACT if "thd" in RELATIONS[r].layouts))
+@settings(deadline=None)
+@given(case=sm90_cases(layouts=("thd",)))
+def test_sm90_metamorphic_thd(sm90, relation, case):  # noqa: F811
     from properties.metamorphic import check_metamorphic
 
     _judged(check_metamorphic, case, sm90, relation=relation)

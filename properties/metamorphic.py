@@ -423,7 +423,8 @@ RELATIONS: Dict[str, Relation] = {
     )
 }
 # The relations exact for the sm90 family's template (cudnn/sdpa/fwd/kernels/sm90/prefill_d512_f16.py), and
-# why; the rest are SM80 statements (seq_perm and position need the sm90 THD launch, entry the SM80 wrapper).
+# why; the rest are SM80 statements (position moves the packed origins, which the sm90 THD host normalizes
+# away: cu prefixes less their first entry; entry is the SM80 wrapper).
 _PF = "prefill_d512_f16.py"
 SM90_EXACT: Dict[str, str] = {
     "batch_perm": f"a work item's operands are sliced at (batch, head) ({_PF}:336) and its lengths read at [batch] "
@@ -432,6 +433,10 @@ SM90_EXACT: Dict[str, str] = {
     "a row's softmax and P@V read no other row, so moving Q heads with their KV group moves every operand of a head",
     "isolation": "no work item reads another batch entry's rows; K/V rows past a padding length are masked to P = 0 "
     "(finite values only, as for SM80: 0 x finite = 0), Q rows past it are not judged",
+    "seq_perm": f"a THD work item reads its sequence at the cu prefixes' origins ({_PF}:824-828, the TMA coordinates "
+    f"of Q, K and V at :363 and :399) and tiles from its first row; an overhanging tile's reads of the next sequence "
+    f"are masked (S) or zero-filled (V), and O is stored through the sequence's own clipped map (:829-833): moving whole "
+    "sequences (rows and prefixes) moves their outputs; the sequence count and the Q total (the compile key) are kept",
     "v_pow2": f"V enters only P@V (P in the I/O dtype, {_PF}:669, :717): p * v * 2^k is exact, the fp32 accumulation "
     f"and the 1/l rescale ({_PF}:739) scale with it; LSE and the sink term never read V",
     "determinism": "no atomics and no split-KV (the planner refuses split_kv): each output element is computed by one work item in a fixed order",

@@ -208,3 +208,47 @@ class EmulatedSm90Adapter:
             buf_lse.copy_(lse)
         handed = {"q": inputs.q, "k": inputs.k, "v": inputs.v, "o": buf_o, **({"lse": buf_lse} if case.has_lse else {})}
         return KernelResult(buf_o, buf_lse, notes=notes, handed=handed)
+
+
+class ReferenceSm90Thd:
+    """A stand-in for the sm90 compile entry on THD Cases (the emulation runs
+    dense Cases only): the float64 reference rounded into the caller's
+    buffers, stored as the SM90 THD host stores (live rows only: nothing
+    outside a sequence, the Stats pitch left alone) and noted as its one
+    output mode (``Sm90Adapter``: THD_INIT). ``plant``: a deliberate fault,
+    a store outside the live rows (``o_capacity``, ``stats_capacity``,
+    ``stats_pitch``: the tails') or a result that depends on where a sequence
+    sits in the pack (``by_position``: sequence j's O and LSE moved by j
+    steps, as a per-sequence term read at the wrong index would)."""
+
+    name = "reference-sm90-thd"
+
+    def __init__(self, plant: str = ""):
+        self.plant = plant
+
+    def run(self, case, inputs, outputs=None, *, initialize_outputs=True):
+        from ground.data import body_storage, make_outputs
+        from kernels.base import KernelResult
+        from kernels.sm90.adapter import THD_INIT
+        from reference.attention import reference_for_case
+
+        o, lse = outputs if outputs is not None else make_outputs(case, inputs.q.device)
+        ref_o, ref_lse = reference_for_case(case, inputs, torch.float64)[:2]
+        if self.plant == "by_position":
+            cu = case.cu_seqlens("q")
+            for j, (start, end) in enumerate(zip(cu[:-1], cu[1:])):
+                ref_o[start:end] += j * 2.0**-7
+                ref_lse[:, start:end] += j * 2.0**-7
+        live = inputs.q_live
+        o[live] = ref_o[live].to(o.dtype)
+        if case.has_lse:
+            lse[:, live] = ref_lse[:, live].to(lse.dtype)
+        if self.plant == "o_capacity":  # the last tile's O store runs past cu_q[n_seq]
+            o[~live] = 0
+        elif self.plant == "stats_capacity" and case.has_lse:  # a Stats row stored past q_output_limit
+            lse[:, ~live] = -math.inf
+        elif self.plant == "stats_pitch" and case.has_lse:  # the Stats stores cover the whole head pitch
+            body_storage(lse).zero_()
+            lse[:, live] = ref_lse[:, live].to(lse.dtype)
+        handed = {"q": inputs.q, "k": inputs.k, "v": inputs.v, "o": o, **({"lse": lse} if case.has_lse else {})}
+        return KernelResult(o, lse, notes={"adapter": self.name, "initialize_outputs": THD_INIT}, handed=handed)

@@ -9,7 +9,6 @@ this shows it can judge the family's Cases and can fail."""
 
 from __future__ import annotations
 
-import math
 from contextlib import contextmanager
 from unittest import mock
 
@@ -22,7 +21,7 @@ from ground.case import Case
 from ground.outcome import PropertyFailure
 from properties import numerics, recorder, tails
 from strategies.sm90 import sm90_cases
-from tests.kernel_emulation_sm90 import EmulatedSm90Adapter, Sm90Plant
+from tests.kernel_emulation_sm90 import EmulatedSm90Adapter, ReferenceSm90Thd, Sm90Plant
 
 
 def run_tails(case: Case, plant: Sm90Plant = Sm90Plant()):
@@ -55,41 +54,6 @@ def test_planted_store_faults_fail_the_tails(plant, check):
     assert failure.value.check == check
 
 
-class ReferenceThd:
-    """A stand-in for the sm90 compile entry on THD Cases: the float64
-    reference rounded into the caller's buffers, stored as the SM90 THD host
-    stores (live rows only: nothing outside a sequence, the Stats pitch left
-    alone) and noted as its one output mode (``Sm90Adapter``: THD_INIT).
-    ``plant``: a store fault of the kind the tails exist for."""
-
-    name = "reference-sm90-thd"
-
-    def __init__(self, plant: str = ""):
-        self.plant = plant
-
-    def run(self, case, inputs, outputs=None, *, initialize_outputs=True):
-        from ground.data import body_storage
-        from kernels.base import KernelResult
-        from kernels.sm90.adapter import THD_INIT
-        from reference.attention import reference_for_case
-
-        o, lse = outputs
-        ref_o, ref_lse = reference_for_case(case, inputs, torch.float64)[:2]
-        live = inputs.q_live
-        o[live] = ref_o[live].to(o.dtype)
-        if case.has_lse:
-            lse[:, live] = ref_lse[:, live].to(lse.dtype)
-        if self.plant == "o_capacity":  # the last tile's O store runs past cu_q[n_seq]
-            o[~live] = 0
-        elif self.plant == "stats_capacity" and case.has_lse:  # a Stats row stored past q_output_limit
-            lse[:, ~live] = -math.inf
-        elif self.plant == "stats_pitch" and case.has_lse:  # the Stats stores cover the whole head pitch
-            body_storage(lse).zero_()
-            lse[:, live] = ref_lse[:, live].to(lse.dtype)
-        handed = {"q": inputs.q, "k": inputs.k, "v": inputs.v, "o": o, **({"lse": lse} if case.has_lse else {})}
-        return KernelResult(o, lse, notes={"adapter": self.name, "initialize_outputs": THD_INIT}, handed=handed)
-
-
 @contextmanager
 def recorded():
     """The Observations the properties record meanwhile (their verdicts, in order)."""
@@ -101,7 +65,7 @@ def recorded():
 def run_thd(case: Case, plant: str = ""):
     """check_numerics with ``tails=True`` (what test_sm90_numerics_thd runs) on the stand-in."""
     with mock.patch.object(numerics, "device", lambda: torch.device("cpu")), findings.applied([]):
-        return numerics.check_numerics(case, ReferenceThd(plant), tails=True)
+        return numerics.check_numerics(case, ReferenceSm90Thd(plant), tails=True)
 
 
 @settings(max_examples=20, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
