@@ -91,16 +91,19 @@ class CompileLaunch(Sm90Adapter):
         return KernelResult(outputs[0], outputs[1], box.delta, {"adapter": "compile-launch"}, {})
 
 
-def test_the_launched_variant_asks_the_cache_whatever_the_process_compiled(monkeypatch):
+@pytest.mark.parametrize("case", [DENSE, THD, THD.replace(lse_layout="token_major")], ids=["dense", "thd-head-major", "thd-token-major"])
+def test_the_launched_variant_asks_the_cache_whatever_the_process_compiled(monkeypatch, case):
     """Launch mode forgets the template's lru before each launch: the Case (compiled by the tests above) still
-    asks for its entry, and its runtime variants for nothing new. Needs a device for nothing: no kernel runs."""
+    asks for its entry, and its runtime variants (THD: new K/V lengths and capacity, Q lengths at one Q total,
+    a new Q total where no Stats stride holds it) for nothing new. Needs a device for nothing: no kernel runs."""
     import torch
 
     from properties import compile_cache_sm90
 
     monkeypatch.setattr(compile_cache_sm90, "device", lambda: torch.device("cpu"))
-    obs = check_sm90_compile_reuse(DENSE, CompileLaunch(), launch=True)
+    obs = check_sm90_compile_reuse(case, CompileLaunch(), launch=True)
     assert obs.notes["case_requests"] == 1 and not any(obs.notes["new_requests"].values())
+    assert set(obs.notes["new_requests"]) == {w for w, _ in sm90_runtime_variants(case)}
 
 
 def test_reuse_with_nothing_observed_is_no_verdict():
