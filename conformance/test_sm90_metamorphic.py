@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conformance.test_sm90_numerics import _judged, sm90  # noqa: F401  (the Hopper-gated adapter fixture)
 from properties.metamorphic import RELATIONS, SM90_EXACT
@@ -19,23 +20,17 @@ from strategies.sm90 import sm90_cases
 pytestmark = pytest.mark.family("sm90")
 
 
-@pytest.mark.gpu
-@pytest.mark.property("metamorphic")
-@pytest.mark.parametrize("relation", sorted(r for r in SM90_EXACT if "dense" in RELATIONS[r].layouts))
-@settings(deadline=None)
-@given(case=sm90_cases(layouts=("dense",)))
-def test_sm90_metamorphic_dense(sm90, relation, case):  # noqa: F811
-    from properties.metamorphic import check_metamorphic
-
-    _judged(check_metamorphic, case, sm90, relation=relation)
+# (layout, relation): each relation on the layouts it is stated for.
+CASES = {layout: sm90_cases(layouts=(layout,)) for layout in ("dense", "thd")}
+PAIRS = [(layout, r) for layout in CASES for r in sorted(SM90_EXACT) if layout in RELATIONS[r].layouts]
 
 
 @pytest.mark.gpu
 @pytest.mark.property("metamorphic")
-@pytest.mark.parametrize("relation", sorted(r for r in SM90_EXACT if "thd" in RELATIONS[r].layouts))
+@pytest.mark.parametrize("layout, relation", PAIRS)
 @settings(deadline=None)
-@given(case=sm90_cases(layouts=("thd",)))
-def test_sm90_metamorphic_thd(sm90, relation, case):  # noqa: F811
+@given(data=st.data())
+def test_sm90_metamorphic(sm90, layout, relation, data):  # noqa: F811
     from properties.metamorphic import check_metamorphic
 
-    _judged(check_metamorphic, case, sm90, relation=relation)
+    _judged(check_metamorphic, data.draw(CASES[layout], label="case"), sm90, relation=relation)

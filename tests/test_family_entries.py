@@ -91,7 +91,9 @@ def test_a_profile_table_names_another_familys_tests_by_their_parameters():
 
     assert in_profile("pr", "test_sm90_tails_dense", {"entry": "compile"}) and in_profile("pr", "test_numerics_dense", {})
     assert not in_profile("pr", "test_sm90_tails_dense", {"entry": "wrapper"}) and not in_profile(
-        "pr", "test_sm90_metamorphic_dense", {"relation": "head_perm"}
+        "pr", "test_sm90_metamorphic", {"layout": "dense", "relation": "head_perm"}
     )
-    assert in_profile("ci", "test_sm90_tails_dense", {"entry": "wrapper"}) and in_profile("ci", "test_sm90_metamorphic_dense", {"relation": "head_perm"})
+    assert in_profile("ci", "test_sm90_tails_dense", {"entry": "wrapper"}) and in_profile(
+        "ci", "test_sm90_metamorphic", {"layout": "dense", "relation": "head_perm"}
+    )
     assert not in_profile("pr", "test_metamorphic_dense", {"flavor": "gptoss", "dtype": "float16", "relation": "batch_perm"})
