@@ -136,6 +136,16 @@ FAMILIES: Dict[str, KernelFamily] = {
 FAMILY_NAMES: Tuple[str, ...] = tuple(FAMILIES)
 DEFAULT_FAMILY = "sm80"
 
+# sm90 THD: head-major Stats ((H, T_q): lse_layout "compact" or "padded") have head stride T_q, and the Stats
+# strides are a compile() argument (cudnn/sdpa/fwd/kernels/sm90/prefill_d512_f16.py:1490-1503), so there the
+# packed Q total is compiled; with token-major Stats or none it is runtime (properties/compile_cache_sm90.py).
+SM90_HEAD_MAJOR_STATS = ("compact", "padded")
+
+
+def sm90_q_total_is_runtime(case) -> bool:
+    """Whether an sm90 THD ``case``'s packed Q total reaches no ``compile()`` argument: its Stats are token-major or absent."""
+    return not case.has_lse or case.lse_layout not in SM90_HEAD_MAJOR_STATS
+
 
 def family(name: str) -> KernelFamily:
     try:

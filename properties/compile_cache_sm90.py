@@ -34,18 +34,11 @@ from typing import Iterator, Tuple
 
 from ground.case import Case
 from ground.data import make_inputs, make_outputs
+from ground.families import sm90_q_total_is_runtime as q_total_is_runtime
 from ground.outcome import Observation
 from properties import judge, recorder
 from properties.common import device, finish, launched_buffers
 from properties.compile_cache import NO_COMPILE, _asked, _requests
-
-# Stats layouts whose THD head stride is the packed Q total (ground.data.lse_view: (H, T_q)).
-HEAD_MAJOR_STATS = ("compact", "padded")
-
-
-def q_total_is_runtime(case: Case) -> bool:
-    """Whether ``case``'s THD Q total reaches no ``compile()`` argument: its Stats are token-major or absent."""
-    return not case.has_lse or case.lse_layout not in HEAD_MAJOR_STATS
 
 
 def sm90_runtime_variants(case: Case) -> Iterator[Tuple[str, Case]]:

@@ -48,7 +48,7 @@ from typing import Optional, Sequence, Tuple
 from hypothesis import strategies as st
 
 from ground.case import DTYPES, LSE_LAYOUTS, Case
-from ground.families import FAMILIES
+from ground.families import FAMILIES, sm90_q_total_is_runtime
 from ground.pairs_sm90 import covering_rows as _covering
 from ground.pairs_sm90 import values_of
 
@@ -155,7 +155,9 @@ HAND_ROWS = {
     "thd": (
         Case(family=FAMILY.name, layout="thd", q_lens=(1,), kv_lens=(1,)),
         Case(family=FAMILY.name, layout="thd", q_lens=(1,), kv_lens=(1,), causal=True),
-        Case(family=FAMILY.name, layout="thd", q_lens=(5, 70, 9), kv_lens=(12, 3, 80), h_q=2, h_kv=1),
+        # Q capacity past the last sequence under head-major Stats (the Q total compiled there, so a row's own):
+        # the O and Stats capacity the THD tails judge.
+        Case(family=FAMILY.name, layout="thd", q_lens=(5, 70, 9), kv_lens=(12, 3, 80), h_q=2, h_kv=1, q_slack=7),
     ),
 }
 
@@ -212,6 +214,8 @@ def _runtime(draw, row: Case) -> Case:
         facts["q_lens"] = tuple(draw(st.permutations(row.q_lens)))
         facts["kv_lens"] = _kv_lengths(draw, len(row.kv_lens), max(row.kv_lens))
         facts["kv_slack"] = thd_offset(draw, None)
+        if sm90_q_total_is_runtime(row):  # Q capacity past the last sequence: the rows the THD tails judge
+            facts["q_slack"] = thd_offset(draw, None)
     elif row.seq_q_lens is not None:
         # Each entry any length, or the whole declared length (an unpadded entry: past S_kv where S_q > S_kv).
         length = lambda s: st.one_of(st.integers(0, s), st.just(s))  # noqa: E731
