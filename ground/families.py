@@ -44,7 +44,12 @@ class KernelFamily:
     values it serves. directions: the passes it has. absent: Case facts
     with no counterpart in the family -> why (they keep their defaults).
     pairs: the module of its own compile-key factors, whose ``coverage``
-    counts the run's pairs (None: the SM80 factors of ground.pairs)."""
+    counts the run's pairs (None: the SM80 factors of ground.pairs).
+    unreachable: coverage labels (``ground.coverage``, "axis:value") no Case
+    of the family can exercise -> why (an absent fact's values, a rule of
+    its planner); every other label its strategies must reach
+    (``coverage_gaps``), but those of ``foreign_axes``: coverage axes that
+    classify another family's kernels (the SM80 flavor envelopes)."""
 
     name: str
     doc: str
@@ -63,6 +68,8 @@ class KernelFamily:
     pack_gqa_tile: Optional[int] = None
     absent: Mapping[str, str] = field(default_factory=dict)
     pairs: Optional[str] = None
+    unreachable: Mapping[str, str] = field(default_factory=dict)
+    foreign_axes: Tuple[str, ...] = ()
 
     def serves_head_dims(self, d_qk: int, d_v: int) -> bool:
         """Whether a template of the family computes these head dims (SM80:
@@ -86,6 +93,39 @@ _SM90_THD_BASE = (
     "(cudnn/frost/tile_dsl/thd.py:114-150): the suite's absolute first offset has no counterpart until the GPU adapter "
     "decides between offset pointers and relative offsets (docs/sm90.md)"
 )
+
+_SM90_ABSENT = {
+    "bias": "no bias operand (config_sm90.TemplateParams has no bias field, the pointer host no bias pointer)",
+    "rope": "no RoPE arm (config_sm90.TemplateParams has no RoPE field)",
+    "sched_l2_mib": "the LPT-L2 budget is fixed (SCHED_L2_BUDGET_BYTES, cudnn/sdpa/fwd/kernels/sm90/_common_hopper.py:25)",
+    "sink_log2": "sinks are natural-log FP32 logits only (TemplateParams.has_sink)",
+    "sink_dtype": "the pointer host types the sinks FP32 (cudnn/sdpa/fwd/kernels/sm90/prepared_host.py:68)",
+    "sink_layout": "the pointer host binds the sinks (H_q,) with stride 1 (cudnn/sdpa/fwd/kernels/sm90/prepared_host.py:68)",
+    "prefix_dtype": "the THD length pointers are Int32 (cudnn/sdpa/fwd/kernels/sm90/prepared_host.py:106-107)",
+    "q_base": _SM90_THD_BASE,
+    "kv_base": _SM90_THD_BASE,
+}
+# The coverage labels an absent sm90 fact would show (its non-default values).
+_SM90_ABSENT_LABELS = {
+    "bias": ("bias:float16", "bias:bfloat16", "bias:float32", "bias:broadcast over batch"),
+    "prefix_dtype": ("prefix_dtype:int64",),
+    "rope": ("rope:yes",),
+    "sched_l2_mib": ("sched_l2_mib:1",),
+    "sink_dtype": ("sink_dtype:float16", "sink_dtype:bfloat16"),
+    "sink_layout": ("sink_layout:broadcast", "sink_layout:strided"),
+    "sink_log2": ("sink_log2:yes",),
+    "q_base": ("padding:thd: first offset > 0",),
+}
+_SM90_PLANNER_LABELS = {
+    "mask:swa_br": "the planner aligns bottom-right only under a causal mask (api_dsl.py:5199; contracts sm90_bottom_right_without_causal)",
+    "padding:dense: seq_q_lens": "dense padding lengths come both or neither (api_dsl.py:5195)",
+    "padding:dense: seq_kv_lens": "dense padding lengths come both or neither (api_dsl.py:5195)",
+}
+
+_SM90_UNREACHABLE = {
+    **{label: f"fact {fact!r} is absent: {_SM90_ABSENT[fact]}" for fact, labels in _SM90_ABSENT_LABELS.items() for label in labels},
+    **_SM90_PLANNER_LABELS,
+}
 
 FAMILIES: Dict[str, KernelFamily] = {
     "sm80": KernelFamily(
@@ -120,19 +160,24 @@ FAMILIES: Dict[str, KernelFamily] = {
         head_dims=(8, 512),
         pack_gqa_tile=64,
         pairs="ground.pairs_sm90",
-        absent={
-            "bias": "no bias operand (config_sm90.TemplateParams has no bias field, the pointer host no bias pointer)",
-            "rope": "no RoPE arm (config_sm90.TemplateParams has no RoPE field)",
-            "sched_l2_mib": "the LPT-L2 budget is fixed (SCHED_L2_BUDGET_BYTES, cudnn/sdpa/fwd/kernels/sm90/_common_hopper.py:25)",
-            "sink_log2": "sinks are natural-log FP32 logits only (TemplateParams.has_sink)",
-            "sink_dtype": "the pointer host types the sinks FP32 (cudnn/sdpa/fwd/kernels/sm90/prepared_host.py:68)",
-            "sink_layout": "the pointer host binds the sinks (H_q,) with stride 1 (cudnn/sdpa/fwd/kernels/sm90/prepared_host.py:68)",
-            "prefix_dtype": "the THD length pointers are Int32 (cudnn/sdpa/fwd/kernels/sm90/prepared_host.py:106-107)",
-            "q_base": _SM90_THD_BASE,
-            "kv_base": _SM90_THD_BASE,
-        },
+        absent=_SM90_ABSENT,
+        unreachable=_SM90_UNREACHABLE,
+        # The SM80 flavor a Case's head dims fall in, and whether they fill its envelope: one sm90 template
+        # serves every head dim, so neither classifies this family's kernels.
+        foreign_axes=("flavor", "head dims"),
     ),
 }
+
+
+def coverage_gaps(name: str, seen, required) -> Tuple[str, ...]:
+    """The coverage labels of ``required`` that family ``name`` can exercise
+    (all but its ``unreachable`` and its ``foreign_axes``') and no Case of
+    ``seen`` (labels) did."""
+    fam = FAMILIES[name]
+    own = {label for label in required if label.split(":", 1)[0] not in fam.foreign_axes}
+    return tuple(sorted(own - set(fam.unreachable) - set(seen)))
+
+
 FAMILY_NAMES: Tuple[str, ...] = tuple(FAMILIES)
 DEFAULT_FAMILY = "sm80"
 

@@ -158,6 +158,10 @@ HAND_ROWS = {
         # Q capacity past the last sequence under head-major Stats (the Q total compiled there, so a row's own):
         # the O and Stats capacity the THD tails judge.
         Case(family=FAMILY.name, layout="thd", q_lens=(5, 70, 9), kv_lens=(12, 3, 80), h_q=2, h_kv=1, q_slack=7),
+        # A long sequence (five 64-row Q tiles, ending on a tile edge; five K/V tiles) beside a short one: Q tile
+        # indices past 1 within a sequence and a K/V walk of several tiles from a sequence origin, which the
+        # covering rows never hold (the Q lengths are only permuted at runtime: the edge stays).
+        Case(family=FAMILY.name, layout="thd", q_lens=(320, 2), kv_lens=(40, 290)),
     ),
 }
 

@@ -77,3 +77,31 @@ def test_the_covering_design_fails_a_pair_no_valid_case_holds():
     """A planted over-strict validity (no causal Case) leaves causal=yes pairs with no row: the design says so."""
     with pytest.raises(ValueError, match="causal=yes"):
         pairs_sm90.covering_rows("dense", lambda c: planner_takes(c) and not c.causal)
+
+
+@pytest.fixture(scope="module")
+def launched():
+    """The sm90 Cases the GPU tests draw under the ci profile (the CPU planner test's free draws left out)."""
+    return [c for name, cases in measured.sm90_draws("ci").items() if name.startswith("test_sm90_") for c in cases]
+
+
+def test_the_ci_draws_reach_every_coverage_label_the_family_can_exercise(launched):
+    """Beyond the compile key: every coverage label (ground.coverage, runtime facts included: capacity, long THD
+    sequences, zero lengths) but those the family declares unreachable, with the reason, is drawn by the tests
+    that launch; none of those is drawn (a stale declaration fails), and each names a label the vocabulary has."""
+    from ground.coverage import REQUIRED, labels
+    from ground.families import FAMILIES, coverage_gaps
+
+    seen = set().union(*(labels(c) for c in launched))
+    unreachable = FAMILIES["sm90"].unreachable
+    assert coverage_gaps("sm90", seen, REQUIRED) == ()
+    assert sorted(seen & set(unreachable)) == [] and set(unreachable) <= REQUIRED
+    assert all(why for why in unreachable.values())
+
+
+def test_a_planted_coverage_label_no_strategy_reaches_fails(launched):
+    from ground.coverage import REQUIRED, labels
+    from ground.families import coverage_gaps
+
+    seen = set().union(*(labels(c) for c in launched))
+    assert coverage_gaps("sm90", seen, REQUIRED | {"thd lengths:planted"}) == ("thd lengths:planted",)
