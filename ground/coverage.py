@@ -65,7 +65,11 @@ def _scale(c: Case):
 
 def _padding(c: Case):
     if c.is_thd:
-        out = [x for x, hit in (("thd: first offset > 0", c.q_base or c.kv_base), ("thd: capacity slack", c.q_slack or c.kv_slack)) if hit]
+        out = [
+            x
+            for x, hit in (("thd: first offset > 0", c.q_base or c.kv_base), ("thd: Q capacity slack", c.q_slack), ("thd: K/V capacity slack", c.kv_slack))
+            if hit
+        ]
         return out or ["thd: tight"]
     q, kv = c.seq_q_lens is not None, c.seq_kv_lens is not None
     out = ["dense: seq_q_lens + seq_kv_lens" if q and kv else "dense: seq_q_lens" if q else "dense: seq_kv_lens" if kv else "dense: none"]
@@ -135,10 +139,12 @@ DERIVED: Tuple[Axis, ...] = (
             "dense: a zero length",
             "thd: tight",
             "thd: first offset > 0",
-            "thd: capacity slack",
+            "thd: Q capacity slack",
+            "thd: K/V capacity slack",
         ),
         _padding,
-        "dense padding-length operands; THD first offsets and capacity slack",
+        "dense padding-length operands; THD first offsets and capacity slack past the last sequence (Q: the output "
+        "capacity the tails judge; K/V: storage a last tile may overhang)",
     ),
     Axis(
         "thd lengths",

@@ -25,9 +25,13 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXED = dict(derandomize=True, database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # Labels only a runtime draw reaches (lengths, offsets, values): not a pool's job.
 # Coverage values that runtime facts give (drawn per example, not by a pool row).
-RUNTIME_LABELS = {"scale:positive", "padding:dense: a zero length", "padding:thd: capacity slack", "padding:thd: first offset > 0"} | {
-    f"thd lengths:{x}" for x in ("a length of 1", "a long sequence (> 2 Q tiles)", "a tile-edge length", "a zero length")
-}
+RUNTIME_LABELS = {
+    "scale:positive",
+    "padding:dense: a zero length",
+    "padding:thd: Q capacity slack",
+    "padding:thd: K/V capacity slack",
+    "padding:thd: first offset > 0",
+} | {f"thd lengths:{x}" for x in ("a length of 1", "a long sequence (> 2 Q tiles)", "a tile-edge length", "a zero length")}
 # Mask families of the report's coverage matrix (reports/coverage.py MASKS).
 MASK_NAMES = {"none", "causal", "causal_br", "swa", "swa_br", "causal+swa", "causal_br+swa", "causal+band", "causal_br+band"}
 
