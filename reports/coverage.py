@@ -17,8 +17,8 @@ from typing import Iterable, Optional
 
 from ground import pairs
 from ground.case import Case
-from ground.coverage import AXES, MASK_FAMILIES, MATRIX_COLUMNS, MATRIX_LAYOUTS, exercised, matrix_cell
-from ground.families import FAMILIES
+from ground.coverage import AXES, MASK_FAMILIES, MATRIX_COLUMNS, MATRIX_LAYOUTS, REQUIRED, exercised, labels, matrix_cell
+from ground.families import DEFAULT_FAMILY, FAMILIES, coverage_gaps
 from ground.feature_space import OUT_OF_SCOPE, field_axes
 
 
@@ -69,7 +69,20 @@ def coverage(cases: Iterable[Case], adapter: Optional[str] = None) -> dict:
         "pairs": pairs.coverage(cases, adapter),
         # Another family's pairs over its own factors (KernelFamily.pairs), where the run drew its Cases.
         "family_pairs": family_pairs(cases),
+        # Another family's coverage labels that it can exercise and none of its Cases did (KernelFamily.unreachable).
+        "family_gaps": family_gaps(cases),
     }
+
+
+def family_gaps(cases: list) -> dict:
+    """family -> the coverage labels it can exercise (``ground.families.coverage_gaps``) that none of the run's
+    valid Cases of it did, for every family other than the default that declares its unreachable labels and
+    that the run drew Cases of."""
+    seen: dict = {}
+    for case in cases:
+        if case.violation is None and case.family != DEFAULT_FAMILY and FAMILIES[case.family].unreachable:
+            seen.setdefault(case.family, set()).update(labels(case))
+    return {name: list(coverage_gaps(name, got, REQUIRED)) for name, got in sorted(seen.items())}
 
 
 def family_pairs(cases: list) -> dict:

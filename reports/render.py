@@ -245,6 +245,11 @@ def _coverage(s: dict) -> list:
         ("h", 3, "gaps: values a complete run reaches that no example exercised"),
         ("list", gaps) if gaps else ("p", "None."),
     ]
+    for family, missed in (cov.get("family_gaps") or {}).items():
+        out += [
+            ("h", 3, f"gaps of the {family} family: values its Cases can exercise that none of this run's did"),
+            ("list", missed) if missed else ("p", "None."),
+        ]
     fields = cov.get("kernel_fields") or {}
     if fields:
         fgaps = cov.get("kernel_field_gaps", [])

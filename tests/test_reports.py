@@ -365,3 +365,20 @@ def test_each_family_counts_its_own_pairs():
     both = coverage([Case(), *sm90])
     assert both["pairs"]["fwd"]["drawn"] == alone["pairs"]["fwd"]["drawn"] and not alone["family_pairs"]
     assert both["family_pairs"]["sm90"]["fwd"]["layouts"]["dense"]["examples"] == len(sm90) > 0
+
+
+def test_each_family_lists_the_labels_it_can_exercise_that_no_case_did():
+    """The sm90 family's gaps are its own (its unreachable labels and SM80 flavor axes left out): one plain dense
+    sm90 Case leaves THD labels as gaps, but never a label the family declares unreachable; the SM80 Cases count
+    for nothing there, and a run without sm90 Cases has no sm90 list. The report shows the list."""
+    from ground.families import FAMILIES
+    from reports.coverage import coverage
+    from reports.render import _coverage
+
+    cov = coverage([Case(), Case(family="sm90")])
+    gaps = cov["family_gaps"]["sm90"]
+    assert "padding:thd: Q capacity slack" in gaps and "memory:thd packed" in gaps
+    assert not set(gaps) & set(FAMILIES["sm90"].unreachable) and not any(g.startswith(("flavor:", "head dims:")) for g in gaps)
+    assert coverage([Case()])["family_gaps"] == {}
+    shown = [b for b in _coverage({"coverage": cov}) if b[0] == "h" and "sm90 family" in b[2]]
+    assert shown
