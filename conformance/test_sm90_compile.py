@@ -17,21 +17,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conformance.test_sm90_numerics import _judged, sm90  # noqa: F401  (the Hopper-gated adapter fixture)
-from strategies.sm90 import sm90_cases
+from conformance.test_sm90_numerics import CASES_BY_LAYOUT, _judged, sm90  # noqa: F401  (the Hopper-gated adapter fixture)
 
 pytestmark = pytest.mark.family("sm90")
 
 
-CASES = {layout: sm90_cases(layouts=(layout,)) for layout in ("dense", "thd")}
-
-
 @pytest.mark.gpu
 @pytest.mark.property("compile_reuse")
-@pytest.mark.parametrize("layout", sorted(CASES))
+@pytest.mark.parametrize("layout", sorted(CASES_BY_LAYOUT))
 @settings(deadline=None, max_examples=10)
 @given(data=st.data())
 def test_sm90_runtime_facts_mint_no_compile(sm90, layout, data):  # noqa: F811
     from properties.compile_cache_sm90 import check_sm90_compile_reuse
 
-    _judged(check_sm90_compile_reuse, data.draw(CASES[layout], label="case"), sm90, launch=True)
+    _judged(check_sm90_compile_reuse, data.draw(CASES_BY_LAYOUT[layout], label="case"), sm90, launch=True)

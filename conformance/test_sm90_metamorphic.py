@@ -13,16 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conformance.test_sm90_numerics import _judged, sm90  # noqa: F401  (the Hopper-gated adapter fixture)
+from conformance.test_sm90_numerics import CASES_BY_LAYOUT, _judged, sm90  # noqa: F401  (the Hopper-gated adapter fixture)
 from properties.metamorphic import RELATIONS, SM90_EXACT
-from strategies.sm90 import sm90_cases
 
 pytestmark = pytest.mark.family("sm90")
 
 
 # (layout, relation): each relation on the layouts it is stated for.
-CASES = {layout: sm90_cases(layouts=(layout,)) for layout in ("dense", "thd")}
-PAIRS = [(layout, r) for layout in CASES for r in sorted(SM90_EXACT) if layout in RELATIONS[r].layouts]
+PAIRS = [(layout, r) for layout in CASES_BY_LAYOUT for r in sorted(SM90_EXACT) if layout in RELATIONS[r].layouts]
 
 
 @pytest.mark.gpu
@@ -33,4 +31,4 @@ PAIRS = [(layout, r) for layout in CASES for r in sorted(SM90_EXACT) if layout i
 def test_sm90_metamorphic(sm90, layout, relation, data):  # noqa: F811
     from properties.metamorphic import check_metamorphic
 
-    _judged(check_metamorphic, data.draw(CASES[layout], label="case"), sm90, relation=relation)
+    _judged(check_metamorphic, data.draw(CASES_BY_LAYOUT[layout], label="case"), sm90, relation=relation)

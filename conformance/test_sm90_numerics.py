@@ -32,6 +32,8 @@ from strategies.sm90 import sm90_cases
 
 pytestmark = pytest.mark.family("sm90")  # --family selects it (conformance.family_select)
 HOPPER = (9, 0)
+# The family's Cases per layout, for the tests parametrized by layout (test_sm90_compile, test_sm90_metamorphic).
+CASES_BY_LAYOUT = {layout: sm90_cases(layouts=(layout,)) for layout in ("dense", "thd")}
 
 
 def hopper_refusal(capability: Optional[Tuple[int, int]]) -> Optional[str]:
