@@ -716,6 +716,64 @@ def _few(table: dict, case_of: Callable) -> dict:
     return {(f, d): (fewest(first, lambda g: case_of(g, f, d)), more) if first else (first, more) for (f, d), (first, more) in table.items()}
 
 
+# The pooled strategies' draws, decorated once at import: st.composite reads
+# a function's source each time it decorates one (some 2 ms), which a
+# definition nested in pooled_dense / pooled_thd paid on every example.
+@st.composite
+def _pooled_dense_case(draw, opts: features.Common, table: dict, fallback: dict) -> Case:
+    """One pooled dense Case (pooled_dense's strategy)."""
+    flavor = draw(st.sampled_from(opts.flavors))
+    dtype = draw(st.sampled_from(opts.dtypes))
+    first, more = table[(flavor, dtype)]
+    if not first:
+        return draw(fallback[(flavor, dtype)])
+    g = draw(st.sampled_from(first))
+    seq_q, seq_kv, sc, seed = _padding_draws(draw), _padding_draws(draw), _scale_draws(draw, opts), features.seed(draw)
+    g = _covering(g, first, more, seed)
+    return g.case(
+        dtype,
+        seq_q_lens=_padding_of(seq_q, g.pad_q, g.batch, g.s_q),
+        seq_kv_lens=_padding_of(seq_kv, g.pad_kv, g.batch, g.s_kv),
+        scale=_scale_of(sc, g.sign),
+        seed=seed,
+    )
+
+
+@st.composite
+def _pooled_thd_case(draw, opts: features.Common, table: dict, fallback: dict, max_tokens: int, max_seqs: int, zeros: bool, offsets: Optional[bool]) -> Case:
+    """One pooled THD Case (pooled_thd's strategy)."""
+    flavor = draw(st.sampled_from(opts.flavors))
+    dtype = draw(st.sampled_from(opts.dtypes))
+    first, more = table[(flavor, dtype)]
+    if not first:
+        return draw(fallback[(flavor, dtype)])
+    g = draw(st.sampled_from(first))
+    _, d_qk, d_v = features.head_dims(draw, dataclasses.replace(opts, flavors=(flavor,)))
+    n = min(max_seqs, pools.THD_MAX_SEQS)  # as many pairs as the largest row, the last n_seq kept
+    lens = features.length_lists(draw, n, max_tokens, zeros, min_seqs=n)
+    band = draw(st.sampled_from(pools.RIGHT_BANDS)) if opts.windows and draw(st.booleans()) else -1
+    sc = _scale_draws(draw, opts)
+    q_base, kv_base = features.thd_offset(draw, offsets), features.thd_offset(draw, offsets)
+    q_slack, kv_slack = features.thd_offset(draw, offsets), features.thd_offset(draw, offsets)
+    seed = features.seed(draw)
+    g = _covering(g, first, more, seed)
+    return g.case(
+        flavor,
+        dtype,
+        d_qk=d_qk,
+        d_v=d_v,
+        q_lens=lens[0][-g.n_seq :],
+        kv_lens=lens[1][-g.n_seq :],
+        window_right=band if g.causal else -1,
+        scale=_scale_of(sc, g.sign),
+        q_base=q_base,
+        kv_base=kv_base,
+        q_slack=q_slack,
+        kv_slack=kv_slack,
+        seed=seed,
+    )
+
+
 def pooled_dense(opts: features.Common, free: Callable[[str, str], st.SearchStrategy[Case]], *, few: bool = False, **options) -> st.SearchStrategy[Case]:
     """Dense Cases whose compile-key facts come from the strata's pools
     (``options``: dense_cases' own, see ``dense_allowed``); ``free(flavor,
@@ -724,26 +782,7 @@ def pooled_dense(opts: features.Common, free: Callable[[str, str], st.SearchStra
     table = {(f, d): _split(tuple(g for g in dense_pool(f, d) if dense_allowed(g, f, opts, **options)), len(hand_dense_pool(f, d))) for f, d in _strata(opts)}
     table = _few(table, lambda g, f, d: g.case(d)) if few else table
     fallback = {k: free(*k) for k, (first, _) in table.items() if not first}
-
-    @st.composite
-    def draw_case(draw) -> Case:
-        flavor = draw(st.sampled_from(opts.flavors))
-        dtype = draw(st.sampled_from(opts.dtypes))
-        first, more = table[(flavor, dtype)]
-        if not first:
-            return draw(fallback[(flavor, dtype)])
-        g = draw(st.sampled_from(first))
-        seq_q, seq_kv, sc, seed = _padding_draws(draw), _padding_draws(draw), _scale_draws(draw, opts), features.seed(draw)
-        g = _covering(g, first, more, seed)
-        return g.case(
-            dtype,
-            seq_q_lens=_padding_of(seq_q, g.pad_q, g.batch, g.s_q),
-            seq_kv_lens=_padding_of(seq_kv, g.pad_kv, g.batch, g.s_kv),
-            scale=_scale_of(sc, g.sign),
-            seed=seed,
-        )
-
-    return draw_case()
+    return _pooled_dense_case(opts, table, fallback)
 
 
 def pooled_thd(
@@ -764,41 +803,7 @@ def pooled_thd(
     table = _few(table, lambda g, f, d: g.case(f, d)) if few else table
     # every THD row of a stratum is excluded only by options no test uses
     fallback = {k: free(*k) for k, (first, _) in table.items() if not first}
-
-    @st.composite
-    def draw_case(draw) -> Case:
-        flavor = draw(st.sampled_from(opts.flavors))
-        dtype = draw(st.sampled_from(opts.dtypes))
-        first, more = table[(flavor, dtype)]
-        if not first:
-            return draw(fallback[(flavor, dtype)])
-        g = draw(st.sampled_from(first))
-        _, d_qk, d_v = features.head_dims(draw, dataclasses.replace(opts, flavors=(flavor,)))
-        n = min(max_seqs, pools.THD_MAX_SEQS)  # as many pairs as the largest row, the last n_seq kept
-        lens = features.length_lists(draw, n, max_tokens, zeros, min_seqs=n)
-        band = draw(st.sampled_from(pools.RIGHT_BANDS)) if opts.windows and draw(st.booleans()) else -1
-        sc = _scale_draws(draw, opts)
-        q_base, kv_base = features.thd_offset(draw, offsets), features.thd_offset(draw, offsets)
-        q_slack, kv_slack = features.thd_offset(draw, offsets), features.thd_offset(draw, offsets)
-        seed = features.seed(draw)
-        g = _covering(g, first, more, seed)
-        return g.case(
-            flavor,
-            dtype,
-            d_qk=d_qk,
-            d_v=d_v,
-            q_lens=lens[0][-g.n_seq :],
-            kv_lens=lens[1][-g.n_seq :],
-            window_right=band if g.causal else -1,
-            scale=_scale_of(sc, g.sign),
-            q_base=q_base,
-            kv_base=kv_base,
-            q_slack=q_slack,
-            kv_slack=kv_slack,
-            seed=seed,
-        )
-
-    return draw_case()
+    return _pooled_thd_case(opts, table, fallback, max_tokens, max_seqs, zeros, offsets)
 
 
 # ----------------------------------------------------------- leaving the pool
