@@ -36,6 +36,9 @@ from ground.tables import ADAPTER_ENV, ADAPTERS, COMPAT_ENV, DEFAULT_ADAPTER, NO
 from properties import CHECKS, recorder
 from reports import casefile, shards
 
+# When this process loaded the plugin (pytest's start, before collection): a
+# worker's collected record carries it, so the report can split its start.
+LOADED = time.time()
 DEFAULT_REPORT_DIR = "sdpa-report"
 FINDINGS_FILE = "known_findings.toml"
 PATH_OPTIONS = ("--report-dir", "--kernels-source", "--known-findings", "--compile-cache")
@@ -614,7 +617,7 @@ class Recording:
         mapping = {}
         for item in items:
             mapping[item.nodeid] = _property_of(item)
-        recorder.write({"kind": "collected", "tests": mapping})
+        recorder.write({"kind": "collected", "tests": mapping, "t": time.time(), "t_loaded": LOADED})
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_protocol(self, item):

@@ -434,6 +434,27 @@ def _profile(s: dict) -> list:
             "(compile is the adapters' compile step).",
         ),
         ("table", ["worker", "examples", "span", *BETWEEN] + names, rows),
+        *_timeline(s, prof["workers"]),
+    ]
+
+
+TIMELINE = (("loaded", "plugin loaded"), ("collected", "collected"), ("first", "first example"), ("last", "last verdict"))
+
+
+def _timeline(s: dict, workers: list) -> list:
+    """Each worker's timeline against the run's wall: what the wall holds besides the spans (start-up before the
+    first example, the wait for the last worker)."""
+    rows = [[w["worker"], *(_fmt(t) if (t := w.get("timeline", {}).get(k)) is not None else "-" for k, _ in TIMELINE)] for w in workers]
+    if not any(any(c != "-" for c in r[1:]) for r in rows):
+        return []  # no session start recorded (an interrupted run)
+    wall = s["run"].get("wall_seconds")
+    return [
+        (
+            "p",
+            f"Worker timeline, seconds since the run began (wall {_fmt(wall) if wall else '-'} s): the process loaded the plugin "
+            "(spawned, Python and pytest started), collected, began its first example, gave its last verdict.",
+        ),
+        ("table", ["worker", *(label for _, label in TIMELINE)], rows),
     ]
 
 

@@ -123,7 +123,7 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
     compiling: Dict[str, list] = defaultdict(list)  # key -> (worker, property, misses) of each example that compiled under it
     deliberate, unkeyed, deliberate_seconds = Counter(), Counter(), 0.0  # property -> compiles made on purpose / of examples naming no key
     workers: Dict[str, dict] = defaultdict(
-        lambda: {"examples": 0, "example_seconds": 0.0, "phases": Counter(), "first": None, "last": None, **_no_rejections()}
+        lambda: {"examples": 0, "example_seconds": 0.0, "phases": Counter(), "first": None, "last": None, "loaded": None, "collected": None, **_no_rejections()}
     )
     per_test: Dict[str, dict] = defaultdict(lambda: {"examples": 0, "example_seconds": 0.0, "first": None, "last": None, "shard": None, **_no_rejections()})
     for r in records:
@@ -182,6 +182,8 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
                 tally["rejected_seconds"] += r.get("seconds") or 0.0
         elif kind == "collected":
             collected.update(r.get("tests", {}))
+            w = workers[r.get("shard", "?")]
+            w["loaded"], w["collected"] = r.get("t_loaded"), r.get("t")
         elif kind == "steered":
             steered.append(r)
         elif kind == "test":
@@ -302,7 +304,7 @@ def merge(records: List[dict], warnings: Optional[List[str]] = None) -> dict:
             comp, keys_seen, compiling, unkeyed, deliberate, deliberate_seconds, len({worker_id(s) for s, w in workers.items() if w["examples"]}), wall
         )
         | {"cache": session.get("environment", {}).get("compile_cache_note")},
-        "profile": _profile(workers, props),
+        "profile": _profile(workers, props, session.get("start")),
         "slowest_tests": _slowest_tests(per_test),
         "slowest": [
             {
@@ -454,13 +456,20 @@ def _slowest_tests(per_test: Dict[str, dict]) -> list:
     return sorted(rows, key=lambda r: (-r["span_seconds"], r["test"]))[:SLOWEST]
 
 
-def _profile(workers: Dict[str, dict], props: Dict[str, dict]) -> dict:
+def _since(t: Optional[float], start: Optional[float]) -> Optional[float]:
+    return round(t - start, 3) if t is not None and start is not None else None
+
+
+def _profile(workers: Dict[str, dict], props: Dict[str, dict], start: Optional[float] = None) -> dict:
     """Where the worker time went: per process (shard), its span from its
     first begun example to its last verdict, the examples' seconds split by
     phase, and the rest of the span ("between examples": Hypothesis
     generating and shrinking, pytest, fixtures, idle at the end; of it,
     the draws of the judged examples and the rejected examples: drawn,
-    refused, no verdict)."""
+    refused, no verdict). Its timeline, in seconds since the run began
+    (``start``): when it loaded the plugin (spawned, Python and pytest up),
+    collected, began its first example and gave its last verdict; what the
+    run's wall holds besides the spans."""
     rows = []
     for shard, w in sorted(workers.items()):
         if not w["examples"]:
@@ -469,6 +478,7 @@ def _profile(workers: Dict[str, dict], props: Dict[str, dict]) -> dict:
         rows.append(
             {
                 "worker": shard,
+                "timeline": {k: _since(w[k], start) for k in ("loaded", "collected", "first", "last")},
                 "examples": w["examples"],
                 "span_seconds": round(span, 3) if span is not None else None,
                 "example_seconds": round(w["example_seconds"], 3),

@@ -63,6 +63,29 @@ def test_profile_sums_per_worker_and_reports_time_between_examples():
     assert prof["phases"]["compile"] == 12.0 and prof["example_seconds"] == 16.0
 
 
+def test_each_workers_timeline_is_counted_from_the_run_start(tmp_path):
+    """A worker's collected record carries when it loaded the plugin and when it collected; with its first and
+    last example, its timeline in seconds since the session began; the report renders it beside the wall."""
+    from reports import render
+
+    case = {"layout": "dense"}
+    recs = [
+        {"kind": "collected", "shard": "gw0-1", "tests": {"t": "numerics"}, "t_loaded": 103.0, "t": 105.5},
+        {"kind": "begin", "shard": "gw0-1", "property": "numerics", "case": case, "test": "t", "t": 107.0},
+        {"kind": "obs", "shard": "gw0-1", "property": "numerics", "case": case, "test": "t", "outcome": "passed", "seconds": 2.0, "t_end": 109.0},
+        {"kind": "session", "shard": "main-1", "start": 100.0, "end": 112.0, "wall_seconds": 12.0},
+    ]
+    s = merge(recs)
+    (w,) = s["profile"]["workers"]
+    assert w["timeline"] == {"loaded": 3.0, "collected": 5.5, "first": 7.0, "last": 9.0}
+    md = render.to_markdown(render.blocks(s), tmp_path / "plots")
+    assert "Worker timeline" in md and "(wall 12 s)" in md and "| gw0-1 | 3 | 5.5 | 7 | 9 |" in md
+    # Shards written before the collected record carried its times: those cells are blank.
+    old = merge([r for r in recs if r["kind"] != "collected"])
+    assert old["profile"]["workers"][0]["timeline"] == {"loaded": None, "collected": None, "first": 7.0, "last": 9.0}
+    assert "| gw0-1 | - | - | 7 | 9 |" in render.to_markdown(render.blocks(old), tmp_path / "plots")
+
+
 def test_slowest_tests_are_ranked_by_their_span_on_their_worker():
     """A test's span runs from its first begun example to its last verdict; what its examples did not use is 'between'."""
     case = {"layout": "dense"}
