@@ -31,6 +31,7 @@ from ground.tables import ADAPTERS, STRATA, STRATA_IDS, flavor_of
 from properties import COMPILED_FACTS, DENSE_RELATIONS, DISK_CASES, PROPERTIES, THD_RELATIONS
 from properties.metamorphic import entries_launched
 from strategies import backward_cases, based_thd_backward_cases, cases, dense_cases, thd_cases, violating_cases
+from strategies.geometry import mode as geometry_mode
 from strategies.large import GQA_SHAPES, LARGE_SHAPES, LSE_PAD_SHAPES, OFFSET_SHAPES, REPLAY_ROWS, SLICE_SHAPES, large_cases, replay_cases
 
 # How an axis' values reach the check (and what the kill-rate harness does):
@@ -125,6 +126,10 @@ class Served:
 _RULE_BASES = {"dense": Case(), "thd": Case(layout="thd", q_lens=(1,), kv_lens=(1,))}
 
 
+# Family.strategy_for's strategies, by (test, geometry mode, arguments).
+_STRATEGIES: Dict[tuple, object] = {}
+
+
 @dataclass(frozen=True, eq=False)
 class Family:
     """One pytest test (its node ids: ``module::test[ids]``, the ids of its
@@ -178,11 +183,21 @@ class Family:
     def strategy_for(self, values: Mapping, **restrict):
         """The strategy of the Cases of parameter ``values`` (before the
         transform); ``restrict`` (flavors=, dtypes=) applies where ``values``
-        name no stratum."""
+        name no stratum. Built once per arguments and geometry mode (a
+        strategy is immutable; building one decorates composites, which reads
+        their source: milliseconds an example otherwise pays)."""
         stratum = self._args(values, STRATUM)
         if stratum:
             restrict = dict(restrict, flavors=(stratum["flavor"],), dtypes=(stratum["dtype"],))
-        return self.strategy(**restrict, **self._args(values, SOURCE))
+        kwargs = {**restrict, **self._args(values, SOURCE)}
+        try:
+            key = (self.test, geometry_mode(), tuple(sorted(kwargs.items())))
+            hash(key)
+        except TypeError:  # an unhashable option: built each time
+            return self.strategy(**kwargs)
+        if key not in _STRATEGIES:
+            _STRATEGIES[key] = self.strategy(**kwargs)
+        return _STRATEGIES[key]
 
     def fixed_case(self, values: Mapping) -> Case:
         return self.case(**self._args(values, SOURCE))
