@@ -575,8 +575,14 @@ def kernel_bounds(it, dtype: str, *, parts: bool = False) -> Dict[str, torch.Ten
     accumulators = 1 + 2.0**RESCALE_LOG2 * (has_sink + _rowsum(maybe.to(f64)))
     t_ftz = FTZ_ABS * (1 + steps + accumulators[..., None] * _mm(vis.to(f64), abs_v, g))
     o_terms = {"p_round": t_p, "logit": t_rho, "accumulate": t_acc, "normalize": kappa[..., None] * abs_o + REF64_REL * a1, "ftz": t_ftz}
+    return _bounds(o_terms, abs_o, u, tiny, lse_bound, lse_terms, visible.to(f64), parts)
+
+
+def _bounds(o_terms: dict, abs_o, u: float, tiny, lse_bound, lse_terms: dict, visible, parts: bool) -> dict:
+    """A forward model's result from its terms: O's bound is the terms carried through the final rounding to
+    the I/O dtype (u |O| + tiny) and the second-order margin; ``parts`` adds each term under its own name."""
     o_bound = SECOND_ORDER * ((1 + u) * sum(o_terms.values()) + u * abs_o + tiny)
-    out = {"o": o_bound, "lse": lse_bound, "visible": visible.to(f64)}
+    out = {"o": o_bound, "lse": lse_bound, "visible": visible}
     if parts:
         out.update({f"o:{k}": v for k, v in o_terms.items()}, **{"o:final": u * abs_o + tiny})
         out.update({f"lse:{k}": v for k, v in lse_terms.items()})
@@ -706,12 +712,7 @@ def sm90_kernel_bounds(it, dtype: str, *, parts: bool = False) -> Dict[str, torc
     accumulators = 1 + has_sink + _rowsum(maybe.to(f64))
     t_ftz = FTZ_ABS * (1 + steps + accumulators[..., None] * _mm(vis.to(f64), abs_v, g))
     o_terms = {"p_round": t_p, "logit": t_rho, "accumulate": t_acc, "normalize": kappa[..., None] * abs_o + REF64_REL * _mm(p, abs_v, g), "ftz": t_ftz}
-    o_bound = SECOND_ORDER * ((1 + u) * sum(o_terms.values()) + u * abs_o + tiny)
-    out = {"o": o_bound, "lse": lse_bound, "visible": visible.to(f64)}
-    if parts:
-        out.update({f"o:{k}": v for k, v in o_terms.items()}, **{"o:final": u * abs_o + tiny})
-        out.update({f"lse:{k}": v for k, v in lse_terms.items()})
-    return out
+    return _bounds(o_terms, abs_o, u, tiny, lse_bound, lse_terms, visible.to(f64), parts)
 
 
 # Each kernel family's forward model (a function of this module, by name: a

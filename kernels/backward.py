@@ -456,13 +456,9 @@ def compile_only_backward(adapter, case: Case, *, live: bool = False) -> Compile
     return box.delta
 
 
-def wrapper_backward(adapter, case: Case, inputs, o, lse, do, grads=None, *, initialize_outputs: bool = True) -> KernelResult:
-    """Run the backward of ``case`` through ``sdpa_bwd_wrapper_sm80`` (its own outputs)."""
-    from cudnn.sdpa.bwd import sdpa_bwd_wrapper_sm80
-
-    case.require_expressible(adapter.name)
-    env, mode = adapter.serving_mode("sdpa_bwd_wrapper_sm80")
-    kw = dict(
+def _wrapper_kwargs(case: Case, inputs) -> dict:
+    """``sdpa_bwd_wrapper_sm80``'s mask, scale, sink and determinism arguments of ``case``."""
+    return dict(
         is_causal=case.causal,
         window_size=(case.window_left, case.window_right),
         scale_softmax=case.scale,
@@ -470,6 +466,15 @@ def wrapper_backward(adapter, case: Case, inputs, o, lse, do, grads=None, *, ini
         sinks=inputs.sinks,
         deterministic=case.deterministic,
     )
+
+
+def wrapper_backward(adapter, case: Case, inputs, o, lse, do, grads=None, *, initialize_outputs: bool = True) -> KernelResult:
+    """Run the backward of ``case`` through ``sdpa_bwd_wrapper_sm80`` (its own outputs)."""
+    from cudnn.sdpa.bwd import sdpa_bwd_wrapper_sm80
+
+    case.require_expressible(adapter.name)
+    env, mode = adapter.serving_mode("sdpa_bwd_wrapper_sm80")
+    kw = _wrapper_kwargs(case, inputs)
     bq, bk = thd_origin(case)
     lse_run = lse
     if case.is_thd:  # handed from the THD origin (thd_origin): the wrapper normalizes cu_seqlens as the prepared entry does
@@ -556,14 +561,7 @@ def rejected_call(case: Case, inputs, o, lse, do, change) -> None:
         ops[role] = ops[role].to(TORCH_DTYPES[to])
     if kind == "bias_heads":
         ops["bias"] = ops["bias"][:, :1].contiguous()
-    kw = dict(
-        is_causal=case.causal,
-        window_size=(case.window_left, case.window_right),
-        scale_softmax=case.scale,
-        causal_bottom_right=case.bottom_right,
-        sinks=inputs.sinks,
-        deterministic=case.deterministic,
-    )
+    kw = _wrapper_kwargs(case, inputs)
     if case.is_thd:
         kw.update(cum_seqlen_q_tensor=inputs.cu_q, cum_seqlen_k_tensor=None if kind == "drop_cu_k" else inputs.cu_kv)
     else:

@@ -299,6 +299,17 @@ def rope_width(case) -> int:
     return FLAVOR_ENVELOPES[flavor_of(case.d_qk, case.d_v)][0]
 
 
+def mask_args(case) -> dict:
+    """``attention``'s scale and mask arguments of ``case``."""
+    return dict(
+        scale=case.softmax_scale,
+        causal=case.causal,
+        bottom_right=case.bottom_right,
+        window_left=case.window_left,
+        window_right=case.window_right,
+    )
+
+
 def sink_logits(case, tensors) -> Optional[torch.Tensor]:
     """The (H_q,) natural-log sink logits the kernel must use: the handed
     buffer read through its own strides and dtype, base-2 values converted
@@ -388,11 +399,7 @@ def reference_for_case(case, tensors, compute_dtype: torch.dtype = torch.float32
     ``chunk_elems``: the row chunking (``chunked_attention``; default
     REF_CHUNK_ELEMS)."""
     common = dict(
-        scale=case.softmax_scale,
-        causal=case.causal,
-        bottom_right=case.bottom_right,
-        window_left=case.window_left,
-        window_right=case.window_right,
+        **mask_args(case),
         sinks=sink_logits(case, tensors),
         compute_dtype=compute_dtype,
         extra=extra,

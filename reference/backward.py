@@ -47,7 +47,7 @@ import torch
 
 from ground.phases import timed
 
-from .attention import Internals, attention
+from .attention import Internals, attention, mask_args
 
 GRADS = ("dq", "dk", "dv", "dbias", "dsink")
 
@@ -133,11 +133,7 @@ def backward_for_case(case, tensors, do: torch.Tensor, *, extra: Optional[Extra]
     without Q rows makes no call: its keys' rows hold 0 in every extra
     tensor, 1 in "zero:" ones."""
     common = dict(
-        scale=case.softmax_scale,
-        causal=case.causal,
-        bottom_right=case.bottom_right,
-        window_left=case.window_left,
-        window_right=case.window_right,
+        **mask_args(case),
         sinks=tensors.sinks,
         compute_dtype=torch.float64,
         internals=True,

@@ -32,6 +32,7 @@ import torch
 from ground.data import TORCH_DTYPES
 from ground.tolerances import LANE_TERMS, MMA_K, RESCALE_LOG2, TILE_N
 from reference import masks
+from reference.attention import mask_args
 
 F32, F64 = torch.float32, torch.float64
 LOG2E = math.log2(math.e)
@@ -279,11 +280,7 @@ def emulate_case(case, tensors, arith: Arith = Arith(), plant: Plant = Plant()) 
     if sinks is not None and plant.sink_stride_ignored:
         sinks = sinks.as_strided(sinks.shape, (1,), sinks.storage_offset())
     common = dict(
-        scale=case.softmax_scale,
-        causal=case.causal,
-        bottom_right=case.bottom_right,
-        window_left=case.window_left,
-        window_right=case.window_right,
+        **mask_args(case),
         sinks=sinks,
         io_dtype=io,
         arith=arith,
