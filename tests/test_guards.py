@@ -29,6 +29,7 @@ from ground.data import (
 from ground.outcome import PropertyFailure, Unsupported
 from ground.tables import TILE_M
 from kernels.base import CompileDelta, KernelResult
+from tests.standins import ReferenceKernel as FakeKernel
 
 pytest_plugins = ["pytester"]
 
@@ -166,44 +167,6 @@ def test_staging_copies_sit_inside_guard_bands():
 
 
 # ------------------------------------------------------------ fake kernels
-class FakeKernel:
-    """Computes the reference and writes it where a kernel would; ``mischief``
-    adds one out-of-bounds access."""
-
-    name = label = "fake"
-    supports = frozenset({"caller-outputs", "no-init"})
-    lacks: dict = {}
-
-    def __init__(self, mischief=None):
-        self.mischief = mischief
-
-    def run(self, case, inputs, outputs=None, *, initialize_outputs=True, tamper=None):
-        from reference.attention import attention, reference_for_case
-
-        o, lse = outputs
-        if self.mischief == "read past K":  # one key row past the end of K (and V): the guard band
-            ext = lambda t: t.as_strided((*t.shape[:2], t.shape[2] + 1, t.shape[3]), t.stride(), t.storage_offset())  # noqa: E731
-            ref_o, ref_lse = attention(inputs.q, ext(inputs.k), ext(inputs.v), scale=case.softmax_scale)
-        else:
-            ref_o, ref_lse = reference_for_case(case, inputs)
-        if case.is_thd:
-            live = inputs.q_live
-            if initialize_outputs:
-                o.zero_(), lse.zero_()
-            o[live] = ref_o[live].to(o.dtype)
-            lse[:, live] = ref_lse[:, live]
-        else:
-            o.copy_(ref_o)
-            lse.copy_(ref_lse)
-        g, n, _ = guard_bands(o)
-        if self.mischief == "write past O":
-            flat_storage(o)[g + n] = 0.0
-        if self.mischief == "write before LSE":
-            flat_storage(lse)[guard_bands(lse)[0] - 1] = 0.0
-        notes = {"adapter": self.name, "initialize_outputs": initialize_outputs} if case.is_thd else {"adapter": self.name}
-        return KernelResult(o, lse, CompileDelta(), notes, {"o": o, "lse": lse, **inputs.buffers()})
-
-
 @pytest.fixture
 def on_cpu(monkeypatch):
     """The launching properties on the CPU (their device() refuses otherwise)."""

@@ -1,0 +1,138 @@
+"""Every launching forward property passes its own draws on an honest kernel.
+
+A false red (a property failing a correct kernel) is the worst defect a gate
+can have, and the GPU is where the suite meets its draws. Here the CPU runs
+each launching forward property over a few of its test's own derandomized
+draws on a stand-in that computes what a correct kernel computes and writes
+it where the contract says (``tests.standins.ReferenceKernel``: the float64
+reference rounded into the caller's buffers, named ``prepared`` so the draws
+are served for the default adapter; the sm90 family: the emulated kernel
+storing into the caller's buffers, and the THD reference stand-in that stores
+as the SM90 THD host does). Every example must pass (or be rejected by the
+refusal policy, as on the GPU); a failure is the suite's, named with its
+Case. What the stand-ins cannot stand in for is left out: the entry relation
+launches the public wrapper itself, and the compile-cache, replay and
+hygiene properties judge the real kernels' compiles and launches.
+
+Its power: the same draws fail a stand-in storing LSE in the other units.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from conformance.test_sm90_metamorphic import PAIRS as SM90_RELATIONS
+from properties.matrix import FAMILIES
+from tests.standins import ReferenceKernel
+
+# The matrix tests that launch the SM80 forward and judge its outputs. test_gqa_groups is left out: its
+# draws are production shapes (strategies.large.GQA_SHAPES), half a minute an example here, judged by
+# numerics_dense's code, which runs here on the ordinary tiers' GQA ratios (up to 8:1).
+FORWARD_TESTS = (
+    "test_numerics_dense",
+    "test_numerics_thd",
+    "test_tails_dense",
+    "test_tails_thd",
+    "test_padding_poison",
+    "test_padded_row_lse",
+    "test_metamorphic_dense",
+    "test_metamorphic_thd",
+)
+EXAMPLES = 3  # per parameter, derandomized: the first draws of each (the simplest first)
+DRAWS = settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+STANDIN = ReferenceKernel(name="prepared")
+
+
+def _parameters():
+    for test in FORWARD_TESTS:
+        fam = FAMILIES[test]
+        for values, pid in fam.parameters():
+            entries = fam.launches(values, STANDIN)
+            if entries == ("prepared",) and not fam.unservable(values, entries):
+                yield pytest.param(test, values, id=f"{test}[{pid}]")
+
+
+def test_only_the_entry_relation_is_left_out():
+    """No parameter of FORWARD_TESTS drops out of the above but the entry relation's (its second launch is the
+    public wrapper itself): a parameter served for another adapter, or unservable, would be a silent hole."""
+    kept = {(p.values[0], p.id) for p in _parameters()}
+    left = [(test, pid) for test in FORWARD_TESTS for values, pid in FAMILIES[test].parameters() if (test, f"{test}[{pid}]") not in kept]
+    assert left and all(pid.endswith("-entry") for _, pid in left), left
+
+
+@pytest.fixture
+def on_cpu(monkeypatch):
+    """The properties launch on the CPU (their ``device()`` refuses without a GPU)."""
+    from properties.common import device
+
+    for name, module in list(sys.modules.items()):
+        if name.split(".")[0] == "properties" and getattr(module, "device", None) is device:
+            monkeypatch.setattr(module, "device", lambda: torch.device("cpu"))
+
+
+def _judge_draws(test: str, values: dict, adapter, *, shrink: bool = True) -> None:
+    fam = FAMILIES[test]
+    entries = fam.launches(values, adapter)
+
+    @settings(DRAWS, phases=DRAWS.phases if shrink else (Phase.generate,))
+    @given(data=st.data())
+    def run(data):
+        case = fam.serve(fam.apply(data.draw(fam.strategy_for(values), label="case"), values), values, entries).case
+        assert fam.check(case, adapter, values).outcome == "passed", case.describe()
+
+    run()
+
+
+@pytest.mark.parametrize("test, values", _parameters())
+def test_sm80_forward_draws_pass_on_the_reference(on_cpu, test, values):
+    _judge_draws(test, values, STANDIN)
+
+
+# The sm90 tests that launch, as (property, layout, relation): each layout's stand-in.
+SM90_JOBS = (
+    ("numerics", "dense", None),
+    ("tails", "dense", None),
+    ("numerics", "thd", None),  # judged by the tails too, as test_sm90_numerics_thd does
+    *(("metamorphic", layout, relation) for layout, relation in SM90_RELATIONS),
+)
+
+
+@pytest.mark.family("sm90")
+@pytest.mark.parametrize("prop, layout, relation", SM90_JOBS, ids=["-".join(filter(None, job)) for job in SM90_JOBS])
+def test_sm90_draws_pass_on_the_standins(on_cpu, prop, layout, relation):
+    import conformance.test_sm90_numerics as t90
+    from properties import PROPERTIES
+    from tests.kernel_emulation_sm90 import EmulatedSm90Adapter, ReferenceSm90Thd
+
+    check = PROPERTIES[prop].check
+    kw = {"tails": True} if (prop, layout) == ("numerics", "thd") else {"relation": relation} if relation else {}
+    adapter = EmulatedSm90Adapter(store=True) if layout == "dense" else ReferenceSm90Thd()
+
+    @DRAWS
+    @given(data=st.data())
+    def run(data):
+        case = data.draw(t90.CASES_BY_LAYOUT[layout], label="case")
+        assert t90._judged(check, case, adapter, **kw).outcome == "passed", case.describe()
+
+    run()
+
+
+def test_the_draws_fail_a_kernel_storing_lse_in_the_other_units(on_cpu):
+    """The power of the above: LSE stored in base 2 where the Case asks for natural log (or back)."""
+    from ground.outcome import PropertyFailure
+
+    class OtherUnits(ReferenceKernel):
+        def run(self, case, inputs, outputs=None, **kw):
+            result = super().run(case, inputs, outputs, **kw)
+            if case.has_lse:
+                result.lse.mul_(1.4426950408889634 if not case.lse_log2 else 1 / 1.4426950408889634)
+            return result
+
+    values = next(v for v, pid in FAMILIES["test_numerics_dense"].parameters() if pid == "gptoss-fp16")
+    with pytest.raises(PropertyFailure, match="LSE"):
+        _judge_draws("test_numerics_dense", values, OtherUnits(name="prepared"), shrink=False)
