@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""Run the launching forward tests of ``conformance/`` on the CPU against an
+honest stand-in kernel, through the suite's plugin, recorder and report.
+
+    PYTHONPATH=$PWD python3 tools/standin_run.py                       # the default selection, ci, 2 workers
+    PYTHONPATH=$PWD python3 tools/standin_run.py -k "numerics_dense and gptoss" --profile dev
+    PYTHONPATH=$PWD python3 tools/standin_run.py --ops /tmp/ops        # + torch ops and host syncs per phase
+
+The stand-in (``tests/standins.py``) stores the float64 reference where the
+prepared entry's contract says, so every property these tests judge must
+pass on it: a failure is the suite's (a dry run of a property or strategy
+change before a GPU run meets it). The report's per-worker profile then
+shows the pipeline's own time (Hypothesis, the draws, the inputs, the
+reference and error model, the judging) with the kernels taken out.
+Never a verdict on a kernel, so no known findings are read. The compile-cache, replay and hygiene tests
+judge real compiles and launches, and the entry relation launches the
+public wrapper: the default selection leaves them out, as it does the
+production shapes of test_gqa_groups and the large tier.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PATHS = ["conformance/test_numerics.py", "conformance/test_tails.py", "conformance/test_metamorphic.py"]
+SELECT = "(numerics or tails or padding_poison or padded_row_lse or metamorphic) and not entry and not gqa and not large"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workers", "-n", default="2", help="pytest-xdist workers (default 2)")
+    ap.add_argument("--report-dir", default="sdpa-report/standin", help="where the run's report goes (default sdpa-report/standin)")
+    ap.add_argument("--ops", metavar="PREFIX", help="write PREFIX.<pid>.json per process: torch ops and host syncs per phase")
+    ap.add_argument("--profile", default="ci", help="the Hypothesis profile (default ci: the draws a ci GPU run judges)")
+    ap.add_argument("-k", dest="select", default=SELECT, help="pytest -k expression (default: every test the stand-in can stand in for)")
+    ap.add_argument("pytest_args", nargs="*", help="after --: more pytest arguments")
+    args = ap.parse_args(argv)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    if args.ops:
+        env["SDPA_STANDIN_OPS"] = args.ops
+    cmd = [sys.executable, "-m", "pytest", "-p", "tests.standin_plugin", "-p", "no:cacheprovider", "-q", "-n", args.workers]
+    with tempfile.TemporaryDirectory(prefix="sdpa-standin-") as tmp:
+        # No known findings: they describe the real kernels, which the stand-in is not (each would go stale).
+        none = Path(tmp) / "no_findings.toml"
+        none.write_text("")
+        cmd += [f"--report-dir={args.report_dir}", f"--known-findings={none}", f"--hypothesis-profile={args.profile}", "-k", args.select]
+        cmd += [*PATHS, *args.pytest_args]
+        return subprocess.call(cmd, cwd=ROOT, env=env)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
