@@ -716,15 +716,20 @@ def _few(table: dict, case_of: Callable) -> dict:
     return {(f, d): (fewest(first, lambda g: case_of(g, f, d)), more) if first else (first, more) for (f, d), (first, more) in table.items()}
 
 
+def _draw_stratum(draw, opts: features.Common, table: dict) -> tuple:
+    """(flavor, dtype, its (first, more) pool rows): the stratum drawn first, so a row index shrinks within it."""
+    flavor = draw(st.sampled_from(opts.flavors))
+    dtype = draw(st.sampled_from(opts.dtypes))
+    return flavor, dtype, table[(flavor, dtype)]
+
+
 # The pooled strategies' draws, decorated once at import: st.composite reads
 # a function's source each time it decorates one (some 2 ms), which a
 # definition nested in pooled_dense / pooled_thd paid on every example.
 @st.composite
 def _pooled_dense_case(draw, opts: features.Common, table: dict, fallback: dict) -> Case:
     """One pooled dense Case (pooled_dense's strategy)."""
-    flavor = draw(st.sampled_from(opts.flavors))
-    dtype = draw(st.sampled_from(opts.dtypes))
-    first, more = table[(flavor, dtype)]
+    flavor, dtype, (first, more) = _draw_stratum(draw, opts, table)
     if not first:
         return draw(fallback[(flavor, dtype)])
     g = draw(st.sampled_from(first))
@@ -742,9 +747,7 @@ def _pooled_dense_case(draw, opts: features.Common, table: dict, fallback: dict)
 @st.composite
 def _pooled_thd_case(draw, opts: features.Common, table: dict, fallback: dict, max_tokens: int, max_seqs: int, zeros: bool, offsets: Optional[bool]) -> Case:
     """One pooled THD Case (pooled_thd's strategy)."""
-    flavor = draw(st.sampled_from(opts.flavors))
-    dtype = draw(st.sampled_from(opts.dtypes))
-    first, more = table[(flavor, dtype)]
+    flavor, dtype, (first, more) = _draw_stratum(draw, opts, table)
     if not first:
         return draw(fallback[(flavor, dtype)])
     g = draw(st.sampled_from(first))
