@@ -27,24 +27,58 @@ NO_LAUNCH = {"aten.empty.memory_format", "aten.empty_strided.default", "aten.lif
 _state: dict = {}
 
 
+class Sm90StandIn:
+    """Both sm90 entry points: dense Cases on the emulated kernel storing into the caller's buffers, THD Cases
+    on the reference stand-in that stores as the SM90 THD host does (tests.kernel_emulation_sm90)."""
+
+    name = "sm90"
+    supports = frozenset({"caller-outputs", "no-init"})
+    lacks: dict = {}
+
+    def __init__(self):
+        from tests.kernel_emulation_sm90 import EmulatedSm90Adapter, ReferenceSm90Thd
+
+        self.dense, self.thd = EmulatedSm90Adapter(store=True), ReferenceSm90Thd()
+
+    def run(self, case, inputs, outputs=None, **kw):
+        return (self.thd if case.is_thd else self.dense).run(case, inputs, outputs, **kw)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
+    import conformance.test_sm90_numerics as sm90_tests
     import kernels
     from tests.standins import ReferenceKernel
 
     kernels.get_adapter = lambda name, **kw: ReferenceKernel(name="prepared")
+    projections = {name: project for name, (_, project) in sm90_tests._entries().items()}  # what each entry can express
+    sm90_tests._hopper_gate = lambda: None
+    sm90_tests._entries = lambda: {name: (Sm90StandIn, project) for name, project in projections.items()}
 
 
 def pytest_collection_finish(session):
-    """After the run's environment was read: the properties launch on the CPU and the ``gpu`` fixture passes."""
+    """After collection: the properties launch on the CPU and the ``gpu`` fixture passes; the environment (the
+    report's header, a failure's case file) is still read off the real machine."""
     import torch
 
+    import kernels.environment as kenv
     from properties.common import device
 
     for name, module in list(sys.modules.items()):
         if name.split(".")[0] == "properties" and getattr(module, "device", None) is device:
             module.device = lambda: torch.device("cpu")
-    _state["cuda"] = torch.cuda.is_available, torch.cuda.current_device
+    real = _state["cuda"] = torch.cuda.is_available, torch.cuda.current_device
+    detect = _state["detect"] = kenv.detect
+
+    def real_detect():
+        faked = torch.cuda.is_available, torch.cuda.current_device
+        torch.cuda.is_available, torch.cuda.current_device = real
+        try:
+            return detect()
+        finally:
+            torch.cuda.is_available, torch.cuda.current_device = faked
+
+    kenv.detect = real_detect
     torch.cuda.is_available, torch.cuda.current_device = (lambda: True), (lambda: 0)
 
 
@@ -54,6 +88,9 @@ def pytest_sessionfinish(session):
 
     if "cuda" in _state:  # the report's environment reads the real machine
         torch.cuda.is_available, torch.cuda.current_device = _state.pop("cuda")
+        import kernels.environment as kenv
+
+        kenv.detect = _state.pop("detect")
 
 
 @pytest.hookimpl(wrapper=True)

@@ -56,16 +56,18 @@ def test_a_planted_stale_import_is_found():
 
 
 def test_the_standin_run_passes_a_stratum_through_the_plugin_and_report(tmp_path):
-    """tools/standin_run.py: the conformance tests on the honest stand-in, in one process, pass and leave a report
+    """tools/standin_run.py: the conformance tests of both families on the honest stand-ins, in one process, pass and leave a report
     that counts their examples, with no known finding read (the stand-in is no real kernel)."""
     import json
     import subprocess
     import sys
 
     report = tmp_path / "report"
-    cmd = [sys.executable, "tools/standin_run.py", "-n", "0", "--profile", "dev", "-k", "test_tails_dense and gptoss-fp16", f"--report-dir={report}"]
+    cmd = [sys.executable, "tools/standin_run.py", "-n", "0", "--profile", "dev", "-k", "(test_tails_dense and gptoss-fp16) or test_sm90_tails_dense"]
+    cmd.append(f"--report-dir={report}")
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     summary = json.loads((report / "report.json").read_text())
     assert summary["run"]["examples"] > 0 and summary["properties"]["tails"]["passed"] == summary["run"]["examples"]
+    assert set(summary["run"]["examples_by_family"]) == {"sm80", "sm90"}
     assert summary["findings"]["entries"] == []

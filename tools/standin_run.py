@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
-"""Run the launching forward tests of ``conformance/`` on the CPU against an
-honest stand-in kernel, through the suite's plugin, recorder and report.
+"""Run the launching forward tests of ``conformance/`` on the CPU against
+honest stand-in kernels, through the suite's plugin, recorder and report.
 
     PYTHONPATH=$PWD python3 tools/standin_run.py                       # the default selection, ci, 2 workers
     PYTHONPATH=$PWD python3 tools/standin_run.py -k "numerics_dense and gptoss" --profile dev
     PYTHONPATH=$PWD python3 tools/standin_run.py --ops /tmp/ops        # + torch ops and host syncs per phase
 
-The stand-in (``tests/standins.py``) stores the float64 reference where the
-prepared entry's contract says, so every property these tests judge must
-pass on it: a failure is the suite's (a dry run of a property or strategy
+The SM80 stand-in (``tests/standins.py``) stores the float64 reference
+where the prepared entry's contract says; the sm90 entries are the emulated
+kernel (dense) and the THD reference stand-in (``tests/standin_plugin.py``).
+Every property these tests judge must pass on them: a failure is the suite's (a dry run of a property or strategy
 change before a GPU run meets it). The report's per-worker profile then
 shows the pipeline's own time (Hypothesis, the draws, the inputs, the
 reference and error model, the judging) with the kernels taken out.
@@ -28,8 +29,16 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PATHS = ["conformance/test_numerics.py", "conformance/test_tails.py", "conformance/test_metamorphic.py"]
-SELECT = "(numerics or tails or padding_poison or padded_row_lse or metamorphic) and not entry and not gqa and not large"
+PATHS = [
+    "conformance/test_numerics.py",
+    "conformance/test_tails.py",
+    "conformance/test_metamorphic.py",
+    "conformance/test_sm90_numerics.py",
+    "conformance/test_sm90_metamorphic.py",
+]
+# What the stand-ins stand in for: not the entry relation (it launches the SM80 public wrapper itself), the
+# production shapes (gqa, large), nor the check that the sm90 entries are the real adapters.
+SELECT = "(numerics or tails or padding_poison or padded_row_lse or metamorphic) and not entry and not gqa and not large and not test_both_entries"
 
 
 def main(argv=None) -> int:
@@ -49,7 +58,7 @@ def main(argv=None) -> int:
         # No known findings: they describe the real kernels, which the stand-in is not (each would go stale).
         none = Path(tmp) / "no_findings.toml"
         none.write_text("")
-        cmd += [f"--report-dir={args.report_dir}", f"--known-findings={none}", f"--hypothesis-profile={args.profile}", "-k", args.select]
+        cmd += [f"--report-dir={args.report_dir}", f"--known-findings={none}", f"--hypothesis-profile={args.profile}", "--family=all", "-k", args.select]
         cmd += [*PATHS, *args.pytest_args]
         return subprocess.call(cmd, cwd=ROOT, env=env)
 
