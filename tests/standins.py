@@ -1,5 +1,5 @@
-"""An honest SM80 forward stand-in for the CPU: the float64 reference rounded
-into the caller's buffers where the kernel writes them, nowhere else.
+"""An honest SM80 stand-in for the CPU: the float64 reference rounded into
+the caller's buffers where the kernels write them, nowhere else.
 
 ``ReferenceKernel`` follows the prepared entry's output contract
 (properties.tails.tail_expectation): dense O and LSE stored whole; THD O and
@@ -7,14 +7,27 @@ LSE stored at the live tokens, the whole capacity zeroed first when
 ``initialize_outputs`` (the host's ``zero_outputs``), the caller's bytes left
 otherwise; without a Stats output the LSE buffer is never touched. Every
 property that launches must pass on it: what fails is the suite's (a false
-red), or a ``mischief`` planted on purpose (one out-of-bounds access)."""
+red), or a ``mischief`` planted on purpose (one out-of-bounds access).
+
+``backward`` follows the backward's (properties.backward_tails.TAIL_RULES):
+dense gradients stored whole (the reference's zeros on padded rows and dead
+cells); THD dQ, dK, dV at the live tokens, the rows before the first
+sequence never touched, the rows past the last zeroed when
+``initialize_outputs`` for dQ and for GQA dK/dV, the caller's bytes
+otherwise (MHA dK/dV always)."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import torch
 
 from ground.data import flat_storage, guard_bands, make_outputs
 from kernels.base import CompileDelta, KernelResult
+
+
+def _unpoisoned(x):
+    return None if x is None else torch.where(torch.isnan(x), torch.zeros((), dtype=x.dtype), x)
 
 
 class ReferenceKernel:
@@ -57,3 +70,28 @@ class ReferenceKernel:
         notes = {"adapter": self.name, "initialize_outputs": initialize_outputs} if case.is_thd else {"adapter": self.name}
         handed = {"o": o, **({"lse": lse} if case.has_lse else {}), **inputs.buffers()}
         return KernelResult(o, lse, CompileDelta(), notes, handed)
+
+    def backward(self, case, inputs, o, lse, do, grads=None, *, initialize_outputs=True, addressing=None):
+        from ground.data import make_grad_outputs
+        from reference.backward import backward_for_case
+
+        grads = grads if grads is not None else make_grad_outputs(case, inputs.q.device)
+        # What the backward reads of a dead row is gated to zero (Q and dO rows past the q bound, K/V rows past
+        # the KV bound): the float64 gradients of the inputs with their NaN poison as zeros.
+        clean = dataclasses.replace(inputs, q=_unpoisoned(inputs.q), k=_unpoisoned(inputs.k), v=_unpoisoned(inputs.v), bias=_unpoisoned(inputs.bias))
+        ref = backward_for_case(case, clean, _unpoisoned(do), o=_unpoisoned(o), lse=_unpoisoned(lse))
+        for name, buf in grads.items():
+            if name not in ref:
+                continue
+            want = ref[name]
+            if case.is_thd and name in ("dq", "dk", "dv"):
+                side = "q" if name == "dq" else "kv"
+                if initialize_outputs and (name == "dq" or case.h_q != case.h_kv):
+                    buf[case.cu_seqlens(side)[-1] :] = 0
+                live = inputs.q_live if side == "q" else inputs.kv_live
+                buf[live] = want[live].to(buf.dtype)
+            else:
+                buf.copy_(want)
+        notes = {"adapter": self.name, "direction": "bwd", **({"initialize_outputs": initialize_outputs} if case.is_thd else {})}
+        handed = {"o": o, "lse": lse, "do": do, **grads, **inputs.buffers()}
+        return KernelResult(o, lse, CompileDelta(), notes, handed, grads={n: grads[n] for n in grads if n in ref})

@@ -1,12 +1,12 @@
-"""Every launching forward property passes its own draws on an honest kernel.
+"""Every launching property passes its own draws on an honest kernel.
 
 A false red (a property failing a correct kernel) is the worst defect a gate
 can have, and the GPU is where the suite meets its draws. Here the CPU runs
-each launching forward property over a few of its test's own derandomized
-draws on a stand-in that computes what a correct kernel computes and writes
-it where the contract says (``tests.standins.ReferenceKernel``: the float64
-reference rounded into the caller's buffers, named ``prepared`` so the draws
-are served for the default adapter; the sm90 family: the emulated kernel
+each launching forward and backward property over a few of its test's own
+derandomized draws on a stand-in that computes what a correct kernel
+computes and writes it where the contract says (``tests.standins.ReferenceKernel``:
+the float64 reference and gradients rounded into the caller's buffers, named
+``prepared`` so the draws are served for the default adapter; the sm90 family: the emulated kernel
 storing into the caller's buffers, and the THD reference stand-in that stores
 as the SM90 THD host does). Every example must pass (or be rejected by the
 refusal policy, as on the GPU); a failure is the suite's, named with its
@@ -30,10 +30,10 @@ from conformance.test_sm90_metamorphic import PAIRS as SM90_RELATIONS
 from properties.matrix import FAMILIES
 from tests.standins import ReferenceKernel
 
-# The matrix tests that launch the SM80 forward and judge its outputs. test_gqa_groups is left out: its
+# The matrix tests that launch the SM80 kernels and judge their outputs. test_gqa_groups is left out: its
 # draws are production shapes (strategies.large.GQA_SHAPES), half a minute an example here, judged by
 # numerics_dense's code, which runs here on the ordinary tiers' GQA ratios (up to 8:1).
-FORWARD_TESTS = (
+LAUNCHING_TESTS = (
     "test_numerics_dense",
     "test_numerics_thd",
     "test_tails_dense",
@@ -42,6 +42,10 @@ FORWARD_TESTS = (
     "test_padded_row_lse",
     "test_metamorphic_dense",
     "test_metamorphic_thd",
+    "test_backward_dense",
+    "test_backward_thd",
+    "test_backward_tails_dense",
+    "test_backward_tails_thd",
 )
 EXAMPLES = 3  # per parameter, derandomized: the first draws of each (the simplest first)
 DRAWS = settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
@@ -49,7 +53,7 @@ STANDIN = ReferenceKernel(name="prepared")
 
 
 def _parameters():
-    for test in FORWARD_TESTS:
+    for test in LAUNCHING_TESTS:
         fam = FAMILIES[test]
         for values, pid in fam.parameters():
             entries = fam.launches(values, STANDIN)
@@ -58,10 +62,10 @@ def _parameters():
 
 
 def test_only_the_entry_relation_is_left_out():
-    """No parameter of FORWARD_TESTS drops out of the above but the entry relation's (its second launch is the
+    """No parameter of LAUNCHING_TESTS drops out of the above but the entry relation's (its second launch is the
     public wrapper itself): a parameter served for another adapter, or unservable, would be a silent hole."""
     kept = {(p.values[0], p.id) for p in _parameters()}
-    left = [(test, pid) for test in FORWARD_TESTS for values, pid in FAMILIES[test].parameters() if (test, f"{test}[{pid}]") not in kept]
+    left = [(test, pid) for test in LAUNCHING_TESTS for values, pid in FAMILIES[test].parameters() if (test, f"{test}[{pid}]") not in kept]
     assert left and all(pid.endswith("-entry") for _, pid in left), left
 
 
@@ -89,7 +93,7 @@ def _judge_draws(test: str, values: dict, adapter, *, shrink: bool = True) -> No
 
 
 @pytest.mark.parametrize("test, values", _parameters())
-def test_sm80_forward_draws_pass_on_the_reference(on_cpu, test, values):
+def test_sm80_draws_pass_on_the_reference(on_cpu, test, values):
     _judge_draws(test, values, STANDIN)
 
 
@@ -136,3 +140,18 @@ def test_the_draws_fail_a_kernel_storing_lse_in_the_other_units(on_cpu):
     values = next(v for v, pid in FAMILIES["test_numerics_dense"].parameters() if pid == "gptoss-fp16")
     with pytest.raises(PropertyFailure, match="LSE"):
         _judge_draws("test_numerics_dense", values, OtherUnits(name="prepared"), shrink=False)
+
+
+def test_the_draws_fail_a_backward_with_a_wrong_dq(on_cpu):
+    """The backward half's power: dQ off by 1/16 of itself."""
+    from ground.outcome import PropertyFailure
+
+    class WrongDq(ReferenceKernel):
+        def backward(self, case, inputs, o, lse, do, grads=None, **kw):
+            result = super().backward(case, inputs, o, lse, do, grads, **kw)
+            result.grads["dq"].mul_(1 + 2.0**-4)
+            return result
+
+    values = next(v for v, pid in FAMILIES["test_backward_dense"].parameters() if pid == "gptoss-fp16")
+    with pytest.raises(PropertyFailure, match="dq|DQ"):
+        _judge_draws("test_backward_dense", values, WrongDq(name="prepared"), shrink=False)
