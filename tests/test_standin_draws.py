@@ -28,32 +28,15 @@ from hypothesis import strategies as st
 
 from conformance.test_sm90_metamorphic import PAIRS as SM90_RELATIONS
 from properties.matrix import FAMILIES
-from tests.standins import ReferenceKernel
+from tests.standins import STANDS_IN_FOR, ReferenceKernel
 
-# The matrix tests that launch the SM80 kernels and judge their outputs. test_gqa_groups is left out: its
-# draws are production shapes (strategies.large.GQA_SHAPES), half a minute an example here, judged by
-# numerics_dense's code, which runs here on the ordinary tiers' GQA ratios (up to 8:1).
-LAUNCHING_TESTS = (
-    "test_numerics_dense",
-    "test_numerics_thd",
-    "test_tails_dense",
-    "test_tails_thd",
-    "test_padding_poison",
-    "test_padded_row_lse",
-    "test_metamorphic_dense",
-    "test_metamorphic_thd",
-    "test_backward_dense",
-    "test_backward_thd",
-    "test_backward_tails_dense",
-    "test_backward_tails_thd",
-)
 EXAMPLES = 3  # per parameter, derandomized: the first draws of each (the simplest first)
 DRAWS = settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
 STANDIN = ReferenceKernel(name="prepared")
 
 
 def _parameters():
-    for test in LAUNCHING_TESTS:
+    for test in STANDS_IN_FOR:
         fam = FAMILIES[test]
         for values, pid in fam.parameters():
             entries = fam.launches(values, STANDIN)
@@ -62,10 +45,10 @@ def _parameters():
 
 
 def test_only_the_entry_relation_is_left_out():
-    """No parameter of LAUNCHING_TESTS drops out of the above but the entry relation's (its second launch is the
+    """No parameter of STANDS_IN_FOR drops out of the above but the entry relation's (its second launch is the
     public wrapper itself): a parameter served for another adapter, or unservable, would be a silent hole."""
     kept = {(p.values[0], p.id) for p in _parameters()}
-    left = [(test, pid) for test in LAUNCHING_TESTS for values, pid in FAMILIES[test].parameters() if (test, f"{test}[{pid}]") not in kept]
+    left = [(test, pid) for test in STANDS_IN_FOR for values, pid in FAMILIES[test].parameters() if (test, f"{test}[{pid}]") not in kept]
     assert left and all(pid.endswith("-entry") for _, pid in left), left
 
 

@@ -13,10 +13,9 @@ Every property these tests judge must pass on them: a failure is the suite's (a 
 change before a GPU run meets it). The report's per-worker profile then
 shows the pipeline's own time (Hypothesis, the draws, the inputs, the
 reference and error model, the judging) with the kernels taken out.
-Never a verdict on a kernel, so no known findings are read. The compile-cache, replay and hygiene tests
-judge real compiles and launches, and the entry relation launches the
-public wrapper: the default selection leaves them out, as it does the
-production shapes of test_gqa_groups and the large tier.
+Never a verdict on a kernel, so no known findings are read. The default
+selection is what ``tests.standins.STANDS_IN_FOR`` names (and why the rest
+is left out) and the sm90 tests that launch.
 """
 
 from __future__ import annotations
@@ -33,12 +32,21 @@ PATHS = [
     "conformance/test_numerics.py",
     "conformance/test_tails.py",
     "conformance/test_metamorphic.py",
+    "conformance/test_backward.py",
     "conformance/test_sm90_numerics.py",
     "conformance/test_sm90_metamorphic.py",
 ]
-# What the stand-ins stand in for: not the entry relation (it launches the SM80 public wrapper itself), the
-# production shapes (gqa, large), nor the check that the sm90 entries are the real adapters.
-SELECT = "(numerics or tails or padding_poison or padded_row_lse or metamorphic) and not entry and not gqa and not large and not test_both_entries"
+# The sm90 tests that launch (the check that the sm90 entries are the real adapters left out).
+SM90_TESTS = ("test_sm90_numerics_dense", "test_sm90_tails_dense", "test_sm90_numerics_thd", "test_sm90_metamorphic")
+
+
+def default_select() -> str:
+    """The tests the stand-ins stand in for (tests.standins.STANDS_IN_FOR, and the sm90 family's), less the entry
+    relation's parameters and the THD forward addressing test."""
+    sys.path.insert(0, str(ROOT))
+    from tests.standins import STANDS_IN_FOR
+
+    return f"({' or '.join(STANDS_IN_FOR + SM90_TESTS)}) and not entry and not addressing"
 
 
 def main(argv=None) -> int:
@@ -47,7 +55,7 @@ def main(argv=None) -> int:
     ap.add_argument("--report-dir", default="sdpa-report/standin", help="where the run's report goes (default sdpa-report/standin)")
     ap.add_argument("--ops", metavar="PREFIX", help="write PREFIX.<pid>.json per process: torch ops and host syncs per phase")
     ap.add_argument("--profile", default="ci", help="the Hypothesis profile (default ci: the draws a ci GPU run judges)")
-    ap.add_argument("-k", dest="select", default=SELECT, help="pytest -k expression (default: every test the stand-in can stand in for)")
+    ap.add_argument("-k", dest="select", help="pytest -k expression (default: every test the stand-ins can stand in for)")
     ap.add_argument("pytest_args", nargs="*", help="after --: more pytest arguments")
     args = ap.parse_args(argv)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
@@ -58,7 +66,14 @@ def main(argv=None) -> int:
         # No known findings: they describe the real kernels, which the stand-in is not (each would go stale).
         none = Path(tmp) / "no_findings.toml"
         none.write_text("")
-        cmd += [f"--report-dir={args.report_dir}", f"--known-findings={none}", f"--hypothesis-profile={args.profile}", "--family=all", "-k", args.select]
+        cmd += [
+            f"--report-dir={args.report_dir}",
+            f"--known-findings={none}",
+            f"--hypothesis-profile={args.profile}",
+            "--family=all",
+            "-k",
+            args.select or default_select(),
+        ]
         cmd += [*PATHS, *args.pytest_args]
         return subprocess.call(cmd, cwd=ROOT, env=env)
 
