@@ -2,19 +2,19 @@
 
 A false red (a property failing a correct kernel) is the worst defect a gate
 can have, and the GPU is where the suite meets its draws. Here the CPU runs
-each launching forward and backward property over a few of its test's own
-derandomized draws on a stand-in that computes what a correct kernel
-computes and writes it where the contract says (``tests.standins.ReferenceKernel``:
-the float64 reference and gradients rounded into the caller's buffers, named
-``prepared`` so the draws are served for the default adapter; the sm90 family: the emulated kernel
-storing into the caller's buffers, and the THD reference stand-in that stores
-as the SM90 THD host does). Every example must pass (or be rejected by the
-refusal policy, as on the GPU); a failure is the suite's, named with its
-Case. What the stand-ins cannot stand in for is left out: the entry relation
-launches the public wrapper itself, and the compile-cache, replay and
-hygiene properties judge the real kernels' compiles and launches.
+each launching property of ``tests.standins.STANDS_IN_FOR`` (forward and
+backward; that list says why the rest is left out) and of the sm90 family
+over a few of its test's own derandomized draws on a stand-in that computes
+what a correct kernel computes and writes it where the contract says
+(``tests.standins.ReferenceKernel``: the float64 reference and gradients
+rounded into the caller's buffers, named ``prepared`` so the draws are
+served for the default adapter; the sm90 family: the emulated kernel storing
+into the caller's buffers, and the THD reference stand-in that stores as the
+SM90 THD host does). Every example must pass (or be rejected by the refusal
+policy, as on the GPU); a failure is the suite's, named with its Case.
 
-Its power: the same draws fail a stand-in storing LSE in the other units.
+Its power: the same draws fail a stand-in storing LSE in the other units,
+and a backward with a wrong dQ.
 """
 
 from __future__ import annotations
