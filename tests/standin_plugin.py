@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import traceback
 from collections import Counter
 
@@ -27,28 +26,11 @@ NO_LAUNCH = {"aten.empty.memory_format", "aten.empty_strided.default", "aten.lif
 _state: dict = {}
 
 
-class Sm90StandIn:
-    """Both sm90 entry points: dense Cases on the emulated kernel storing into the caller's buffers, THD Cases
-    on the reference stand-in that stores as the SM90 THD host does (tests.kernel_emulation_sm90)."""
-
-    name = "sm90"
-    supports = frozenset({"caller-outputs", "no-init"})
-    lacks: dict = {}
-
-    def __init__(self):
-        from tests.kernel_emulation_sm90 import EmulatedSm90Adapter, ReferenceSm90Thd
-
-        self.dense, self.thd = EmulatedSm90Adapter(store=True), ReferenceSm90Thd()
-
-    def run(self, case, inputs, outputs=None, **kw):
-        return (self.thd if case.is_thd else self.dense).run(case, inputs, outputs, **kw)
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
     import conformance.test_sm90_numerics as sm90_tests
     import kernels
-    from tests.standins import ReferenceKernel
+    from tests.standins import ReferenceKernel, Sm90StandIn
 
     kernels.get_adapter = lambda name, **kw: ReferenceKernel(name="prepared")
     projections = {name: project for name, (_, project) in sm90_tests._entries().items()}  # what each entry can express
@@ -62,11 +44,10 @@ def pytest_collection_finish(session):
     import torch
 
     import kernels.environment as kenv
-    from properties.common import device
+    from tests.standins import device_users
 
-    for name, module in list(sys.modules.items()):
-        if name.split(".")[0] == "properties" and getattr(module, "device", None) is device:
-            module.device = lambda: torch.device("cpu")
+    for module in device_users():
+        module.device = lambda: torch.device("cpu")
     real = _state["cuda"] = torch.cuda.is_available, torch.cuda.current_device
     detect = _state["detect"] = kenv.detect
 

@@ -19,6 +19,7 @@ otherwise (MHA dK/dV always)."""
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 import torch
 
@@ -45,6 +46,14 @@ STANDS_IN_FOR = (
     "test_backward_tails_dense",
     "test_backward_tails_thd",
 )
+
+
+def device_users() -> list:
+    """The loaded property modules that took ``properties.common.device`` (each refuses without a GPU): set
+    their ``device`` to launch on the CPU."""
+    from properties.common import device
+
+    return [m for name, m in list(sys.modules.items()) if name.split(".")[0] == "properties" and getattr(m, "device", None) is device]
 
 
 def _unpoisoned(x):
@@ -116,3 +125,20 @@ class ReferenceKernel:
         notes = {"adapter": self.name, "direction": "bwd", **({"initialize_outputs": initialize_outputs} if case.is_thd else {})}
         handed = {"o": o, "lse": lse, "do": do, **grads, **inputs.buffers()}
         return KernelResult(o, lse, CompileDelta(), notes, handed, grads={n: grads[n] for n in grads if n in ref})
+
+
+class Sm90StandIn:
+    """Both sm90 entry points: dense Cases on the emulated kernel storing into the caller's buffers, THD Cases
+    on the reference stand-in that stores as the SM90 THD host does (tests.kernel_emulation_sm90)."""
+
+    name = "sm90"
+    supports = frozenset({"caller-outputs", "no-init"})
+    lacks: dict = {}
+
+    def __init__(self):
+        from tests.kernel_emulation_sm90 import EmulatedSm90Adapter, ReferenceSm90Thd
+
+        self.dense, self.thd = EmulatedSm90Adapter(store=True), ReferenceSm90Thd()
+
+    def run(self, case, inputs, outputs=None, **kw):
+        return (self.thd if case.is_thd else self.dense).run(case, inputs, outputs, **kw)

@@ -30,6 +30,7 @@ from ground.outcome import PropertyFailure, Unsupported
 from ground.tables import TILE_M
 from kernels.base import CompileDelta, KernelResult
 from tests.standins import ReferenceKernel as FakeKernel
+from tests.standins import device_users
 
 pytest_plugins = ["pytester"]
 
@@ -170,9 +171,9 @@ def test_staging_copies_sit_inside_guard_bands():
 @pytest.fixture
 def on_cpu(monkeypatch):
     """The launching properties on the CPU (their device() refuses otherwise)."""
-    from properties import compile_cache, numerics, rejection, tails
+    from properties import compile_cache, numerics, rejection, tails  # noqa: F401 - loaded, so device_users finds them
 
-    for module in (numerics, tails, compile_cache, rejection):
+    for module in device_users():
         monkeypatch.setattr(module, "device", lambda: torch.device("cpu"))
 
 

@@ -19,8 +19,6 @@ and a backward with a wrong dQ.
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 import torch
 from hypothesis import HealthCheck, Phase, given, settings
@@ -28,7 +26,7 @@ from hypothesis import strategies as st
 
 from conformance.test_sm90_metamorphic import PAIRS as SM90_RELATIONS
 from properties.matrix import FAMILIES
-from tests.standins import STANDS_IN_FOR, ReferenceKernel
+from tests.standins import STANDS_IN_FOR, ReferenceKernel, Sm90StandIn, device_users
 
 EXAMPLES = 3  # per parameter, derandomized: the first draws of each (the simplest first)
 DRAWS = settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
@@ -55,11 +53,8 @@ def test_only_the_entry_relation_is_left_out():
 @pytest.fixture
 def on_cpu(monkeypatch):
     """The properties launch on the CPU (their ``device()`` refuses without a GPU)."""
-    from properties.common import device
-
-    for name, module in list(sys.modules.items()):
-        if name.split(".")[0] == "properties" and getattr(module, "device", None) is device:
-            monkeypatch.setattr(module, "device", lambda: torch.device("cpu"))
+    for module in device_users():
+        monkeypatch.setattr(module, "device", lambda: torch.device("cpu"))
 
 
 def _judge_draws(test: str, values: dict, adapter, *, shrink: bool = True) -> None:
@@ -94,11 +89,10 @@ SM90_JOBS = (
 def test_sm90_draws_pass_on_the_standins(on_cpu, prop, layout, relation):
     import conformance.test_sm90_numerics as t90
     from properties import PROPERTIES
-    from tests.kernel_emulation_sm90 import EmulatedSm90Adapter, ReferenceSm90Thd
 
     check = PROPERTIES[prop].check
     kw = {"tails": True} if (prop, layout) == ("numerics", "thd") else {"relation": relation} if relation else {}
-    adapter = EmulatedSm90Adapter(store=True) if layout == "dense" else ReferenceSm90Thd()
+    adapter = Sm90StandIn()
 
     @DRAWS
     @given(data=st.data())
