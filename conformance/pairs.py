@@ -32,10 +32,15 @@ from types import SimpleNamespace
 from typing import Dict, List, Optional
 
 from ground import pairs
+from ground.families import DEFAULT_FAMILY, FAMILY_NAMES
 from ground.tables import ADAPTERS, DEFAULT_ADAPTER
 from strategies.profiles import MAX_EXAMPLES
 
 SHOWN = 40  # missing pairs printed per (direction, layout); --json holds them all
+
+# Every family but the default draws its Cases outside the SM80 matrix: the
+# module that draws and measures them (``tests()``, ``draws()``, ``measure()``).
+FAMILY_MEASURES = {"sm90": "conformance.pairs_sm90"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -49,7 +54,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=None, help="the seed of a profile that is not derandomized (nightly): draws differ per seed")
     p.add_argument("-k", dest="select", default=None, metavar="TEXT", help="only the tests whose name holds TEXT (at least one must)")
     p.add_argument("--json", default=None, metavar="FILE", help="also write the measurement (every missing pair) here")
-    p.add_argument("--family", choices=("sm80", "sm90"), default="sm80", help="the kernel family whose pairs are counted (default sm80; a stratum)")
+    p.add_argument(
+        "--family", choices=FAMILY_NAMES, default=DEFAULT_FAMILY, help=f"the kernel family whose pairs are counted (default {DEFAULT_FAMILY}; a stratum)"
+    )
 
 
 # Properties whose Cases all break a contract rule: no pair to count.
@@ -151,63 +158,6 @@ def _recorder(cases: List):
     return record
 
 
-def sm90_draws(profile: str = "ci", seed: Optional[int] = None, select: Optional[str] = None) -> Dict[str, list]:
-    """test name -> the sm90 Cases its strategy (strategies.sm90) draws under
-    ``profile`` (``sm90_tests()``: the tests that draw sm90 Cases, with their
-    strategy and example count; None: the profile's max_examples), only
-    the tests whose name holds ``select`` when given."""
-    import hypothesis
-    from hypothesis import given, settings
-
-    from strategies import load_profile
-
-    previous = hypothesis.settings.get_current_profile_name()
-    load_profile(profile)
-    try:
-        out: Dict[str, list] = {}
-        for name, (strategy, examples) in sm90_tests().items():
-            if select and select not in name:
-                continue
-            cases: List = []
-            n = examples or hypothesis.settings().max_examples
-            fn = settings(max_examples=n, database=None)(given(strategy())(_recorder(cases)))
-            (hypothesis.seed(seed)(fn) if seed is not None else fn)()
-            out[name] = cases
-        return out
-    finally:
-        hypothesis.settings.load_profile(previous)
-
-
-def sm90_tests() -> Dict[str, tuple]:
-    """test -> (strategy factory, examples or None: the profile's): the tests that draw sm90 Cases."""
-    from strategies.profiles import examples
-    from strategies.sm90 import sm90_cases
-
-    return {
-        # conformance/test_sm90_numerics.py, test_sm90_compile.py (Hopper GPU): at their budget kinds
-        "test_sm90_numerics_dense": (lambda: sm90_cases(layouts=("dense",)), examples("numerics")),
-        "test_sm90_numerics_thd": (lambda: sm90_cases(layouts=("thd",)), examples("numerics")),
-        "test_sm90_tails_dense": (lambda: sm90_cases(layouts=("dense",)), examples("tails")),
-        "test_sm90_runtime_facts_mint_no_compile[dense]": (lambda: sm90_cases(layouts=("dense",)), 10),
-        "test_sm90_runtime_facts_mint_no_compile[thd]": (lambda: sm90_cases(layouts=("thd",)), 10),
-        # tests/test_sm90_specialize.py (the CPU tier): both layouts, pool and free head dims
-        "test_the_planner_takes_every_drawn_case_as_the_case_says": (lambda: sm90_cases() | sm90_cases(head_dims="free"), 200),
-    }
-
-
-def measure_sm90(profile: str = "ci", seed: Optional[int] = None, progress=None, select: Optional[str] = None) -> dict:
-    """The sm90 family's pair coverage (ground.pairs_sm90) of ``sm90_draws``."""
-    from ground import pairs_sm90
-
-    started = time.perf_counter()
-    drawn = sm90_draws(profile, seed, select)
-    if progress:
-        progress(f"sm90: {sum(map(len, drawn.values()))} examples ({time.perf_counter() - started:.1f} s)")
-    out = pairs_sm90.coverage(c for cases in drawn.values() for c in cases)
-    out.update(profile=profile, seed=seed, adapter="sm90", family="sm90", tests={name: len(cases) for name, cases in drawn.items()})
-    return out
-
-
 def lines(m: dict) -> List[str]:
     """The measurement as text: per direction and layout, feasible / drawn / missing."""
     out = [f"pair coverage: profile {m['profile']}, adapter {m['adapter']}" + (f", seed {m['seed']}" if m.get("seed") is not None else "")]
@@ -246,15 +196,23 @@ def _unwritable(path: str) -> Optional[str]:
     return None
 
 
+def family_measure(name: str):
+    """The module that draws and measures family ``name``'s pairs; None for the default family (this module)."""
+    import importlib
+
+    return importlib.import_module(FAMILY_MEASURES[name]) if name in FAMILY_MEASURES else None
+
+
 def _refusal(args) -> Optional[str]:
     """What is wrong with the options, found before the measurement (seconds to minutes)."""
-    sm90 = getattr(args, "family", "sm80") == "sm90"
-    if sm90 and args.adapter is not None:
-        return f"--adapter {args.adapter}: the sm90 family's Cases are drawn for its own entry point; --adapter counts sm80 draws only"
+    name = getattr(args, "family", DEFAULT_FAMILY)
+    other = family_measure(name)
+    if other is not None and args.adapter is not None:
+        return f"--adapter {args.adapter}: the {name} family's Cases are drawn for its own entry point; --adapter counts {DEFAULT_FAMILY} draws only"
     if args.select:
-        names = [n for n in sm90_tests() if args.select in n] if sm90 else [fam.test for fam in _families(args.profile, args.select)]
+        names = [n for n in other.tests() if args.select in n] if other is not None else [fam.test for fam in _families(args.profile, args.select)]
         if not names:
-            return f"-k {args.select!r}: no test of the {'sm90' if sm90 else 'sm80'} family under profile {args.profile} holds it"
+            return f"-k {args.select!r}: no test of the {name} family under profile {args.profile} holds it"
     if args.json and (why := _unwritable(args.json)):
         return f"--json {args.json}: cannot write it ({why})"
     return None
@@ -266,8 +224,9 @@ def run(args) -> int:
     if why:
         print(f"sdpa-conformance pairs: error: {why}", file=sys.stderr)
         return 2
-    if getattr(args, "family", "sm80") == "sm90":
-        m = measure_sm90(args.profile, args.seed, progress=say, select=args.select)
+    other = family_measure(getattr(args, "family", DEFAULT_FAMILY))
+    if other is not None:
+        m = other.measure(args.profile, args.seed, progress=say, select=args.select)
     else:
         m = measure(args.profile, args.adapter or DEFAULT_ADAPTER, args.seed, args.select, progress=say)
     print("\n".join(lines(m)))

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conformance import cli, gate, pairs
+from conformance import cli, gate, pairs, pairs_sm90
 
 
 def _main(argv, capsys):
@@ -57,7 +57,7 @@ def _no_measurement(monkeypatch):
         raise AssertionError("measured before the options were checked")
 
     monkeypatch.setattr(pairs, "measure", measured)
-    monkeypatch.setattr(pairs, "measure_sm90", measured)
+    monkeypatch.setattr(pairs_sm90, "measure", measured)
 
 
 @pytest.mark.parametrize(
@@ -102,7 +102,7 @@ def test_pairs_shows_nothing_drawn_as_nothing():
 
 
 def test_pairs_sm90_honours_k():
-    drawn = pairs.sm90_draws("ci", select="runtime_facts_mint_no_compile")
+    drawn = pairs_sm90.draws("ci", select="runtime_facts_mint_no_compile")
     names = [f"test_sm90_runtime_facts_mint_no_compile[{layout}]" for layout in ("dense", "thd")]
     assert list(drawn) == names and all(drawn[n] for n in names)
 

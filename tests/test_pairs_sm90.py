@@ -10,7 +10,7 @@ import inspect
 
 import pytest
 
-from conformance import pairs as measured
+from conformance import pairs_sm90 as measured
 from ground import pairs_sm90
 from ground.pairs import Factor
 from kernels.sm90.specialize import specialize
@@ -50,7 +50,7 @@ def test_feasible_pairs_have_a_planned_case_and_excluded_ones_none(layout):
 @pytest.fixture(scope="module")
 def ci():
     """The sm90 Cases the sm90 tests' strategies draw under the ci profile."""
-    return [c for cases in measured.sm90_draws("ci").values() for c in cases]
+    return [c for cases in measured.draws("ci").values() for c in cases]
 
 
 def test_the_ci_draws_reach_every_factor_value_and_no_excluded_pair(ci):
@@ -82,7 +82,7 @@ def test_the_covering_design_fails_a_pair_no_valid_case_holds():
 @pytest.fixture(scope="module")
 def launched():
     """The sm90 Cases the GPU tests draw under the ci profile (the CPU planner test's free draws left out)."""
-    return [c for name, cases in measured.sm90_draws("ci").items() if name.startswith("test_sm90_") for c in cases]
+    return [c for name, cases in measured.draws("ci").items() if name.startswith("test_sm90_") for c in cases]
 
 
 def test_the_ci_draws_reach_every_coverage_label_the_family_can_exercise(launched):

@@ -48,7 +48,7 @@ def _slots(counts: dict) -> int:
 
 def _sm90_keys(profile: str = "pr") -> int:
     """The sm90 compile keys of the sm90 tests ``profile`` runs (their strategies' draws)."""
-    from conformance.pairs import sm90_draws
+    from conformance.pairs_sm90 import draws as sm90_draws
     from kernels.sm90.specialize import compile_key
 
     runs = PROFILE_TESTS[profile]

@@ -74,7 +74,8 @@ class OpCount(TorchDispatchMode):
 
 
 def cases_of(examples: int) -> dict:
-    from conformance.pairs import draw, sm90_draws
+    from conformance.pairs import draw
+    from conformance.pairs_sm90 import draws as sm90_draws
 
     drawn = {**draw("ci", select="test_numerics_"), **sm90_draws("ci")}
     return {name: drawn[name][:examples] for name in TESTS}
