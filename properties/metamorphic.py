@@ -442,6 +442,8 @@ SM90_EXACT: Dict[str, str] = {
     "determinism": "no atomics and no split-KV (the planner refuses split_kv): each output element is computed by one work item in a fixed order",
 }
 assert set(SM90_EXACT) <= set(RELATIONS)
+# Per family other than the SM80 one (whose statements RELATIONS holds): the relations it keeps exactly, and why.
+FAMILY_EXACT: Dict[str, Dict[str, str]] = {"sm90": SM90_EXACT}
 DENSE_RELATIONS = tuple(n for n, r in RELATIONS.items() if "dense" in r.layouts)
 THD_RELATIONS = tuple(n for n, r in RELATIONS.items() if "thd" in r.layouts)
 
@@ -466,10 +468,13 @@ def check_metamorphic(case: Case, adapter, *, relation: str) -> Observation:
     verdict) before anything is recorded."""
     rel = RELATIONS[relation]
     exact = rel.exact
-    if case.family == "sm90":
-        if relation not in SM90_EXACT:
-            raise Unsupported.case(f"relation {relation!r} is not one the sm90 family keeps exactly (SM90_EXACT)", adapter=getattr(adapter, "name", None))
-        exact = SM90_EXACT[relation]
+    kept = FAMILY_EXACT.get(case.family)
+    if kept is not None:
+        if relation not in kept:
+            raise Unsupported.case(
+                f"relation {relation!r} is not one the {case.family} family keeps exactly (FAMILY_EXACT)", adapter=getattr(adapter, "name", None)
+            )
+        exact = kept[relation]
     if relation == "entry":
         _expressible(case, other_adapter(adapter))
     if not rel.moves(case):  # no verdict: a test draws a Case the relation moves
