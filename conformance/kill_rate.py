@@ -79,7 +79,7 @@ import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from conformance import family_select
 from conformance import inflight as flight
@@ -97,13 +97,44 @@ DEFAULT_REPORT_DIR = "sdpa-report"
 FINDINGS_FILE = "known_findings.toml"
 CONTROL = Mutant("control", "control", (), "", "No rewrites: the installed kernels. Must survive every property.")
 CONTROL_SM90 = Mutant("control_sm90", "control", (), "", "No rewrites: the installed sm90 kernels. Must survive every sm90 property.", family="sm90")
-CONTROLS = {"sm80": CONTROL, "sm90": CONTROL_SM90}  # per family (--family): the control its catalogue runs with
-assert set(CONTROLS) == set(FAMILY_NAMES)
+
+
+@dataclass(frozen=True)
+class FamilyHarness:
+    """What the harness needs of a kernel family (``--family``): the control
+    its catalogue runs with; its catalogue (read when called: tests plant
+    their own); the adapter its mutants are planted in (module, class);
+    whether that adapter applies rewrites only when it compiles (then they
+    are checked before the search); why a GPU cannot launch its kernels
+    (capability -> reason; None: any CUDA GPU can); and what the catalogue
+    listing says of its mutants."""
+
+    control: Mutant
+    catalogue: Callable[[], Tuple[Mutant, ...]]
+    adapter: Tuple[str, str]
+    rewrites_at_compile: bool = False
+    gpu_refusal: Optional[Callable[[Optional[tuple]], Optional[str]]] = None
+    listing: str = ""
+
+
+HARNESS: Dict[str, FamilyHarness] = {
+    "sm80": FamilyHarness(CONTROL, lambda: MUTANTS, ("kernels.prepared", "PreparedAdapter")),
+    "sm90": FamilyHarness(
+        CONTROL_SM90,
+        lambda: SM90_MUTANTS,
+        ("kernels.sm90.adapter", "Sm90Adapter"),
+        rewrites_at_compile=True,
+        gpu_refusal=hopper_refusal,  # sm_90a artifacts: no other GPU launches them
+        listing=" (sm90: --family sm90 on a Hopper GPU)",
+    ),
+}
+assert set(HARNESS) == set(FAMILY_NAMES)
+CONTROLS = {name: h.control for name, h in HARNESS.items()}  # per family: the control its catalogue runs with
 
 
 def catalogue_of(family: str) -> Tuple[Mutant, ...]:
     """The mutants of ``family`` (read when called: tests plant their own)."""
-    return {"sm80": MUTANTS, "sm90": SM90_MUTANTS}[family]
+    return HARNESS[family].catalogue()
 
 
 FAMILY_FLAVORS = {
@@ -478,13 +509,15 @@ def adapter_for(mutant: Mutant, adapter_factory=None):
     """The adapter a mutant's searches run on; raises StaleMutant for a rewrite
     that does not match exactly once (Sm90Adapter applies its rewrites only
     when it compiles: they are checked here)."""
+    import importlib
+
     from kernels.source import check_rewrites
 
-    if adapter_factory is None and mutant.family == "sm90":
-        from kernels.sm90.adapter import Sm90Adapter as adapter_factory
-    elif adapter_factory is None:
-        from kernels.prepared import PreparedAdapter as adapter_factory
-    if mutant.family == "sm90":
+    harness = HARNESS[mutant.family]
+    if adapter_factory is None:
+        module, name = harness.adapter
+        adapter_factory = getattr(importlib.import_module(module), name)
+    if harness.rewrites_at_compile:
         check_rewrites(mutant.rewrites)
     return adapter_factory(rewrites=mutant.rewrites)
 
@@ -1776,7 +1809,7 @@ def list_catalogue(mutants: Sequence[Mutant], out=print) -> int:
             state = "ok"
         except StaleMutant as e:
             state, stale = f"STALE: {e}", stale + 1
-        waits = " (sm90: --family sm90 on a Hopper GPU)" if m.family == "sm90" else ""
+        waits = HARNESS[m.family].listing
         pending = f" (killer not runnable yet: {PENDING[m.expected_killer]})" if m.expected_killer in PENDING else ""
         out(f"{m.name:<32} {m.bug_class:<18} {'/'.join(m.targets):<11} killer {m.expected_killer:<27} {state}{waits}{pending}\n    {change_line(m)}")
     out(f"{len(mutants)} mutants, {stale} stale")
@@ -1802,7 +1835,7 @@ def main(args) -> int:
         import torch
 
         capability = torch.cuda.get_device_capability() if torch.cuda.is_available() else None
-        why = hopper_refusal(capability) if "sm90" in v["families"] else None  # sm_90a artifacts: no other GPU launches them
+        why = next((w for f in v["families"] if HARNESS[f].gpu_refusal and (w := HARNESS[f].gpu_refusal(capability))), None)
         if why:
             raise Unsupported.machine(f"{why} (--list works anywhere)")
         if capability is None:
