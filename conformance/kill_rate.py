@@ -507,8 +507,8 @@ def base_record(mutant: Mutant, examples_scale: float = 1.0) -> dict:
 
 def adapter_for(mutant: Mutant, adapter_factory=None):
     """The adapter a mutant's searches run on; raises StaleMutant for a rewrite
-    that does not match exactly once (Sm90Adapter applies its rewrites only
-    when it compiles: they are checked here)."""
+    that does not match exactly once (a family whose adapter applies its
+    rewrites only when it compiles, ``HARNESS``: they are checked here)."""
     import importlib
 
     from kernels.source import check_rewrites
