@@ -151,13 +151,6 @@ def measure(profile: str = "ci", adapter: str = DEFAULT_ADAPTER, seed: Optional[
     return out
 
 
-def _recorder(cases: List):
-    def record(case):
-        cases.append(case)
-
-    return record
-
-
 def lines(m: dict) -> List[str]:
     """The measurement as text: per direction and layout, feasible / drawn / missing."""
     out = [f"pair coverage: profile {m['profile']}, adapter {m['adapter']}" + (f", seed {m['seed']}" if m.get("seed") is not None else "")]
