@@ -132,5 +132,5 @@ def check_numerics(case: Case, adapter, *, legacy: bool = False, tails: bool = F
         # default); a host without that option (sm90) leaves it as the caller's bytes and says so.
         ran = result.notes.get("initialize_outputs", True)
         recorder.begin("tails", case, initialize_outputs=ran)  # its case file names the property that judges next
-        judge_tails(case, inputs, outputs, result, ran, time.perf_counter())
+        judge_tails(case, inputs, outputs, result, ran, time.perf_counter(), own_launch=False)
     return observed

@@ -10,7 +10,7 @@ import torch
 from ground.case import Case
 from ground.data import body_storage, make_inputs, make_outputs
 from ground.outcome import Observation
-from kernels.base import require
+from kernels.base import CompileDelta, require
 from properties import judge, recorder
 from properties.common import device, finish, launched_buffers, lse_pitch_untouched, lse_untouched, row_mask, row_regions, storage_outside_view
 
@@ -50,11 +50,14 @@ def check_tails(case: Case, adapter, *, initialize_outputs: bool = True) -> Obse
     return judge_tails(case, inputs, (o, lse), result, initialize_outputs, start)
 
 
-def judge_tails(case: Case, inputs, outputs, result, initialize_outputs: bool, start: float) -> Observation:
+def judge_tails(case: Case, inputs, outputs, result, initialize_outputs: bool, start: float, *, own_launch: bool = True) -> Observation:
     """The tails checks of one launch (``result`` of ``inputs``, NaN-poisoned
     dead storage, into ``outputs``, NaN-filled), recorded as a tails
     Observation. Shared by check_tails and by the THD numerics, whose launch
-    is exactly this one (one launch, both properties' checks)."""
+    is exactly this one (one launch, both properties' checks): there
+    ``own_launch=False``, and the launch's compiles stay the numerics
+    Observation's alone (recorded twice, one compile would count as two in
+    the report's compile statistics)."""
     o, lse = outputs
     ran = result.notes.get("initialize_outputs", initialize_outputs)
     if case.is_thd and ran != initialize_outputs:
@@ -110,4 +113,5 @@ def judge_tails(case: Case, inputs, outputs, result, initialize_outputs: bool, s
         return {}
 
     notes = {**result.notes, "initialize_outputs": initialize_outputs, "checked_elements": checked}
-    return finish("tails", case, start, judged, params={"initialize_outputs": initialize_outputs}, compile=result.compile.to_dict(), notes=notes)
+    compile = (result.compile if own_launch else CompileDelta()).to_dict()
+    return finish("tails", case, start, judged, params={"initialize_outputs": initialize_outputs}, compile=compile, notes=notes)

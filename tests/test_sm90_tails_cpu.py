@@ -100,3 +100,23 @@ def test_the_sm90_compile_entry_declares_its_thd_output_mode():
 
     assert THD_INIT is False and "no-init" in Sm90Adapter.supports
     assert "no-init" not in Sm90WrapperAdapter.supports and "no-init" in Sm90WrapperAdapter.lacks
+
+
+class CompilingThd(ReferenceSm90Thd):
+    """The THD stand-in, its launch reporting one compile (as a cold launch does)."""
+
+    def run(self, *args, **kwargs):
+        from kernels.base import CompileDelta
+
+        result = super().run(*args, **kwargs)
+        result.compile = CompileDelta(misses=1, modules=1, seconds=2.5)
+        return result
+
+
+def test_one_launch_judged_twice_counts_its_compile_once():
+    """The THD numerics launch judged by the tails too: its compile is the numerics
+    Observation's alone, or the report's compile statistics count it twice."""
+    with recorded() as observations, mock.patch.object(numerics, "device", lambda: torch.device("cpu")), findings.applied([]):
+        numerics.check_numerics(SLACK, CompilingThd(), tails=True)
+    compiles = {o.property: (o.compile["misses"], o.compile["seconds"]) for o in observations}
+    assert compiles == {"numerics": (1, 2.5), "tails": (0, 0.0)}
