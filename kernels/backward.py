@@ -223,9 +223,12 @@ def _compile_live(adapter, env, api, case: Case):
     return box
 
 
-def compile_key(case: Case) -> str:
+def compile_key(case: Case, *, initialize_outputs: bool = True) -> str:
     """A short name of what a backward Case compiles (reports count distinct keys):
-    its TemplateParams facts and the geometry facts that reach the compile."""
+    its TemplateParams facts and the geometry facts that reach the compile;
+    THD: and the output mode (``initialize_outputs``: the packed outputs'
+    zero-fill is compiled into the chain, a no-init call is an artifact of its
+    own)."""
     facts = {
         n: getattr(case, n)
         for n in ("layout", "dtype", "h_q", "h_kv", "d_qk", "d_v", "causal", "bottom_right", "bias", "sinks", "deterministic", "memory", "dbias_dtype")
@@ -241,6 +244,8 @@ def compile_key(case: Case) -> str:
     fdqk, fdv = _flavor_dims(case)[1]
     if case.is_thd:  # THD operands are handed at the flavor width (prepared_backward): its dims, not the Case's
         facts.update(n_seq=case.n_seq, d_qk=fdqk, d_v=fdv)
+        if not initialize_outputs:  # left out when set, so the keys of the default mode stay as they were
+            facts.update(initialize_outputs=False)
     else:
         facts.update(batch=case.batch, s_q=case.s_q, s_kv=case.s_kv)
         if (case.d_qk, case.d_v) == (fdqk, fdv):  # the native pointer chain (prepared_sm80.native_layouts): the caller's strides
@@ -355,7 +360,7 @@ def prepared_backward(adapter, case: Case, inputs, o, lse, do, grads=None, *, in
         "d64_kernel": bool(api._use_d64),
         "arch": "sm_80" if env.native else f"{env.live_arch} (the backward's compiles name no --gpu-arch: the DSL targets the live device)",
         "staged": staged,
-        "compile_key": compile_key(case),
+        "compile_key": compile_key(case, initialize_outputs=initialize_outputs),
         "deterministic": case.deterministic,
     }
     if case.is_thd:
@@ -381,7 +386,7 @@ class _Named(Exception):
     """Raised in place of the frontend's compile once its cache key is known."""
 
 
-def frontend_cache_keys(adapter, case: Case) -> tuple:
+def frontend_cache_keys(adapter, case: Case, *, initialize_outputs: bool = True, addressing: str = "backward") -> tuple:
     """The cache keys the frontend's backward chain asks ``compile_cached``
     for on ``case`` (compile_only's path; nothing compiled: the first
     request stops the chain). ``compile_key`` partitions the drawn Cases
@@ -401,7 +406,7 @@ def frontend_cache_keys(adapter, case: Case) -> tuple:
     try:
         for lru in (prepared_host._compile_thd_artifact, prepared_host._compile_staged_artifact):
             lru.cache_clear()  # an lru hit would ask for no key (this process recompiles those later)
-        compile_only_backward(adapter, case)
+        compile_only_backward(adapter, case, initialize_outputs=initialize_outputs, addressing=addressing)
     except _Named:
         pass
     finally:
@@ -409,7 +414,7 @@ def frontend_cache_keys(adapter, case: Case) -> tuple:
     return tuple(asked)
 
 
-def compile_only_backward(adapter, case: Case, *, live: bool = False) -> CompileDelta:
+def compile_only_backward(adapter, case: Case, *, live: bool = False, initialize_outputs: bool = True, addressing: str = "backward") -> CompileDelta:
     """Plan and compile the backward of ``case`` for sm_80 from its facts
     alone (meta tensors, no CUDA): check_support sees an SM80 with CUDA, the
     pointer host's compiles are pinned to sm_80. ``live`` (a GPU present):
@@ -426,7 +431,7 @@ def compile_only_backward(adapter, case: Case, *, live: bool = False) -> Compile
         if case.is_thd:
             _, (fdqk, fdv) = _flavor_dims(case)
             packed = lambda t, h, d: guarded((t, h, d), dt, row=h * d)  # noqa: E731
-            bq, bk = thd_origin(case)
+            bq, bk = thd_origin(case, addressing)
             t_q, t_kv = max(1, case.t_q - bq), max(1, case.t_kv - bk)  # the tokens prepared_backward hands
             q, k, v = packed(t_q, case.h_q, fdqk), packed(t_kv, case.h_kv, fdqk), packed(t_kv, case.h_kv, fdv)
             o, do = packed(t_q, case.h_q, fdv), packed(t_q, case.h_q, fdv)
@@ -444,7 +449,7 @@ def compile_only_backward(adapter, case: Case, *, live: bool = False) -> Compile
             grads = make_grad_outputs(case, "meta", fill=None)
             bias = guarded((case.bias_batch, case.h_q, case.s_q, case.s_kv), TORCH_DTYPES[case.bias]) if case.bias else None
         sinks = guarded((case.h_q,), torch.float32, row=1) if case.sinks else None
-    api = plan(case, q, k, v, o, do, lse, grads, bias, sinks)
+    api = plan(case, q, k, v, o, do, lse, grads, bias, sinks, initialize_outputs=initialize_outputs)
     if live:
         return _compile_live(adapter, adapter.live_environment(), api, case).delta
     with sm80_answer(available=True), measure() as box, backward_sources(adapter.rewrites), compile_arch(prepared_host, COMPILE_ONLY_ARCH, add=True):
