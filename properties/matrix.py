@@ -609,7 +609,7 @@ assert len(FAMILIES) == len(MATRIX), "two families share a test name"
 # Cases, and no kill-rate kind searches rejections); the backward on its
 # cheapest strata, one per backward kernel (bprop_d64_f16: gptoss; bprop_f16:
 # llama), one per dtype, where backward and backward_tails share their chains'
-# compiles; no metamorphic, parity, large, findings' replays or compile tier
+# compiles (the THD tails in the init mode only: a no-init chain compiles apart); no metamorphic, parity, large, findings' replays or compile tier
 # (deliberate compiles). The sm90 family (its tests are outside the matrix):
 # dense numerics and tails on its compile entry (the public wrapper's plan is
 # ci's) over its pool's fewest rows and reach rows (strategies.sm90.few_rows),
@@ -626,7 +626,8 @@ PROFILE_TESTS: Dict[str, Dict[str, Optional[Tuple[str, ...]]]] = {
         "test_runtime_facts_mint_no_compile": PR_FLAVOR_STRATA,
         "test_padding_poison": PR_BACKWARD_STRATA,
         **dict.fromkeys(("test_config_rejects", "test_backward_wrapper_rejects")),
-        **dict.fromkeys(("test_backward_dense", "test_backward_thd", "test_backward_tails_dense", "test_backward_tails_thd"), PR_BACKWARD_STRATA),
+        **dict.fromkeys(("test_backward_dense", "test_backward_thd", "test_backward_tails_dense"), PR_BACKWARD_STRATA),
+        "test_backward_tails_thd": PR_BACKWARD_STRATA + ("init",),  # the no-init chain is a compile of its own: ci's
         **dict.fromkeys(("test_sm90_numerics_dense", "test_sm90_tails_dense"), ("compile",)),
         "test_sm90_runtime_facts_mint_no_compile": ("dense",),
     }
@@ -647,12 +648,23 @@ def in_profile(profile: str, test: str, values: Mapping) -> bool:
     only = table[test]
     if only is None:
         return True
-    if test in FAMILIES:
-        return "flavor" not in values or STRATA_IDS[STRATA.index((values["flavor"], values["dtype"]))] in only
+    if test in FAMILIES:  # each axis whose ids the entry names keeps those values (the strata: every entry names some)
+        for axis in FAMILIES[test].axes:
+            named = set(axis.ids) & set(only)
+            if named and all(a in values for a in axis.args) and axis.id_of(values) not in named:
+                return False
+        return True
     return any(v in only for v in values.values())
 
 
-assert all(s is None or name not in FAMILIES or set(s) <= set(STRATA_IDS) for t in PROFILE_TESTS.values() for name, s in t.items())
+def _axis_ids(test: str) -> set:
+    return {i for axis in FAMILIES[test].axes for i in axis.ids}
+
+
+# A matrix test's entry names strata (at least one) and, optionally, ids of its other axes.
+assert all(
+    s is None or name not in FAMILIES or (set(s) <= _axis_ids(name) and set(s) & set(STRATA_IDS)) for t in PROFILE_TESTS.values() for name, s in t.items()
+)
 
 
 def family(test: str) -> Family:

@@ -104,6 +104,11 @@ def test_in_profile_selects_tests_and_strata():
     assert not in_profile("pr", "test_backward_dense", {"flavor": "qwen", "dtype": "bfloat16"})
     assert in_profile("pr", "test_sm90_numerics_dense", {"entry": "compile"}) and not in_profile("pr", "test_sm90_numerics_dense", {"entry": "wrapper"})
     assert not in_profile("pr", "test_finding_reproduces_exactly", {}) and in_profile("ci", "test_finding_reproduces_exactly", {})
+    # a matrix entry may name ids of its other axes too: pr keeps the THD backward tails' init mode
+    tails_thd = {"flavor": "gptoss", "dtype": "float16", "initialize_outputs": True}
+    assert in_profile("pr", "test_backward_tails_thd", tails_thd) and in_profile("ci", "test_backward_tails_thd", {**tails_thd, "initialize_outputs": False})
+    assert not in_profile("pr", "test_backward_tails_thd", {**tails_thd, "initialize_outputs": False})
+    assert not in_profile("pr", "test_backward_tails_thd", {**tails_thd, "flavor": "qwen"})
 
 
 def test_fewest_rows_hold_every_factor_value_of_the_pool():
