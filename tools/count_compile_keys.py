@@ -132,7 +132,9 @@ def keys_of(prop: str, case, params: dict) -> list:
         from properties.backward import forward_of
 
         init = params.get("initialize_outputs", True)  # the backward tails' no-init chain is a key of its own
-        keys = [("bwd", backward_key(case, initialize_outputs=init))] + ([compile_key(forward_of(case))] if case.inputs_from == "kernel" and prop in BACKWARD else [])
+        keys = [("bwd", backward_key(case, initialize_outputs=init))] + (
+            [compile_key(forward_of(case))] if case.inputs_from == "kernel" and prop in BACKWARD else []
+        )
         if prop == "compile_reuse" and case.is_thd:
             keys.append(("bwd", backward_key(case.replace(q_lens=case.q_lens + (1,), kv_lens=case.kv_lens + (1,)))))
         return keys
