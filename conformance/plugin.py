@@ -28,7 +28,7 @@ from typing import Optional
 
 import pytest
 
-from conformance import __version__, family_select, isolation
+from conformance import __version__, family_select, isolation, schedule
 from ground import findings, phases
 from ground.families import DEFAULT_FAMILY, FAMILY_NAMES
 from ground.outcome import PropertyFailure, Unsupported
@@ -171,8 +171,6 @@ def pytest_collection_modifyitems(config, items):
 def _deal(config, items) -> None:
     """An xdist worker collects in dealt order (conformance.schedule): heavy
     tests first in every worker's share. Tests that will skip weigh nothing."""
-    from conformance import schedule
-
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
     dist = getattr(config, "workerinput", {}).get("sdpa_dist")
     if dist != "worksteal" or workers < 2:
@@ -180,13 +178,18 @@ def _deal(config, items) -> None:
     import torch
 
     have_gpu = torch.cuda.is_available()
+    items[:] = schedule.deal(items, lambda item: item_weight(item, have_gpu), workers)
 
-    def weight(item) -> float:
-        if item.get_closest_marker("skip") is not None or (item.get_closest_marker("gpu") is not None and not have_gpu):
-            return 0.0
-        return schedule.weight_of(_property_of(item))
 
-    items[:] = schedule.deal(items, weight, workers)
+def item_weight(item, have_gpu: bool) -> float:
+    """A collected test's weight in the deal (conformance.schedule.weight_of):
+    its ``weight`` marker, its property's, the compile tier's or a cheap
+    test's; a test that will skip weighs nothing."""
+    if item.get_closest_marker("skip") is not None or (item.get_closest_marker("gpu") is not None and not have_gpu):
+        return 0.0
+    declared = item.get_closest_marker("weight")
+    compiles = item.get_closest_marker("compile") is not None
+    return schedule.weight_of(_property_of(item), compiles=compiles, declared=declared.args[0] if declared is not None else None)
 
 
 def _check_rootdir(config) -> None:
@@ -297,6 +300,7 @@ def _steal_work(config) -> None:
 @pytest.hookimpl(tryfirst=True)  # before pytest-timeout's: it reads the timeout method this sets (isolation.configure_test_timeout)
 def pytest_configure(config):
     config.addinivalue_line("markers", "property(name): the conformance property a test checks (report attribution)")
+    config.addinivalue_line("markers", schedule.WEIGHT_MARKER)
     config.addinivalue_line("markers", family_select.MARKER)
     if getattr(config.option, "help", False):
         return

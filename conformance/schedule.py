@@ -21,15 +21,26 @@ from properties import PROPERTIES
 T = TypeVar("T")
 
 OTHER_SECONDS = 0.5  # a test of no property (the suite's own tests, CPU checks)
+# A compile-tier test of no property (marker ``compile``: a family's CPU tier, which the gate runs too):
+# its compiles are its own (a cold cache each), so it costs as much warm as cold. The 18 sm90
+# compile-tier tests the gate ran on the H200 took 7.5 s each on average, cold and warm alike
+# (docs/measurements.md); weighed as OTHER_SECONDS they were dealt last and made a warm run's tail.
+COMPILE_SECONDS = 7.5
+WEIGHT_MARKER = "weight(seconds): what the test costs where its property's or tier's weight is far off (conformance.schedule)"
 
 
-def weight_of(property: Optional[str]) -> float:
-    """Seconds per test of ``property`` on a cold ci run: its
-    ``Property.cold_seconds`` (properties/registry.py); ``OTHER_SECONDS`` for
-    a test of no property. Relative weights only: a wrong one costs balance,
-    never a verdict."""
+def weight_of(property: Optional[str], *, compiles: bool = False, declared: Optional[float] = None) -> float:
+    """Seconds per test of ``property`` on a cold ci run: ``declared`` (the
+    test's ``weight`` marker) if given, else its ``Property.cold_seconds``
+    (properties/registry.py); for a test of no property ``COMPILE_SECONDS``
+    if it ``compiles`` (the ``compile`` marker), else ``OTHER_SECONDS``.
+    Relative weights only: a wrong one costs balance, never a verdict."""
+    if declared is not None:
+        return float(declared)
     found = PROPERTIES.get(property) if property is not None else None
-    return found.cold_seconds if found is not None else OTHER_SECONDS
+    if found is not None:
+        return found.cold_seconds
+    return COMPILE_SECONDS if compiles else OTHER_SECONDS
 
 
 def deal(items: Sequence[T], weight: Callable[[T], float], workers: int) -> List[T]:

@@ -44,3 +44,41 @@ def test_the_weight_of_a_test_is_its_property_s_own():
     assert all(schedule.weight_of(name) == prop.cold_seconds > 0 for name, prop in PROPERTIES.items())
     assert schedule.weight_of(None) == schedule.weight_of("not a property") == schedule.OTHER_SECONDS
     assert not hasattr(schedule, "COLD_SECONDS")
+    # a compile-tier test of no property costs its own compiles; a declared weight wins over both
+    assert schedule.weight_of(None, compiles=True) == schedule.COMPILE_SECONDS > schedule.OTHER_SECONDS
+    assert schedule.weight_of("numerics", compiles=True) == PROPERTIES["numerics"].cold_seconds
+    assert schedule.weight_of("numerics", declared=26) == schedule.weight_of(None, declared=26) == 26.0
+
+
+class _Item:
+    """A collected test as the deal sees it: its node id and markers."""
+
+    def __init__(self, nodeid, **marks):
+        self.nodeid, self.marks = nodeid, marks
+
+    def get_closest_marker(self, name):
+        return self.marks.get(name)
+
+
+def test_a_gate_collection_deals_the_compile_tier_before_the_cheap_tests():
+    """The plugin's weights on a gate's mix: the property tests, the sm90 compile tier (no property;
+    one declaring its own weight) and cheap CPU checks. Each share begins with its heaviest test, and
+    every compile-tier test comes before the share's cheap ones (weighed as cheap, the compile tier
+    was dealt last and made a warm run's tail)."""
+    import pytest
+
+    from conformance.plugin import item_weight
+
+    items = [_Item(f"backward{i}", property=pytest.mark.property("backward").mark) for i in range(16)]
+    items += [_Item(f"numerics{i}", property=pytest.mark.property("numerics").mark) for i in range(32)]
+    items += [_Item(f"check{i}") for i in range(120)] + [_Item("launch", gpu=pytest.mark.gpu.mark)]
+    items += [_Item(f"tier{i}", compile=pytest.mark.compile.mark) for i in range(18)]  # collected last, as tests/ is
+    items += [_Item("distinct[dense]", compile=pytest.mark.compile.mark, weight=pytest.mark.weight(26).mark)]
+    weights = {it.nodeid: item_weight(it, have_gpu=False) for it in items}
+    assert weights["distinct[dense]"] == 26.0 and weights["tier0"] == schedule.COMPILE_SECONDS and weights["launch"] == 0.0
+    order = schedule.deal(items, lambda it: weights[it.nodeid], 16)
+    for share in _shares([it.nodeid for it in order], 16):
+        assert weights[share[0]] == max(weights[n] for n in share)
+        tier = [i for i, n in enumerate(share) if n.startswith("tier")]
+        cheap = [i for i, n in enumerate(share) if weights[n] <= schedule.OTHER_SECONDS]
+        assert not tier or not cheap or max(tier) < min(cheap)
