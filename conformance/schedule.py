@@ -22,8 +22,8 @@ T = TypeVar("T")
 
 OTHER_SECONDS = 0.5  # a test of no property (the suite's own tests, CPU checks)
 # A compile-tier test of no property (marker ``compile``: a family's CPU tier, which the gate runs too):
-# its compiles are its own (a cold cache each), so it costs as much warm as cold. The 18 sm90
-# compile-tier tests the gate ran on the H200 took 7.5 s each on average, cold and warm alike
+# its compiles are its own (a cold cache each), so it costs as much warm as cold. The 18
+# compile-tier tests the gate ran on the H200 (family_select.GATE_TESTS) took 7.5 s each on average, cold and warm alike
 # (docs/measurements.md); weighed as OTHER_SECONDS they were dealt last and made a warm run's tail.
 COMPILE_SECONDS = 7.5
 WEIGHT_MARKER = "weight(seconds): what the test costs where its property's or tier's weight is far off (conformance.schedule)"
