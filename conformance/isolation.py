@@ -55,7 +55,7 @@ from properties import recorder, watchdog
 from reports import casefile, shards
 
 TIMEOUT_ENV = "SDPA_TIMEOUT"
-DEFAULT_EXAMPLE_TIMEOUT = 300.0  # one example: compiles (seconds each) + launches + reference + judging
+DEFAULT_EXAMPLE_TIMEOUT = watchdog.EXAMPLE_S  # one example: compiles (seconds each) + launches + reference + judging
 TEST_TIMEOUT_PER_EXAMPLE = 10.0  # a whole test: this per example of the profile...
 TEST_TIMEOUT_MIN = 1800.0  # ...and never less
 

@@ -29,15 +29,16 @@ cap on a mutant's wall clock (searching and shrinking); the table says per
 kind how many examples were drawn of how many planned.
 Verdicts (``VERDICTS``; docs/mutants.md says why each counts or not): a
 kill is ``killed`` (a PropertyFailure) or ``error`` (an exception the
-mutated kernels raised, a CUDA error that left the context dead, or a death
+mutated kernels raised, a CUDA error that left the context dead, a death
 by a signal other than SIGKILL launching a Case that kills a fresh process
-on the mutant's kernels again: conformance.inflight), each
+on the mutant's kernels again: conformance.inflight, or an example past the
+hang bound, ``HANG_S``, whose Case runs past it again there), each
 replayed on the pristine kernels before it counts (``pristine_fails`` when
 it fails there too: a failure of the suite, which makes the run invalid);
 ``survived``: every search drew its planned count and nothing failed. No
 verdict, never counted: ``harness_error`` (raised by the suite's own code,
 a refusal, a worker that exited), ``infra`` (out of memory, a worker killed
-by SIGKILL or by a crash that did not recur: retried once in a fresh process), ``compile_error`` (the
+by SIGKILL or by a crash or hang that did not recur: retried once in a fresh process), ``compile_error`` (the
 rewritten source failed to load or compile before any launch), ``short`` (a
 search drew fewer examples than planned: its property rejected the rest),
 ``incomplete`` (the cap stopped a search, or a worker outlived it),
@@ -90,8 +91,10 @@ from ground.families import DEFAULT_FAMILY, FAMILY_NAMES
 from ground.outcome import Unsupported
 from ground.tables import NO_GPU
 from kernels.mutants import MUTANTS, SM90_MUTANTS, Mutant
+from properties import watchdog
 from properties.matrix import BACKWARD as BACKWARD_MODULE  # the backward's families: searched by backward mutants only
 from properties.matrix import MATRIX, PARAM, SOURCE, STRATUM, TRANSFORM, Family, in_profile, stratum_of
+from properties.watchdog import EXAMPLE_S
 
 DEFAULT_REPORT_DIR = "sdpa-report"
 FINDINGS_FILE = "known_findings.toml"
@@ -799,6 +802,11 @@ def failure_verdict(failure: BaseException) -> str:
 
 # ---------------------------------------------------------- the pristine replay of a kill
 REPLAY_S = 900.0  # a fresh process' replay of a kill's Cases: start-up, compiles, two examples (the large tier's too)
+# A worker's example still running past HANG_S (properties.watchdog.EXAMPLE_S, the pytest run's bound
+# too) ends the worker with watchdog.EXIT_HANG: its in-flight Case is replayed like a crash's, each
+# replay bounded by HANG_S + REPLAY_START_S (a fresh process' start-up and the Case's compiles first).
+HANG_S = EXAMPLE_S
+REPLAY_START_S = 120.0
 
 
 def pristine_failure(kind: Kind, cases: Sequence[Case], pristine, check, fresh: Optional[dict] = None) -> Optional[dict]:
@@ -839,11 +847,12 @@ def _replay(kind: Kind, cases: Sequence[Case], adapter, check) -> Optional[dict]
     return None
 
 
-def _replay_fresh(kind: Kind, cases: Sequence[Case], opts: dict, mutant: Optional[Mutant] = None) -> Optional[dict]:
+def _replay_fresh(kind: Kind, cases: Sequence[Case], opts: dict, mutant: Optional[Mutant] = None, timeout: float = REPLAY_S) -> Optional[dict]:
     """``_replay`` in a fresh Python process (a worker, a daemon, may not start
     a multiprocessing child), on the pristine kernels or (``mutant``) on that
     mutant's; ``{"died": signal number, "signal": name}`` when the process
-    was killed by a signal."""
+    was killed by a signal, ``{"hung": seconds}`` when it ran past ``timeout``
+    (then killed)."""
     import base64
     import pickle
 
@@ -852,10 +861,12 @@ def _replay_fresh(kind: Kind, cases: Sequence[Case], opts: dict, mutant: Optiona
     code = "import sys; from conformance.kill_rate import _replay_main; _replay_main(sys.stdin.read())"
     env = os.environ | {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     try:
-        done = subprocess.run([sys.executable, "-c", code], input=job.decode(), capture_output=True, text=True, timeout=REPLAY_S, env=env)
+        done = subprocess.run([sys.executable, "-c", code], input=job.decode(), capture_output=True, text=True, timeout=timeout, env=env)
         if done.returncode < 0:
             return {"died": -done.returncode, "signal": _signal_name(-done.returncode)}
         return json.loads(done.stdout.strip().splitlines()[-1])["pristine"]
+    except subprocess.TimeoutExpired:
+        return {"hung": timeout}
     except (OSError, subprocess.SubprocessError, ValueError, IndexError, KeyError) as e:
         return {"unknown": f"the fresh process' replay gave no answer ({type(e).__name__}: {e})"}
 
@@ -922,7 +933,11 @@ def run_share(
                 return None
             if inflight is not None:
                 inflight(i, kind.name, case.to_dict())
-            return check(kind, case, adapter)
+            watchdog.arm(f"unit {i}")  # a started watchdog (the harness' workers) ends a hung example's process
+            try:
+                return check(kind, case, adapter)
+            finally:
+                watchdog.disarm()
 
         now = time.perf_counter()
         with _holding(large if kind.examples == LARGE_BUDGET else None, deadline):  # a kill's pristine replay too
@@ -1006,6 +1021,8 @@ def _worker(mutant: Mutant, specs, opts: dict, share: int, shares: int, tasks, o
             out.put(("stale", mutant.name, share, None, str(e)))
             return
         check = opts.get("check") or check_property
+        # An example past the bound: the process ends with EXIT_HANG, its Case in the flight record (run_all: hung).
+        watchdog.start(opts.get("hang_s", HANG_S), lambda label, seconds: None, backstop=False, exit_code=watchdog.EXIT_HANG)
         run_share(
             mutant,
             units,
@@ -1164,9 +1181,11 @@ def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print, on
     host's OOM killer's SIGKILL, or a crash that did not recur on replay:
     ``crashed``), is searched once more in a fresh process (its cap: what is
     left of the mutant's), and ``infra`` if that fails the same way.
-    A share still alive past the cap (--budget-s: searching and shrinking) +
-    GRACE_S is killed: ``incomplete`` (no watchdog tells a hung launch from a
-    slow search). A share that exits without a result is a ``harness_error``.
+    A share whose example runs past ``hang_s`` (HANG_S) ends itself
+    (watchdog.EXIT_HANG) and its Case is judged as a crash's (``hung``). A
+    share still alive past the cap (--budget-s: searching and shrinking) +
+    GRACE_S is killed: ``incomplete`` (a slow search, each example under the
+    hang bound). A share that exits without a result is a ``harness_error``.
     Either ends the mutant's verdict at its unit (the first failure in search
     order still wins)."""
     import multiprocessing as mp
@@ -1217,22 +1236,42 @@ def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print, on
         on the pristine ones too is ``pristine_fails``. False (not judged:
         ``infra``, searched once more) for the OOM killer's signal, no Case
         in flight, or a replay that does not die again."""
+        if signum == flight.OOM_SIGNAL:
+            return False
+        how = f"the process was killed by signal {signum} ({_signal_name(signum)}) launching this Case, and again on replay"
+        return in_flight_death(run, share, i, how, lambda again: "died" in again, REPLAY_S)
+
+    def hung(run: _Running, share: int, i: Optional[int]) -> bool:
+        """A share that ended with ``watchdog.EXIT_HANG``: its example of unit
+        ``i`` ran past the bound (``hang_s``). Judged as ``crashed`` judges a
+        death: the recorded Case must run past the bound again in a fresh
+        process on the mutant's kernels and pass on the pristine ones (each
+        replay bounded by the bound + REPLAY_START_S) for ``error`` (the
+        mutated kernel hangs); False (``infra``, searched once more) otherwise."""
+        bound = opts.get("hang_s", HANG_S)
+        how = f"the example ran past {bound:g} s launching this Case (a hung kernel), and again on replay"
+        return in_flight_death(run, share, i, how, lambda again: "hung" in again, bound + REPLAY_START_S)
+
+    def in_flight_death(run: _Running, share: int, i: Optional[int], how: str, recurs, timeout: float) -> bool:
+        """The share's recorded Case of unit ``i`` replayed on the mutant's
+        kernels (``recurs(result)``: it ended the same way again) then on the
+        pristine ones; a kill (``error``) or ``pristine_fails`` recorded as
+        that unit's result, else False."""
         got = flight.read(flight.path(opts["log_dir"], run.mutant.name, share))
-        if signum == flight.OOM_SIGNAL or got is None or (i is not None and got["unit"] != i):
+        if got is None or (i is not None and got["unit"] != i):
             return False
         i = got["unit"]  # the file, written before the launch, also where the "start" message died with the process
         if i in run.results:  # a unit already searched to its result: the death came between units
             return False
         kind, case = run.units[i][0], Case.from_dict(got["case"])
-        again = _replay_fresh(kind, [case], opts, run.mutant)
-        if not (again and "died" in again):
+        again = _replay_fresh(kind, [case], opts, run.mutant, timeout=timeout)
+        if not (again and recurs(again)):
             return False
-        pristine = _replay_fresh(kind, [case], opts)
+        pristine = _replay_fresh(kind, [case], opts, timeout=timeout)
         if pristine is not None and "unknown" in pristine:
             return False
-        how = f"the process was killed by signal {signum} ({_signal_name(signum)}) launching this Case, and again on replay"
         verdict = "error" if pristine is None else "pristine_fails"
-        summary = how + ("; the pristine kernels pass it" if pristine is None else "; so was it, or it failed, on the pristine kernels")
+        summary = how + ("; the pristine kernels pass it" if pristine is None else "; so did it, or it failed, on the pristine kernels")
         failure = failure_fields(verdict, summary, time.time() - run.born, case, case)
         if pristine is not None:
             failure.update(pristine=pristine, mutant_verdict="error")
@@ -1335,6 +1374,10 @@ def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print, on
                 elif (p.exitcode or 0) < 0:  # a signal: a crash of the mutated kernel only if replay says so (crashed)
                     if not crashed(run, share, unit, -p.exitcode):
                         lost(run, share, unit, "infra", f"worker killed by signal {-p.exitcode} ({_signal_name(-p.exitcode)}) without a verdict")
+                elif p.exitcode == watchdog.EXIT_HANG:  # an example past the bound: a hang of the mutated kernel only if replay says so
+                    if not hung(run, share, unit):
+                        bound = opts.get("hang_s", HANG_S)
+                        lost(run, share, unit, "infra", f"worker's example ran past {bound:g} s, and its Case did not do so again on replay")
                 else:
                     lost(run, share, unit, "harness_error", f"worker exited with code {p.exitcode} without a verdict")
             if len(run.finished) == len(run.procs):

@@ -45,6 +45,10 @@ from typing import Callable, Optional
 
 EXIT_LOST = 86  # a worker that saw its CUDA context die
 EXIT_HANG = 87  # a worker whose example outlived its bound
+# One example's bound: compiles (seconds each) + launches + reference + judging. The slowest
+# examples measured take tens of seconds (a cold backward chain, a large-tier example), so one
+# still running past this is a hung kernel. The pytest run's default and the kill harness's.
+EXAMPLE_S = 300.0
 HANDLER_GRACE_S = 60.0  # at most this long to write the hung case's record
 BACKSTOP_S = 120.0  # after the bound: the C-level exit, should no Python thread run
 

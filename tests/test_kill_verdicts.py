@@ -286,13 +286,44 @@ def hangs(kind, case, adapter):
 
 
 def test_a_worker_past_the_cap_is_incomplete_not_a_kill(tmp_path, monkeypatch):
-    """Spawned for real: a share alive past the cap + GRACE_S is killed and
-    the mutant is ``incomplete`` (no verdict): nothing tells a hung launch
-    from a slow search."""
+    """Spawned for real: a share alive past the cap + GRACE_S (its example
+    still under the hang bound) is killed and the mutant is ``incomplete``
+    (no verdict)."""
     monkeypatch.setattr(M, "GRACE_S", 1)
     (rec,) = M.run_all([QWEN_ONLY], _opts(tmp_path, hangs, budget_s=8), jobs=1, progress=lambda line: None)
     assert rec["verdict"] == "incomplete" and "past the cap" in rec["error"], rec
     assert M.tally([rec])["counted"] == 0
+
+
+HANG_ALL = "SDPA_TEST_HANG_ALL"
+
+
+def hangs_on_several_heads(kind, case, adapter):
+    """The mutated kernel's hang (an example that never returns): on Cases of several query heads,
+    on the mutant's adapter only, or on every adapter where $SDPA_TEST_HANG_ALL is set."""
+    if case.h_q > 1 and (adapter.rewrites or os.environ.get(HANG_ALL)):
+        time.sleep(3600)
+    return survive(kind, case, adapter)
+
+
+def test_a_hang_that_recurs_on_replay_and_not_on_the_pristine_kernels_is_a_kill(tmp_path, monkeypatch):
+    """Spawned for real: an example past the hang bound ends its worker
+    (watchdog.EXIT_HANG); the flight recorder names the Case, it runs past the
+    bound again in a fresh process on the mutant's kernels and passes on the
+    pristine ones: ``error``, that Case recorded (it was ``incomplete`` once
+    the cap ran out, or a run's whole cap spent waiting)."""
+    monkeypatch.setattr(M, "REPLAY_START_S", 10.0)
+    (rec,) = M.run_all([QWEN_ONLY], _opts(tmp_path, hangs_on_several_heads, hang_s=2.0), jobs=1, progress=lambda line: None)
+    assert rec["verdict"] == "error" and rec["killed_by"] == "tails_dense", rec
+    assert Case.from_dict(rec["case"]).h_q > 1 and "ran past 2 s" in rec["summary"] and "pristine kernels pass it" in rec["summary"]
+    assert M.tally([rec])["kill_rate"] == 1.0
+
+
+def test_a_hang_on_the_pristine_kernels_too_is_pristine_fails(tmp_path, monkeypatch):
+    monkeypatch.setattr(M, "REPLAY_START_S", 10.0)
+    monkeypatch.setenv(HANG_ALL, "1")
+    (rec,) = M.run_all([QWEN_ONLY], _opts(tmp_path, hangs_on_several_heads, hang_s=2.0), jobs=1, progress=lambda line: None)
+    assert rec["verdict"] == "pristine_fails" and "hung" in rec["pristine"], rec
 
 
 # ------------------------------------------------------- 4. refusals while shrinking
