@@ -64,6 +64,8 @@ class Run:
     paths: Optional[dict] = None
     compile_cache: Optional[str] = None  # the on-disk compiled cache every process of the run shares (kernels.cache)
     compile_cache_previous: Optional[str] = None  # the variable's value before the run set it
+    cache_warm: bool = False  # the compiled cache held kernels when the run began (the controller's reading: conformance.schedule)
+    profile: str = ""  # the Hypothesis profile's name
     families: Optional[tuple] = None  # --family / $SDPA_FAMILY; None until the default is read off the GPU (selected_families)
     env_before: dict = field(default_factory=dict)  # the mirrored variables' values before the run (None: unset)
 
@@ -169,8 +171,9 @@ def pytest_collection_modifyitems(config, items):
 
 
 def _deal(config, items) -> None:
-    """An xdist worker collects in dealt order (conformance.schedule): heavy
-    tests first in every worker's share. Tests that will skip weigh nothing."""
+    """An xdist worker collects in dealt order (conformance.schedule): every
+    worker's share about the same weight, heavy tests first. Tests that will
+    skip weigh nothing."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
     dist = getattr(config, "workerinput", {}).get("sdpa_dist")
     if dist != "worksteal" or workers < 2:
@@ -178,18 +181,26 @@ def _deal(config, items) -> None:
     import torch
 
     have_gpu = torch.cuda.is_available()
-    items[:] = schedule.deal(items, lambda item: item_weight(item, have_gpu), workers)
+    run = config.stash.get(RUN, None)
+    measured = schedule.durations(run.profile, run.cache_warm) if run is not None else {}
+    items[:] = schedule.deal(items, lambda item: item_weight(item, have_gpu, measured), workers)
 
 
-def item_weight(item, have_gpu: bool) -> float:
+def item_weight(item, have_gpu: bool, measured: Optional[dict] = None) -> float:
     """A collected test's weight in the deal (conformance.schedule.weight_of):
-    its ``weight`` marker, its property's, the compile tier's or a cheap
-    test's; a test that will skip weighs nothing."""
+    its seconds in ``measured`` (a stored run's, by node id), its ``weight``
+    marker, its property's, the compile tier's or a cheap test's; a test that
+    will skip weighs nothing."""
     if item.get_closest_marker("skip") is not None or (item.get_closest_marker("gpu") is not None and not have_gpu):
         return 0.0
     declared = item.get_closest_marker("weight")
     compiles = item.get_closest_marker("compile") is not None
-    return schedule.weight_of(_property_of(item), compiles=compiles, declared=declared.args[0] if declared is not None else None)
+    return schedule.weight_of(
+        _property_of(item),
+        compiles=compiles,
+        declared=declared.args[0] if declared is not None else None,
+        measured=(measured or {}).get(item.nodeid),
+    )
 
 
 def _check_rootdir(config) -> None:
@@ -314,6 +325,8 @@ def pytest_configure(config):
 
     shared = getattr(config, "workerinput", {}).get("sdpa_compile_cache")  # a worker: the controller's
     run.compile_cache = shared or str(cache.resolve(config.getoption("compile_cache"), config.invocation_params.dir))
+    # Read once, before any worker compiles: every worker must deal the same order.
+    run.cache_warm = getattr(config, "workerinput", {}).get("sdpa_cache_warm", cache.holds_kernels(run.compile_cache))
     try:
         run.compile_cache_previous = cache.use(run.compile_cache)
     except cache.CacheDirError as e:
@@ -325,6 +338,7 @@ def pytest_configure(config):
         profile = profiles.load_profile(config.getoption("hypothesis_profile", default=None))
     except ValueError as e:  # an unknown profile name
         raise pytest.UsageError(str(e)) from None
+    run.profile = profile
     run.hypothesis = profiles.describe(profile, config.getoption("hypothesis_seed", default=None))
     _check_planted_mutant()
     loaded = []
@@ -600,6 +614,7 @@ class Recording:
         node.workerinput["sdpa_report_dir"] = str(self.run.report_dir)
         node.workerinput["sdpa_run_id"] = self.run.run_id
         node.workerinput["sdpa_compile_cache"] = self.run.compile_cache
+        node.workerinput["sdpa_cache_warm"] = self.run.cache_warm
         node.workerinput["sdpa_dist"] = getattr(node.config.option, "dist", None)  # workers' own option reads "no"
 
     def pytest_unconfigure(self, config):

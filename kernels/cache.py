@@ -76,6 +76,15 @@ def restore(previous: Optional[str]) -> None:
         os.environ[CACHE_ENV] = previous
 
 
+def holds_kernels(path) -> bool:
+    """Whether the cache directory ``path`` holds any entry (its lock files aside):
+    a run on it loads kernels an earlier one compiled."""
+    try:
+        return any(not p.name.startswith(".") for p in Path(path).iterdir())
+    except OSError:
+        return False
+
+
 def disabled() -> bool:
     return os.environ.get(DISABLE_ENV, "0").strip().lower() in ("1", "true", "yes", "on")
 

@@ -82,3 +82,63 @@ def test_a_gate_collection_deals_the_compile_tier_before_the_cheap_tests():
         tier = [i for i, n in enumerate(share) if n.startswith("tier")]
         cheap = [i for i, n in enumerate(share) if weights[n] <= schedule.OTHER_SECONDS]
         assert not tier or not cheap or max(tier) < min(cheap)
+
+
+def _split_weights(order, seconds):
+    return [sum(seconds[n] for n in share) for share in _shares(order, 16)]
+
+
+def test_the_stored_durations_are_a_measured_run_of_their_profile():
+    from strategies.profiles import MAX_EXAMPLES
+
+    tables = sorted(schedule.DURATIONS_DIR.glob("*.json"))
+    assert tables, "no stored durations"
+    for path in tables:
+        data = __import__("json").loads(path.read_text())
+        assert data["measured"] and path.stem.removesuffix("-warm") in MAX_EXAMPLES, path.name
+        assert data["seconds"] and all("::" in node and 0 <= s < 3600 for node, s in data["seconds"].items()), path.name
+
+
+def test_the_durations_of_a_run_are_its_profile_s_and_cache_s():
+    cold, warm = schedule.durations("ci", warm=False), schedule.durations("ci", warm=True)
+    assert cold and warm and cold != warm and set(warm) <= set(cold) | set(warm)
+    assert schedule.durations("pr", warm=True) == schedule.durations("pr", warm=False)  # no warm table: the cold one
+    assert schedule.durations("no such profile", warm=True) == {}
+    assert schedule.weight_of("numerics", measured=3.0, declared=26) == 3.0 and schedule.weight_of("numerics", measured=None) == 9.0
+
+
+def test_the_measured_tests_deal_into_even_shares():
+    """On each stored run's own tests, the heaviest of 16 shares weighs within 5% of the mean
+    (10% for pr's 81 tests, some of them a third of a share). Dealt in a snake instead (the
+    schedule's former deal: equal counts, weights ignored when filling), the warm run's
+    heaviest share was 17% above the mean."""
+    for profile, warm, slack in (("ci", False, 1.05), ("ci", True, 1.05), ("pr", False, 1.10)):
+        seconds = schedule.durations(profile, warm)
+        nodes = sorted(seconds)
+        shares = _split_weights(schedule.deal(nodes, seconds.get, 16), seconds)
+        mean = sum(shares) / 16
+        assert max(shares) <= slack * mean, (profile, warm, max(shares), mean)
+    seconds = schedule.durations("ci", True)
+    snake = _snake(sorted(seconds), seconds.get, 16)
+    assert max(_split_weights(snake, seconds)) > 1.15 * sum(seconds.values()) / 16
+
+
+def _snake(items, weight, workers):
+    """The former deal: heaviest first, dealt 0..N-1, N-1..0, ..."""
+    ranked = sorted(range(len(items)), key=lambda i: (-weight(items[i]), i))
+    shares = [[] for _ in range(workers)]
+    for k, i in enumerate(ranked):
+        turn, seat = divmod(k, workers)
+        shares[seat if turn % 2 == 0 else workers - 1 - seat].append(items[i])
+    return [item for share in shares for item in share]
+
+
+def test_a_measured_test_weighs_its_seconds_in_the_plugin():
+    import pytest
+
+    from conformance.plugin import item_weight
+
+    item = _Item("conformance/test_numerics.py::test_numerics_dense[qwen-fp16]", property=pytest.mark.property("numerics").mark)
+    assert item_weight(item, have_gpu=True) == 9.0
+    assert item_weight(item, have_gpu=True, measured={item.nodeid: 22.5}) == 22.5
+    assert item_weight(_Item("x", gpu=pytest.mark.gpu.mark), have_gpu=False, measured={"x": 5.0}) == 0.0
