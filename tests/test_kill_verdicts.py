@@ -312,7 +312,7 @@ def test_a_hang_that_recurs_on_replay_and_not_on_the_pristine_kernels_is_a_kill(
     bound again in a fresh process on the mutant's kernels and passes on the
     pristine ones: ``error``, that Case recorded (it was ``incomplete`` once
     the cap ran out, or a run's whole cap spent waiting)."""
-    monkeypatch.setattr(M, "REPLAY_START_S", 10.0)
+    monkeypatch.setattr(M, "HANG_REPLAY_S", 12.0)
     (rec,) = M.run_all([QWEN_ONLY], _opts(tmp_path, hangs_on_several_heads, hang_s=2.0), jobs=1, progress=lambda line: None)
     assert rec["verdict"] == "error" and rec["killed_by"] == "tails_dense", rec
     assert Case.from_dict(rec["case"]).h_q > 1 and "ran past 2 s" in rec["summary"] and "pristine kernels pass it" in rec["summary"]
@@ -320,7 +320,7 @@ def test_a_hang_that_recurs_on_replay_and_not_on_the_pristine_kernels_is_a_kill(
 
 
 def test_a_hang_on_the_pristine_kernels_too_is_pristine_fails(tmp_path, monkeypatch):
-    monkeypatch.setattr(M, "REPLAY_START_S", 10.0)
+    monkeypatch.setattr(M, "HANG_REPLAY_S", 12.0)
     monkeypatch.setenv(HANG_ALL, "1")
     (rec,) = M.run_all([QWEN_ONLY], _opts(tmp_path, hangs_on_several_heads, hang_s=2.0), jobs=1, progress=lambda line: None)
     assert rec["verdict"] == "pristine_fails" and "hung" in rec["pristine"], rec
