@@ -194,7 +194,9 @@ def test_the_backward_compile_key_is_the_frontends():
     does: no key per THD head dim the flavor width absorbs (it did: 427 keys
     for the ci draws' 343), none merged, a THD Case's two output modes apart
     (the no-init chain is an artifact of its own: merged, a report counted its
-    compiles as repeats). Nothing is compiled."""
+    compiles as repeats), and a THD Case handed from token 0 (the
+    addressing property's call) under the key of the Case's own origin, as the
+    frontend keys it. Nothing is compiled."""
     from kernels import get_adapter
     from kernels.backward import compile_key, frontend_cache_keys
 
@@ -208,6 +210,8 @@ def test_the_backward_compile_key_is_the_frontends():
             assert real and all(real)
             ours.setdefault(key, set()).add(real)
             theirs.setdefault(real, set()).add(key)
+        if case.is_thd:
+            assert frontend_cache_keys(adapter, case, addressing="forward") == frontend_cache_keys(adapter, case)
 
     collect()
     assert all(len(v) == 1 for v in ours.values()), "compile_key merges Cases the frontend compiles apart"
