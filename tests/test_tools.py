@@ -71,3 +71,24 @@ def test_the_standin_run_passes_a_stratum_through_the_plugin_and_report(tmp_path
     assert summary["run"]["examples"] > 0 and summary["properties"]["tails"]["passed"] == summary["run"]["examples"]
     assert set(summary["run"]["examples_by_family"]) == {"sm80", "sm90"}
     assert summary["findings"]["entries"] == []
+
+
+def test_store_durations_keeps_the_tests_that_ran(tmp_path):
+    """tools/store_durations.py reads a run's shards as the report does: each test that ran, by node id."""
+    import json
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import store_durations
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    shard = tmp_path / "shards" / "run-a" / "gw0.jsonl"
+    shard.parent.mkdir(parents=True)
+    records = [
+        {"kind": "test", "nodeid": "conformance/test_x.py::test_a", "outcome": "passed", "duration": 12.34},
+        {"kind": "test", "nodeid": "conformance/test_x.py::test_b", "outcome": "skipped", "duration": 0.01},
+        {"kind": "obs", "property": "numerics", "case": {}},
+    ]
+    shard.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    assert store_durations.measured(tmp_path) == {"conformance/test_x.py::test_a": 12.3}

@@ -20,16 +20,15 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 
 def measured(run_dir: Path) -> dict:
-    """node id -> seconds, of every test that ran (not skipped) in the run's shards."""
-    seconds = {}
-    for shard in sorted(run_dir.glob("shards/*/*.jsonl")):
-        for line in shard.read_text().splitlines():
-            record = json.loads(line)
-            if record.get("kind") == "test" and record.get("outcome") != "skipped":
-                seconds[record["nodeid"]] = round(float(record["duration"]), 1)
+    """node id -> seconds, of every test that ran (not skipped) in the run's shards (reports.shards.read)."""
+    from reports import shards
+
+    records, _ = shards.read(run_dir)
+    seconds = {r["nodeid"]: round(float(r["duration"]), 1) for r in records if r.get("kind") == "test" and r["outcome"] != "skipped"}
     return dict(sorted(seconds.items()))
 
 
