@@ -135,7 +135,8 @@ def parser() -> argparse.ArgumentParser:
         help="run the suite on the local GPU, N runs in a row, and print each run's summary",
         description="Run the properties on this machine's GPU (pytest -n WORKERS conformance), N times in a row "
         "(--cold: the first on an empty compiled cache), each into REPORT_DIR/run-<i>, and print per run: tests, "
-        "examples, wall time, compiles against the compile floor, error/bound p99, known findings. Exit status: "
+        "examples, wall time, compiles against the compile floor, error/bound p99, known findings. The CPU tier (tests marked "
+        "cpu_tier, which the CPU run judges) runs only with --cpu-tier. Exit status: "
         "the first failing run's pytest status (1 a property failed or a finding went stale), 2 for a bad option or without a GPU.",
     )
     gate.add_arguments(gt)

@@ -24,6 +24,7 @@ ALL = "all"
 CHOICES = FAMILY_NAMES + (ALL,)
 MARKER = "family(name): the kernel family a test judges (ground.families); --family selects"
 # The tests of a family that the gate runs besides conformance/ (the properties, the sm80 family's).
+# None launches a kernel: each module is marked cpu_tier, so the gate passes them only with --cpu-tier.
 GATE_TESTS = {
     "sm80": (),
     "sm90": (

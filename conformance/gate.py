@@ -6,7 +6,9 @@
 
 Each run is ``python -m pytest -n WORKERS <the properties> --hypothesis-profile=PROFILE``
 with its own report directory (``REPORT_DIR/run-<i>``); the summary is read
-back from that run's report.json. Exit status: 0 when every run asked for
+back from that run's report.json. The CPU tier (tests marked ``cpu_tier``:
+verdicts the same on every machine, which the CPU run judges) is left out
+(``--no-cpu-tier``) unless ``--cpu-tier``. Exit status: 0 when every run asked for
 ran and passed, else the first failing run's pytest status (1 a property
 failed or a known finding went stale; 2-4 usage or internal errors); 1 when
 --deadline cut a run or left one unstarted (fewer verdicts than asked for);
@@ -42,9 +44,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=family_select.CHOICES,
         default=None,
         help="kernel families to judge: sm80, sm90 or all (default: $SDPA_FAMILY, else the families the GPU runs); "
-        "a family's tests beyond conformance/ (family_select.GATE_TESTS) join the run",
+        "a family's tests beyond conformance/ (family_select.GATE_TESTS: CPU tier) join a run with --cpu-tier",
     )
     p.add_argument("--sm80-compat", action="store_true", help="run the SM80 code on a newer GPU (the public wrapper needs it off SM80)")
+    p.add_argument(
+        "--cpu-tier",
+        action="store_true",
+        help="also run the CPU tier (tests marked cpu_tier: verdicts the same on every machine, which the CPU run judges) on the GPU; default: left out",
+    )
     p.add_argument("--profile", choices=PROFILES, default="ci", help="Hypothesis profile: example counts (default ci)")
     p.add_argument("--runs", type=int, default=1, metavar="N", help="runs in a row (default 1)")
     p.add_argument(
@@ -78,9 +85,13 @@ def _junit(path: Optional[str], i: int, runs: int) -> Optional[str]:
     return str(p.with_name(f"{p.stem}-{i}{p.suffix}"))
 
 
-def family_tests(family: Optional[str]) -> List[str]:
+def family_tests(family: Optional[str], cpu_tier: bool = True) -> List[str]:
     """The test paths beyond conformance/ of the families ``family`` names
-    (every family's when not given: the plugin deselects what the GPU does not run)."""
+    (every family's when not given: the plugin deselects what the GPU does not run).
+    Every one of them is CPU tier: without ``cpu_tier`` none (collecting them
+    would only lengthen each worker's start-up)."""
+    if not cpu_tier:
+        return []
     names = family_select.parse(family) or family_select.FAMILY_NAMES
     return [str(ROOT / t) for name in names for t in family_select.GATE_TESTS[name]]
 
@@ -95,7 +106,7 @@ def command(args, i: int, cache: Optional[str]) -> List[str]:
         "-n",
         str(args.workers),
         str(ROOT / "conformance"),
-        *family_tests(args.family),
+        *family_tests(args.family, args.cpu_tier),
         f"--rootdir={ROOT}",
         f"--hypothesis-profile={args.profile}",
         "-p",
@@ -109,6 +120,8 @@ def command(args, i: int, cache: Optional[str]) -> List[str]:
         cmd.append(f"--family={args.family}")
     if args.sm80_compat:
         cmd.append("--sm80-compat")
+    if not args.cpu_tier:  # the CPU run judges it: GPU time goes to what only a GPU can judge
+        cmd.append("--no-cpu-tier")
     if cache:
         cmd.append(f"--compile-cache={cache}")
     junit = _junit(args.junitxml, i, args.runs)

@@ -42,6 +42,11 @@ LOADED = time.time()
 DEFAULT_REPORT_DIR = "sdpa-report"
 FINDINGS_FILE = "known_findings.toml"
 PATH_OPTIONS = ("--report-dir", "--kernels-source", "--known-findings", "--compile-cache")
+CPU_TIER_MARKER = (
+    "cpu_tier: a verdict the same on every machine (compiles for a fixed arch or into a fresh cache, launches nothing): "
+    "the CPU run judges it; sdpa-conformance gate leaves it out unless --cpu-tier"
+)
+CPU_TIER_LEFT_OUT = "left to the CPU run (--no-cpu-tier)"
 
 
 @dataclass
@@ -68,6 +73,7 @@ class Run:
     profile: str = ""  # the Hypothesis profile's name
     families: Optional[tuple] = None  # --family / $SDPA_FAMILY; None until the default is read off the GPU (selected_families)
     env_before: dict = field(default_factory=dict)  # the mirrored variables' values before the run (None: unset)
+    cpu_tier: bool = True  # False: --no-cpu-tier, the tests marked cpu_tier are deselected (the CPU run judges them)
 
 
 RUN = pytest.StashKey[Run]()
@@ -119,6 +125,13 @@ def pytest_addoption(parser):
         help="on-disk compiled cache shared by the run's processes (a key compiles once per run; kept for later runs). "
         "Default: $SDPA_COMPILE_CACHE, else $CUDNN_FRONTEND_COMPILED_CACHE, else the frontend's ~/.cache/cudnn_frontend/compiled_plans.",
     )
+    g.addoption(
+        "--no-cpu-tier",
+        action="store_true",
+        default=False,
+        help="leave the CPU tier out: deselect the tests marked cpu_tier (verdicts the same on every machine, which the CPU run judges). "
+        "sdpa-conformance gate passes it unless --cpu-tier.",
+    )
 
 
 LARGE_ENV = "SDPA_LARGE"
@@ -154,6 +167,16 @@ def _profile_selection(config, items) -> None:
         items[:] = [item for item in items if item not in gone]
 
 
+def _cpu_tier_selection(config, items) -> None:
+    """--no-cpu-tier: deselect the tests marked cpu_tier. Deselected, not
+    skipped: the CPU run gives their verdict, the GPU run gives none."""
+    dropped = [item for item in items if item.get_closest_marker("cpu_tier") is not None]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        gone = set(dropped)
+        items[:] = [item for item in items if item not in gone]
+
+
 def pytest_collection_modifyitems(config, items):
     _profile_selection(config, items)
     run = config.stash.get(RUN, None)
@@ -162,6 +185,8 @@ def pytest_collection_modifyitems(config, items):
             family_select.deselect(config, items, selected_families(run))
         except ValueError as e:
             raise pytest.UsageError(str(e)) from None
+        if not run.cpu_tier:
+            _cpu_tier_selection(config, items)
     if not large_tier_selected(config):
         skip = pytest.mark.skip(reason="large tier: run with --large (or -m large, $SDPA_LARGE=1, the nightly profile)")
         for item in items:
@@ -262,7 +287,19 @@ def _resolve(config) -> Run:
         source = str((here / source).resolve())
     recording = not (config.option.collectonly or getattr(config.option, "help", False))
     worker = workerinput.get("workerid", "gw") if workerinput is not None else None
-    return Run(adapter, compat, report_dir, run_id, source, findings_file, worker, recording, families=families, env_before=env_before)
+    return Run(
+        adapter,
+        compat,
+        report_dir,
+        run_id,
+        source,
+        findings_file,
+        worker,
+        recording,
+        families=families,
+        env_before=env_before,
+        cpu_tier=not config.getoption("no_cpu_tier"),
+    )
 
 
 def _configure_kernels(run: Run) -> None:
@@ -313,6 +350,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "property(name): the conformance property a test checks (report attribution)")
     config.addinivalue_line("markers", schedule.WEIGHT_MARKER)
     config.addinivalue_line("markers", family_select.MARKER)
+    config.addinivalue_line("markers", CPU_TIER_MARKER)
     if getattr(config.option, "help", False):
         return
     _check_rootdir(config)
@@ -446,6 +484,7 @@ def environment(run: Run) -> dict:
             # A case file of another family records its own mode ("native sm90"), not the SM80 code's.
             "family_modes": {n: family_select.mode((n,), e.capability) for n in FAMILY_NAMES if n != DEFAULT_FAMILY},
             "phase_timing": phases.mode(),
+            "cpu_tier": "run here" if run.cpu_tier else CPU_TIER_LEFT_OUT,
         }
         from kernels.mutants import planted
 
@@ -480,6 +519,8 @@ def pytest_report_header(config):
         lines.append(iso.header())
     if env.get("compile_cache_note"):
         lines.append(f"sdpa-conformance: {env['compile_cache_note']}")
+    if not run.cpu_tier:
+        lines.append(f"sdpa-conformance: cpu tier: {CPU_TIER_LEFT_OUT}, its tests (marked cpu_tier) deselected")
     if env.get("planted_mutant"):
         from kernels.mutants import PLANT_ENV, planted
 

@@ -13,7 +13,7 @@ from ground.outcome import PropertyFailure
 from kernels.sm90.adapter import Sm90Adapter
 from properties.compile_cache_sm90 import check_sm90_compile_distinct, check_sm90_compile_reuse, sm90_compiled_variants, sm90_runtime_variants
 
-pytestmark = [pytest.mark.compile, pytest.mark.family("sm90")]
+pytestmark = [pytest.mark.compile, pytest.mark.family("sm90"), pytest.mark.cpu_tier]
 
 DENSE = Case(family="sm90", s_q=48, s_kv=80, h_q=2, h_kv=1, seq_q_lens=(40,), seq_kv_lens=(70,), scale=0.2, memory="bshd")
 THD = Case(family="sm90", layout="thd", q_lens=(9, 4), kv_lens=(6, 12), h_q=2, h_kv=1)  # compact (head-major) Stats

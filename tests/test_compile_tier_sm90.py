@@ -16,7 +16,7 @@ from ground.outcome import Unsupported
 from kernels.sm90.adapter import Sm90Adapter
 from kernels.sm90.specialize import compile_key
 
-pytestmark = [pytest.mark.compile, pytest.mark.family("sm90")]
+pytestmark = [pytest.mark.compile, pytest.mark.family("sm90"), pytest.mark.cpu_tier]
 
 DENSE = Case(family="sm90", s_q=200, s_kv=88, h_q=2, h_kv=1, memory="bshd")
 THD = Case(family="sm90", layout="thd", q_lens=(11, 3, 7), kv_lens=(5, 13, 2), h_q=6, h_kv=2)

@@ -17,7 +17,7 @@ from ground.contracts import ACCEPTED_BY_INSTALLED, SM90_ENTRY_POINTS, SM90_RULE
 from kernels.sm90.rules import run_rule
 from kernels.sm90.specialize import specialize
 
-pytestmark = pytest.mark.family("sm90")
+pytestmark = [pytest.mark.family("sm90"), pytest.mark.cpu_tier]
 ROWS = [(r.name, entry) for r in SM90_RULES for entry in r.targets]
 
 

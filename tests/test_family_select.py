@@ -153,12 +153,17 @@ def _gate_args(*argv):
 
 
 def test_the_gate_carries_the_family_and_its_tests(tmp_path):
-    sm90 = gate.command(_gate_args("--family", "sm90", "--report-dir", str(tmp_path)), 1, None)
-    assert "--family=sm90" in sm90 and all(any(c.endswith(t) for c in sm90) for t in family_select.GATE_TESTS["sm90"])
-    sm80 = gate.command(_gate_args("--family", "sm80"), 1, None)
+    def has_tests(cmd):
+        return all(any(c.endswith(t) for c in cmd) for t in family_select.GATE_TESTS["sm90"])
+
+    sm90 = gate.command(_gate_args("--family", "sm90", "--cpu-tier", "--report-dir", str(tmp_path)), 1, None)
+    assert "--family=sm90" in sm90 and has_tests(sm90)
+    sm80 = gate.command(_gate_args("--family", "sm80", "--cpu-tier"), 1, None)
     assert "--family=sm80" in sm80 and not any(c.endswith(t) for c in sm80 for t in family_select.GATE_TESTS["sm90"])
-    default = gate.command(_gate_args(), 1, None)
-    assert not any(c.startswith("--family") for c in default) and all(any(c.endswith(t) for c in default) for t in family_select.GATE_TESTS["sm90"])
+    default = gate.command(_gate_args("--cpu-tier"), 1, None)
+    assert not any(c.startswith("--family") for c in default) and has_tests(default)
+    # The family's own tests are all CPU tier (tests/test_cpu_tier.py): without --cpu-tier none is collected.
+    assert not any(c.endswith(t) for c in gate.command(_gate_args("--family", "sm90"), 1, None) for t in family_select.GATE_TESTS["sm90"])
 
 
 def test_the_gate_refuses_an_unknown_family(capsys):

@@ -42,6 +42,12 @@ def test_command_carries_every_option_to_pytest(tmp_path):
     assert cmd[-2:] == ["-k", "numerics"]
 
 
+def test_the_cpu_tier_is_left_out_unless_asked_for():
+    """The CPU run judges the cpu_tier tests: the gate deselects them (--no-cpu-tier) unless --cpu-tier."""
+    assert "--no-cpu-tier" in gate.command(_args(), 1, None)
+    assert "--no-cpu-tier" not in gate.command(_args("--cpu-tier"), 1, None)
+
+
 def test_one_run_keeps_the_junit_name():
     assert gate._junit("out/gate.xml", 1, 1) == "out/gate.xml" and gate._junit("gate", 3, 4) == "gate-3"
 

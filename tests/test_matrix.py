@@ -42,7 +42,7 @@ def test_each_test_carries_its_family_markers():
 def test_families_are_well_formed():
     for f in MATRIX:
         assert f.property in PROPERTIES and (f.examples is None or f.examples in KIND_SCALE), f.test
-        assert set(f.marks) <= {"gpu", "compile", "large"} and (f.adapter is None or f.adapter in FIXTURES), f.test
+        assert set(f.marks) <= {"gpu", "compile", "cpu_tier", "large"} and (f.adapter is None or f.adapter in FIXTURES), f.test
         assert len(set(f.argnames())) == len(f.argnames()), f.test
         assert f.module.startswith("conformance/test_") and f.test.startswith("test_"), f.test
         # A harness search widens strata and draws transforms: only drawn families have them.

@@ -16,7 +16,7 @@ from ground.pairs import Factor
 from kernels.sm90.specialize import specialize
 from strategies.sm90 import covering_rows, planner_takes
 
-pytestmark = pytest.mark.family("sm90")
+pytestmark = [pytest.mark.family("sm90"), pytest.mark.cpu_tier]
 
 
 @functools.lru_cache(maxsize=None)

@@ -15,7 +15,7 @@ from ground.case import Case
 from kernels.sm90.specialize import SCHED_POLICY, compile_key, specialize
 from strategies.sm90 import sm90_cases
 
-pytestmark = pytest.mark.family("sm90")
+pytestmark = [pytest.mark.family("sm90"), pytest.mark.cpu_tier]
 FIXED = dict(derandomize=True, database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 DTYPE_CODES = {"float16": 3, "bfloat16": 2}  # cudnn.frost.tile_dsl.constants DTYPE_FP16 / DTYPE_BF16
 NATURAL, LPT, LPT_L2 = 0, 1, 2

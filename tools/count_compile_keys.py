@@ -24,8 +24,9 @@ where its entry point reaches a compile before (or instead of) refusing it:
 the prepared entry wherever the suite's specialization takes the Case (the
 kernels check nothing past it), the public wrapper where a known finding
 says it accepts the rule or compiles first. ``--compile-tier`` also draws
-the CPU compile tier's tests (the ``compile`` marker, run by the gate too;
-their rejections compile for the live device there).
+the CPU compile tier's tests (the ``compile`` marker, run by the gate too,
+those marked ``cpu_tier`` with ``--cpu-tier``; their rejections compile for
+the live device there).
 
 What it cannot see: on a GPU the numerics tests call ``hypothesis.target``
 with their error ratios, which steers the second half of each test's
@@ -299,7 +300,9 @@ def main(argv=None) -> int:
     p.add_argument("--geometry", choices=("pool", "free", "mixed"), default=None, help="override the profile's geometry mode ($SDPA_GEOMETRY)")
     p.add_argument("-k", dest="select", default=None, help="pytest -k expression (a subset of the tests)")
     p.add_argument("--json", default=None, help="also write the counts here")
-    p.add_argument("--compile-tier", action="store_true", help="also draw the CPU compile tier's tests (the gate runs them too)")
+    p.add_argument(
+        "--compile-tier", action="store_true", help="also draw the CPU compile tier's tests (the gate runs them too, the cpu_tier ones with --cpu-tier)"
+    )
     args = p.parse_args(argv)
     out = count(args.profile, args.geometry, args.select, args.compile_tier)
     print(f"\nprofile {out['profile']}, geometry {out['geometry']}")
