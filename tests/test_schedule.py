@@ -109,7 +109,8 @@ def test_the_durations_of_a_run_are_its_profile_s_and_cache_s():
 
 def test_the_measured_tests_deal_into_even_shares():
     """On each stored run's own tests, the heaviest of 16 shares weighs within 5% of the mean
-    (10% for pr's 81 tests, some of them a third of a share). Dealt in a snake instead (the
+    (10% for pr's 79 tests, some of them a third of a share), or no more than the heaviest test
+    (a share holds it whole: no deal goes below it). Dealt in a snake instead (the
     schedule's former deal: equal counts, weights ignored when filling), the warm run's
     heaviest share was 17% above the mean."""
     for profile, warm, slack in (("ci", False, 1.05), ("ci", True, 1.05), ("pr", False, 1.10)):
@@ -117,7 +118,7 @@ def test_the_measured_tests_deal_into_even_shares():
         nodes = sorted(seconds)
         shares = _split_weights(schedule.deal(nodes, seconds.get, 16), seconds)
         mean = sum(shares) / 16
-        assert max(shares) <= slack * mean, (profile, warm, max(shares), mean)
+        assert max(shares) <= max(slack * mean, max(seconds.values())), (profile, warm, max(shares), mean)
     seconds = schedule.durations("ci", True)
     snake = _snake(sorted(seconds), seconds.get, 16)
     assert max(_split_weights(snake, seconds)) > 1.15 * sum(seconds.values()) / 16
