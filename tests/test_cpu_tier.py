@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 import torch  # noqa: F401 - imported before the in-process runs (pytester's module snapshot must keep it)
-from hypothesis import settings
 
 from conformance import family_select
 from conformance.plugin import CPU_TIER_LEFT_OUT
 from properties.matrix import BACKWARD, COMPILE, MATRIX
+from tests.toy_project import toy_project
 
 pytest_plugins = ["pytester"]
 
@@ -34,12 +34,6 @@ CPU_TIER_FAMILIES = {
 }
 GATE_TESTS = [t for name in family_select.FAMILY_NAMES for t in family_select.GATE_TESTS[name]]
 
-CONFTEST = """
-def pytest_addhooks(pluginmanager):
-    if not pluginmanager.has_plugin("sdpa_conformance"):
-        import conformance.plugin
-        pluginmanager.register(conformance.plugin, "sdpa_conformance")
-"""
 TIER_MODULE = """
 import pytest
 
@@ -70,14 +64,7 @@ ALL = {"test_module_marked_a", "test_module_marked_b", "test_marked", "test_laun
 
 @pytest.fixture
 def project(pytester, monkeypatch):
-    for var in ("SDPA_ADAPTER", "SDPA_SM80_COMPAT", "SDPA_KERNELS_SOURCE", family_select.FAMILY_ENV):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("PYTHONPATH", str(pytester.path.parent))
-    profile = settings.get_current_profile_name()
-    pytester.makeconftest(CONFTEST)
-    pytester.makepyfile(test_toy_tier_module=TIER_MODULE, test_toy_tier_others=OTHERS)  # names no module of the suite has
-    yield pytester
-    settings.load_profile(profile)
+    yield from toy_project(pytester, monkeypatch, test_toy_tier_module=TIER_MODULE, test_toy_tier_others=OTHERS)
 
 
 def _ran(result) -> set:

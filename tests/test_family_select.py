@@ -8,19 +8,13 @@ import argparse
 
 import pytest
 import torch  # noqa: F401 - imported before the in-process runs (pytester's module snapshot must keep it)
-from hypothesis import settings
 
 from conformance import family_select, gate
 from ground.families import FAMILY_NAMES
+from tests.toy_project import toy_project
 
 pytest_plugins = ["pytester"]
 
-CONFTEST = """
-def pytest_addhooks(pluginmanager):
-    if not pluginmanager.has_plugin("sdpa_conformance"):
-        import conformance.plugin
-        pluginmanager.register(conformance.plugin, "sdpa_conformance")
-"""
 TESTS = """
 import pytest
 
@@ -67,14 +61,7 @@ def test_values_parse_and_unknown_ones_are_refused():
 # ------------------------------------------------------------- the plugin
 @pytest.fixture
 def project(pytester, monkeypatch):
-    for var in ("SDPA_ADAPTER", "SDPA_SM80_COMPAT", "SDPA_KERNELS_SOURCE", family_select.FAMILY_ENV):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("PYTHONPATH", str(pytester.path.parent))
-    profile = settings.get_current_profile_name()
-    pytester.makeconftest(CONFTEST)
-    pytester.makepyfile(test_toy_families=TESTS)  # a name no module of the suite has (one import namespace)
-    yield pytester
-    settings.load_profile(profile)
+    yield from toy_project(pytester, monkeypatch, test_toy_families=TESTS)
 
 
 def _run(pytester, *args):
