@@ -161,16 +161,17 @@ def _profile_selection(config, items) -> None:
         if family_select.family_of(item, config.rootpath) is not None
         and not in_profile(profile, getattr(item, "originalname", item.name), getattr(getattr(item, "callspec", None), "params", {}))
     ]
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
-        gone = set(dropped)
-        items[:] = [item for item in items if item not in gone]
+    _deselect(config, items, dropped)
 
 
 def _cpu_tier_selection(config, items) -> None:
     """--no-cpu-tier: deselect the tests marked cpu_tier. Deselected, not
     skipped: the CPU run gives their verdict, the GPU run gives none."""
-    dropped = [item for item in items if item.get_closest_marker("cpu_tier") is not None]
+    _deselect(config, items, [item for item in items if item.get_closest_marker("cpu_tier") is not None])
+
+
+def _deselect(config, items, dropped) -> None:
+    """Take ``dropped`` out of ``items`` and report them deselected (pytest_deselected)."""
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         gone = set(dropped)

@@ -17,9 +17,10 @@ profile (``durations/<profile>.json`` for a run on an empty compiled cache,
 tools/store_durations.py from a run's report directory), else an estimate
 (``weight_of``). The shares are filled heaviest first, each test going to the
 share that weighs least so far among those with room (worksteal's split fixes
-how many tests each share holds): on the measured tests of the H200's pr and
-ci runs this leaves the heaviest share within a few percent of the mean, where
-dealing them in a snake left it 6-27% above.
+how many tests each share holds): on the stored runs' own tests this leaves
+the heaviest share at the mean, or at the heaviest test where one outweighs a
+mean share (tests/test_schedule.py), where dealing them in a snake left it
+8-43% above.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from properties import PROPERTIES
 T = TypeVar("T")
 
 OTHER_SECONDS = 0.5  # a test of no property (the suite's own tests, CPU checks)
-# A compile-tier test of no property (marker ``compile``: a family's CPU tier, which the gate runs too):
+# A compile-tier test of no property (marker ``compile``: a family's CPU tier, which the gate runs with --cpu-tier):
 # its compiles are its own (a cold cache each), so it costs as much warm as cold. The 18
 # compile-tier tests the gate ran on the H200 (family_select.GATE_TESTS) took 7.5 s each on average, cold and warm alike
 # (docs/measurements.md); weighed as OTHER_SECONDS they were dealt last and made a warm run's tail.
