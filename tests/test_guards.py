@@ -372,6 +372,37 @@ def test_refilling_buffers_between_launches_keeps_the_bands_evidence():
     assert "; o: 1 element(s) after the end" in str(failed.value)
 
 
+def test_bands_of_every_kind_are_judged_in_a_few_launches_as_they_were_when_asked():
+    """Bands of one kind (bits dtype and sentinel) are compared together: each
+    written band is still named alone, with its side and count, whatever its
+    kind; the comparison is the one made when the check was asked (a write
+    after it is not judged); and the launches are two per kind plus two,
+    not two per band."""
+    from properties import judge
+    from properties.common import launched_buffers
+    from tools.count_model_ops import OpCount
+
+    case = Case(layout="thd", q_lens=(5, 9), kv_lens=(7, 3), q_base=2, kv_base=1, q_slack=3, kv_slack=2, sinks=True)
+    inputs, outputs = make_inputs(case), make_outputs(case)
+    buffers = launched_buffers(inputs, outputs)
+    writes = {"k": (-1, -2), "lse": (1, 3), "cu_q": (-1, -1)}  # (side: -1 before the start, 1 after the end; count)
+    assert {n for n in writes} <= set(buffers) and len({buffers[n].dtype for n in writes}) == 3
+    for name, (side, count) in writes.items():
+        g, n, _ = guard_bands(buffers[name])
+        at = g - 1 - torch.arange(abs(count)) if side < 0 else g + n + torch.arange(count)
+        flat_storage(buffers[name])[at] = 0
+    kinds = {(t.dtype.itemsize, guard_bits(t)[2]) for t in buffers.values() if t is not None}
+    with judge.collecting() as failures:
+        with OpCount() as launches:
+            judge.guards_intact("tails", case, buffers)
+        g, n, _ = guard_bands(outputs[0])
+        flat_storage(outputs[0])[g + n] = 0  # after the check was asked: not judged
+    assert launches.ops <= 2 * len(kinds) + 2 < 2 * len(buffers), (launches.ops, len(kinds), len(buffers))
+    (failure,) = failures
+    hits = {h["buffer"]: (h["side"], h["count"]) for h in failure.detail["guards"]}
+    assert hits == {"k": ("before the start", 2), "lse": ("after the end", 3), "cu_q": ("before the start", 1)}, hits
+
+
 def test_a_wide_token_row_still_gets_tile_m_rows_of_band():
     """The widest drawn Q row (64 heads x 128 dims in 16-bit, the large tier's
     gqa64): a band of TILE_M rows, under the cap that bounds big bias buffers."""
