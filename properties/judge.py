@@ -237,8 +237,12 @@ def exactly(property: str, case: Case, quantity: str, got, want, where, what: st
     contract fixes or a relation predicts; storage that must keep its bytes
     is ``untouched``'s. ``defer``: settled at the end of ``collecting()``
     (``_fail_if``)."""
-    g, w = got.to(torch.float64), want.to(torch.float64)
-    bad = where & ~((g == w) | (torch.isnan(g) & torch.isnan(w)))
+    # Compared in their own dtype when they share it (exact either way: fewer launches); NaN only where it can be.
+    g, w = (got, want) if got.dtype == want.dtype else (got.to(torch.float64), want.to(torch.float64))
+    same = g == w
+    if g.is_floating_point():
+        same = same | (torch.isnan(g) & torch.isnan(w))
+    bad = where & ~same
 
     def failure() -> PropertyFailure:
         return PropertyFailure(

@@ -46,3 +46,26 @@ def test_nothing_is_settled_when_the_judging_raises():
         _check("deferred", True, True)
         raise RuntimeError("a suite bug")
     assert len(failures) == 1 and not isinstance(failures[0], PropertyFailure)
+
+
+@pytest.mark.parametrize(
+    "got,want",
+    [
+        (torch.tensor([0.0, float("nan"), 2.5], dtype=torch.float16), torch.tensor([-0.0, float("nan"), 2.5], dtype=torch.float16)),
+        (torch.tensor([0.0, float("nan"), 2.5], dtype=torch.float32), torch.tensor([-0.0, float("nan"), 2.5], dtype=torch.float64)),
+        (torch.tensor([False, True, True]), torch.tensor([False, True, True])),
+        (torch.tensor([3, -1, 7], dtype=torch.int32), torch.tensor([3, -1, 7], dtype=torch.int64)),
+    ],
+    ids=["fp16", "fp32 vs fp64", "bool", "int32 vs int64"],
+)
+def test_exactly_judges_values_in_any_dtype(got, want):
+    """Equal values pass (a NaN matches a NaN, -0 matches +0), in one dtype or
+    two; one element off fails, named, in each."""
+    everywhere = torch.ones(3, dtype=torch.bool)
+    judge.exactly("tails", CASE, "o", got, want, everywhere, "values")
+    off = want.clone()
+    off[2] = False if off.dtype == torch.bool else 4
+    with pytest.raises(PropertyFailure, match="1 element") as failed:
+        judge.exactly("tails", CASE, "o", got, off, everywhere, "values")
+    assert failed.value.where.tolist() == [False, False, True]
+    judge.exactly("tails", CASE, "o", got, off, torch.tensor([True, True, False]), "values")  # outside where: not judged
