@@ -20,6 +20,7 @@ outside it the helper raises.
 
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Callable, Dict, List, Mapping, Optional, Sequence
@@ -155,9 +156,11 @@ def worst_elements(case: Case, quantity: str, got: torch.Tensor, want: torch.Ten
 
 
 def _ratio(err: torch.Tensor, bound: torch.Tensor) -> torch.Tensor:
-    """err / bound elementwise; 0 where both are 0, inf where only the bound is."""
-    safe = torch.where(bound > 0, bound, torch.ones_like(bound))
-    return torch.where(bound > 0, err / safe, torch.where(err == 0, torch.zeros_like(err), torch.full_like(err, float("inf"))))
+    """err / bound elementwise (err >= 0, as abs_diff gives it); 0 where both
+    are 0, inf where only the bound is. 0/0 is the only NaN of a finite,
+    non-negative bound: one that is not is a broken model, failed before any
+    ratio is read (``within_models``). Two launches."""
+    return torch.nan_to_num(err / bound, nan=0.0, posinf=math.inf)
 
 
 # ------------------------------------------------------------------- checks

@@ -69,3 +69,13 @@ def test_exactly_judges_values_in_any_dtype(got, want):
         judge.exactly("tails", CASE, "o", got, off, everywhere, "values")
     assert failed.value.where.tolist() == [False, False, True]
     judge.exactly("tails", CASE, "o", got, off, torch.tensor([True, True, False]), "values")  # outside where: not judged
+
+
+def test_the_error_ratio_is_zero_only_where_nothing_is_off():
+    """error / bound: 0 where both are 0, inf where only the bound is 0 or the
+    error is infinite (a NaN output), the quotient elsewhere."""
+    from properties.judge import _ratio
+
+    err = torch.tensor([0.0, 1.0, 1.0, float("inf"), 0.0], dtype=torch.float64)
+    bound = torch.tensor([0.0, 0.0, 4.0, 2.0, 3.0], dtype=torch.float64)
+    assert _ratio(err, bound).tolist() == [0.0, float("inf"), 0.25, float("inf"), 0.0]
