@@ -73,6 +73,29 @@ def test_the_standin_run_passes_a_stratum_through_the_plugin_and_report(tmp_path
     assert summary["findings"]["entries"] == []
 
 
+def test_count_model_ops_counts_the_judging_of_each_judged_test(capsys):
+    """tools/count_model_ops.py --judging: one row per numerics and tails test;
+    each example's judging reads the device in the fewest syncs it needs
+    (numerics: the error ratios, then the deferred verdicts; tails: the
+    verdicts), once the process has read each dtype's sentinel bits (cached:
+    each Case is judged twice, the second counted)."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        tool = importlib.import_module("count_model_ops")
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    assert tool.main(["--judging", "--examples", "1"]) == 0
+    rows = [line.split("|")[1].strip() for line in capsys.readouterr().out.splitlines() if line.startswith("| test_")]
+    assert sorted(rows) == sorted(tool.JUDGED)
+    for name, cases in tool.judging_cases_of(3).items():
+        for case in cases:
+            tool.count_judging(name, case, False)  # reads the sentinel bits of its buffers' dtypes, once per process
+            k = tool.count_judging(name, case, False)
+            assert k.ops > 0 and k.syncs <= (2 if "numerics" in name else 1), (name, case.describe(), k.ops, k.syncs)
+
+
 def test_store_durations_keeps_the_tests_that_ran(tmp_path):
     """tools/store_durations.py reads a run's shards as the report does: each test that ran, by node id."""
     import json

@@ -3,6 +3,7 @@
 
     PYTHONPATH=$PWD python3 tools/count_model_ops.py              # 60 ci draws per test
     PYTHONPATH=$PWD python3 tools/count_model_ops.py --examples 200 --by-function
+    PYTHONPATH=$PWD python3 tools/count_model_ops.py --judging         # what judging one example makes
 
 Each numerics example computes the float64 reference and its error model's
 bounds (``reference_for_case(..., extra=bounds_for(case.family))``) as a
@@ -14,6 +15,10 @@ counts are the same on any device, so they are measured here on the CPU,
 with a ``TorchDispatchMode``, over the Cases the ``ci`` profile draws for the
 numerics tests (derandomized: the Cases a GPU run judges), SM80 and sm90.
 ``--by-function`` adds the ops per example of the functions that make most.
+``--judging`` counts instead what one example's judging makes (the checks
+inside ``judge.collecting()``: guard bands, exact values, error ratios, the
+deferred verdicts' read), for the numerics and tails tests of the SM80
+family, each example launched on the CPU stand-in (tests/standins.py).
 """
 
 from __future__ import annotations
@@ -92,17 +97,61 @@ def count(case, by_function: bool) -> tuple:
     return k
 
 
+JUDGED = {"test_numerics_dense": "numerics", "test_numerics_thd": "numerics", "test_tails_dense": "tails", "test_tails_thd": "tails"}
+
+
+def judging_cases_of(examples: int) -> dict:
+    from conformance.pairs import draw
+
+    drawn = {**draw("ci", select="test_numerics_"), **draw("ci", select="test_tails_")}
+    return {name: drawn[name][:examples] for name in JUDGED}
+
+
+def count_judging(name: str, case, by_function: bool) -> OpCount:
+    """The ops of one example's judging: the property run on the CPU stand-in, counted inside ``judge.collecting()``."""
+    from contextlib import contextmanager
+    from unittest import mock
+
+    from properties import check_numerics, check_tails, judge
+    from tests.standins import ReferenceKernel, device_users
+
+    real, counted = judge.collecting, []
+
+    @contextmanager
+    def collecting():
+        with OpCount(by_function) as k, real() as sink:
+            counted.append(k)
+            yield sink
+
+    check = check_numerics if JUDGED[name] == "numerics" else check_tails
+    with mock.patch.object(judge, "collecting", collecting):
+        patches = [mock.patch.object(m, "device", lambda: torch.device("cpu")) for m in device_users()]
+        for p in patches:
+            p.start()
+        try:
+            check(case, ReferenceKernel(name="prepared"))
+        finally:
+            for p in patches:
+                p.stop()
+    (k,) = counted
+    return k
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--examples", type=int, default=60, help="the first N ci draws of each numerics test (default 60)")
     p.add_argument("--by-function", action="store_true", help="also the ops per example of the functions that make most")
+    p.add_argument("--judging", action="store_true", help="count one example's judging instead (numerics and tails, on the CPU stand-in)")
     args = p.parse_args(argv)
     if args.examples < 1:
         p.error("--examples must be at least 1")
+    if args.judging:
+        sys.path.insert(0, str(ROOT))  # the stand-in lives in tests/
     print("| test | examples | ops per example: mean | median | max | host syncs per example |")
     print("|---|---|---|---|---|---|")
-    for name, cases in cases_of(args.examples).items():
-        counted = [count(c, args.by_function) for c in cases]
+    drawn = judging_cases_of(args.examples) if args.judging else cases_of(args.examples)
+    for name, cases in drawn.items():
+        counted = [count_judging(name, c, args.by_function) if args.judging else count(c, args.by_function) for c in cases]
         ops = sorted(k.ops for k in counted)
         n = len(ops)
         syncs = sum(k.syncs for k in counted) / n
