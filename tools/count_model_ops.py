@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Count the torch ops one numerics example's reference and error model make.
+"""Count the torch ops one numerics example's reference and error model make (or, with --judging, its judging).
 
     PYTHONPATH=$PWD python3 tools/count_model_ops.py              # 60 ci draws per test
     PYTHONPATH=$PWD python3 tools/count_model_ops.py --examples 200 --by-function
