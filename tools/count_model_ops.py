@@ -139,7 +139,7 @@ def count_judging(name: str, case, by_function: bool) -> OpCount:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--examples", type=int, default=60, help="the first N ci draws of each numerics test (default 60)")
+    p.add_argument("--examples", type=int, default=60, help="the first N ci draws of each counted test (default 60)")
     p.add_argument("--by-function", action="store_true", help="also the ops per example of the functions that make most")
     p.add_argument("--judging", action="store_true", help="count one example's judging instead (numerics and tails, on the CPU stand-in)")
     args = p.parse_args(argv)
