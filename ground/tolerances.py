@@ -119,6 +119,7 @@ RCP_REL = 2.0**-22
 # whole grid step, each pass result one fp32 ulp.
 TC_WINDOW_BITS = 24
 F64_MANTISSA_BITS = 52  # _grid reads the float64 exponent field above them
+F64_EXPONENT_FIELD = 0x7FF << F64_MANTISSA_BITS
 TC_HALF = 8  # products per pass in the two-pass structure
 # The P@V mma (O's accumulator) is charged more simply: each step's magnitudes
 # bounded by the running sum of |p v| (no cancellation assumed), 2 x (9 terms +
@@ -253,9 +254,11 @@ def _grid(m: torch.Tensor) -> torch.Tensor:
     on a GPU the model's cost is its launches); 0 where m == 0, and where the
     grid would fall below the normal float64 range (m < 2^-999, far below any
     product of two fp16/bf16 values): a grid of 0 charges whole terms
-    (``_lost``), more than any grid."""
-    biased = (m.view(torch.int64) >> F64_MANTISSA_BITS) - (TC_WINDOW_BITS - 1)  # the grid's exponent field
-    return (biased.clamp(min=0) << F64_MANTISSA_BITS).view(torch.float64)
+    (``_lost``), more than any grid. Three launches: the exponent field kept
+    in place, lowered by 23, clamped at 0 (the sign bit, 0 for m >= 0, masked
+    off)."""
+    field = m.view(torch.int64) & F64_EXPONENT_FIELD
+    return (field - ((TC_WINDOW_BITS - 1) << F64_MANTISSA_BITS)).clamp(min=0).view(torch.float64)
 
 
 def _lost(a: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
@@ -321,7 +324,8 @@ def _p_rounding(it, dtype: str, p, vis, gap, z0, m_k0) -> torch.Tensor:
     return t_p
 
 
-ROW_BLOCK = 1 << 23  # products per block of rows: bounds dot_error's memory (x 8 bytes, a few tensors)
+# Products per block of rows, every k16 step's at once (fp32: 128 MiB): bounds dot_error's memory.
+ROW_BLOCK = 1 << 25
 
 
 def rotation_unsure(lo: torch.Tensor, hi: torch.Tensor, c: torch.Tensor, s: torch.Tensor, io_dtype: torch.dtype) -> torch.Tensor:
@@ -363,7 +367,8 @@ def dot_error(q: torch.Tensor, k: torch.Tensor, group: int) -> torch.Tensor:
 
     Only E carries from one step to the next, so the partial sums C' and D
     of every step (float64 matmuls of each half step, accumulated in order by
-    one cumsum) are computed for all steps at once, and Ga and G, which wait
+    one cumsum), the products and their pass maxima are computed for all
+    steps at once, and Ga and G, which wait
     on nothing but C, are read in one call and carried together (the
     ``pair`` axis: the first pass of 8 products, then the one pass of 16)."""
     b, h_kv, s_kv, d = k.shape
@@ -378,7 +383,7 @@ def dot_error(q: torch.Tensor, k: torch.Tensor, group: int) -> torch.Tensor:
     halves = lambda x: x.unflatten(-1, (2 * steps, TC_HALF)).transpose(-2, -3)  # noqa: E731  (..., n, D) -> (..., half steps, n, 8)
     k_halves = halves(k).transpose(-1, -2)
     k32 = k.abs().to(torch.float32).unflatten(-1, (steps, MMA_K))  # (b, h, keys, steps, 16)
-    block = max(1, ROW_BLOCK // max(1, s_kv * MMA_K))
+    block = max(1, ROW_BLOCK // max(1, s_kv * steps * MMA_K))
     for r0 in range(0, rows, block):
         qb = qg[:, :, r0 : r0 + block]
         # sums[:, :, 2s] = C' (C + the first 8 products of step s), sums[:, :, 2s + 1] = D
@@ -386,15 +391,19 @@ def dot_error(q: torch.Tensor, k: torch.Tensor, group: int) -> torch.Tensor:
         mags = sums.abs()
         c_term = (sums[:, :, 1::2] != 0).to(q.dtype)  # C != 0: the accumulator is exact before the first step
         q32 = qb.abs().to(torch.float32).unflatten(-1, (steps, MMA_K))
+        # |products| of every step, (b, h, rows, keys, steps, 16): fp16 x fp16 (22 bits) and bf16 x bf16
+        # (16 bits) are exact in fp32, and so are their remainders against a power-of-two grid; with the
+        # largest product of each pass of 8 (m1, m2), their max (m12) and the pair (m1, m12) that Ga and G
+        # are read from, for every step at once: none of them waits on E
+        prods = q32[..., :, None, :, :] * k32[..., None, :, :, :]
+        m1s, m2s = prods.unflatten(-1, (2, TC_HALF)).amax(-1).to(q.dtype).unbind(-1)
+        m12s = torch.maximum(m1s, m2s)
+        pairs = torch.stack((m1s, m12s))
         err = torch.zeros(qb.shape[:3] + (s_kv,), dtype=q.dtype, device=q.device)
         for s in range(steps):
-            # |products|: fp16 x fp16 (22 bits) and bf16 x bf16 (16 bits) are exact in fp32, and so
-            # are their remainders against a power-of-two grid
-            a = q32[..., s, :][..., :, None, :] * k32[..., s, :][..., None, :, :]
-            m1, m2 = a.unflatten(-1, (2, TC_HALF)).amax(-1).to(q.dtype).unbind(-1)  # the largest product of each pass of 8
-            m12 = torch.maximum(m1, m2)
+            a, m2, m12 = prods[..., s, :], m2s[..., s], m12s[..., s]
             c = mags[:, :, 2 * s - 1] + err if s else err  # |C| + E
-            pair = _grid(torch.maximum(c, torch.stack((m1, m12))))  # (Ga, G)
+            pair = _grid(torch.maximum(c, pairs[..., s]))  # (Ga, G)
             r = torch.stack((_lost(a[..., :TC_HALF], pair[0]), _lost(a, pair[1])))
             if s:
                 r = r + c_term[:, :, s - 1] * pair
