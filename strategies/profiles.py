@@ -115,6 +115,34 @@ for _name, _extra in PROFILE_SETTINGS.items():
     settings.register_profile(_name, max_examples=MAX_EXAMPLES[_name], deadline=None, suppress_health_check=[HealthCheck.too_slow], **_extra)
 
 
+def pin_local_constants() -> None:
+    """Hypothesis draws about one in twenty integers, floats and strings from
+    a pool of the literals in every "local" module imported so far (any file
+    outside site-packages and the standard library: this project's, and a
+    kernel source tree put on PYTHONPATH). The pool grows as the process
+    imports modules, so a test's examples, derandomized or not, would depend
+    on what earlier tests imported (a worker that compiled a kernel first
+    draws otherwise), on the machine's paths, and on any literal edited
+    anywhere in the project. Pinned empty, a test's examples depend on the
+    test and its seed alone; Hypothesis' own constants (its nasty values)
+    stay. Hypothesis' private hook (hypothesis.internal.conjecture.providers,
+    6.155 to 6.168 at least); a version without it is refused, not ignored."""
+    try:
+        from hypothesis.internal.conjecture import providers
+    except ImportError as e:  # pragma: no cover - a Hypothesis that moved it
+        raise ImportError(f"sdpa-conformance cannot pin Hypothesis' local constants: {e}; the suite pins hypothesis==6.155.2") from None
+    if not (callable(getattr(providers, "_get_local_constants", None)) and hasattr(providers, "Constants") and hasattr(providers, "CONSTANTS_CACHE")):
+        raise ImportError(
+            "sdpa-conformance cannot pin Hypothesis' local constants (hypothesis.internal.conjecture.providers changed); the suite pins hypothesis==6.155.2"
+        )
+    empty = providers.Constants()
+    providers._get_local_constants = lambda: empty
+    providers.CONSTANTS_CACHE.cache.clear()  # any pool read before the pin
+
+
+pin_local_constants()
+
+
 def profile_name(cli_profile: Optional[str] = None) -> str:
     """The profile to run: pytest's --hypothesis-profile, then $SDPA_HYPOTHESIS_PROFILE,
     then ``ci`` when $CI is set, else ``dev``."""
