@@ -263,21 +263,25 @@ def test_a_wait_for_the_large_lock_ends_at_the_cap():
 def test_the_cap_holds_while_shrinking():
     """The cap is read at the failure, not at the search's start: shrinking
     (and the target optimiser finishing its climb) stops at the cap with the
-    failure found so far, its shrink marked as cut by the cap."""
+    failure found so far, its shrink marked as cut by the cap. Judged by what
+    ran past the cap, not by the wall time (a loaded machine is slower
+    between calls): nothing but Hypothesis' final replay of the failure."""
+    from hypothesis.control import current_build_context
+
     budget, calls, t0 = 2.0, [], [None]
 
     def late_failure(kind, case, adapter):
-        t0[0] = t0[0] or time.perf_counter()
+        t0[0] = t0[0] or time.perf_counter()  # no later than the search's start: its cap comes no later than t0 + budget
         time.sleep(0.05)
-        calls.append(time.perf_counter())
-        if adapter.rewrites and calls[-1] - t0[0] > 1.0:
+        calls.append((time.perf_counter(), current_build_context().is_final))
+        if adapter.rewrites and calls[-1][0] - t0[0] > 1.0:
             raise PropertyFailure(kind.property, case, "planted")
         return survive(kind, case, adapter)
 
-    start = time.perf_counter()
     rec = _one(MUTANTS[0], late_failure, kinds=("numerics_dense",), profile="ci", budget_s=budget)
-    wall = time.perf_counter() - start
-    assert rec["verdict"] == "killed" and rec["shrink_capped"] and rec["case"] and wall < budget + 0.9, (wall, rec["verdict"])
+    assert rec["verdict"] == "killed" and rec["shrink_capped"] and rec["case"], rec["verdict"]
+    past_cap = [final for t, final in calls if t > t0[0] + budget]
+    assert all(past_cap), f"{past_cap.count(False)} shrink step(s) checked past the cap"
     assert "(shrinking stopped by the cap)" in M.render_markdown(_doc([rec]))
 
 
