@@ -19,7 +19,6 @@ far beyond any length or offset). See GUARD_* below for the sizes.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
@@ -159,13 +158,18 @@ def guard_bits(t: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, int]:
         raise ValueError(f"a {tuple(t.shape)} {t.dtype} tensor with no guard bands (not made by ground.data.guarded)")
     g, n, _ = bands
     whole = bits_of(flat_storage(t))
-    return whole[:g], whole[g + n :], _sentinel_bits(t.dtype)
+    bits = SENTINEL_BITS.get(t.dtype)
+    return whole[:g], whole[g + n :], _sentinel_bits(t.dtype) if bits is None else bits
 
 
-@functools.cache
 def _sentinel_bits(dtype: torch.dtype) -> int:
-    """The bits a band element of a ``dtype`` buffer holds (once per dtype: every judged buffer asks)."""
+    """The bits a band element of a ``dtype`` buffer holds."""
     return int(bits_of(torch.tensor([sentinel(dtype)], dtype=dtype)).item())
+
+
+# Read once, at import, for every dtype a buffer of the suite has: judging then reads no
+# tensor for them, whatever the process judged before.
+SENTINEL_BITS = {dtype: _sentinel_bits(dtype) for dtype in (*TORCH_DTYPES.values(), torch.uint8)}
 
 
 def body_storage(t: torch.Tensor) -> torch.Tensor:

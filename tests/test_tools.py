@@ -77,8 +77,7 @@ def test_count_model_ops_counts_the_judging_of_each_judged_test(capsys):
     """tools/count_model_ops.py --judging: one row per numerics and tails test;
     each example's judging reads the device in the fewest syncs it needs
     (numerics: the error ratios, then the deferred verdicts; tails: the
-    verdicts), once the process has read each dtype's sentinel bits (cached:
-    each Case is judged twice, the second counted)."""
+    verdicts)."""
     import sys
 
     sys.path.insert(0, str(ROOT / "tools"))
@@ -91,7 +90,6 @@ def test_count_model_ops_counts_the_judging_of_each_judged_test(capsys):
     assert sorted(rows) == sorted(tool.JUDGED)
     for name, cases in tool.judging_cases_of(3).items():
         for case in cases:
-            tool.count_judging(name, case, False)  # reads the sentinel bits of its buffers' dtypes, once per process
             k = tool.count_judging(name, case, False)
             assert k.ops > 0 and k.syncs <= (2 if "numerics" in name else 1), (name, case.describe(), k.ops, k.syncs)
 

@@ -107,13 +107,14 @@ def judging_cases_of(examples: int) -> dict:
     return {name: drawn[name][:examples] for name in JUDGED}
 
 
-def count_judging(name: str, case, by_function: bool) -> OpCount:
-    """The ops of one example's judging: the property run on the CPU stand-in, counted inside ``judge.collecting()``."""
-    from contextlib import contextmanager
+def judging_ops(run, by_function: bool = False) -> OpCount:
+    """The ops of the judging inside ``run()`` (one example of a property, launched on the CPU), counted
+    inside ``judge.collecting()`` with the property modules' ``device`` set to the CPU."""
+    from contextlib import ExitStack, contextmanager
     from unittest import mock
 
-    from properties import check_numerics, check_tails, judge
-    from tests.standins import ReferenceKernel, device_users
+    from properties import judge
+    from tests.standins import device_users
 
     real, counted = judge.collecting, []
 
@@ -123,18 +124,22 @@ def count_judging(name: str, case, by_function: bool) -> OpCount:
             counted.append(k)
             yield sink
 
-    check = check_numerics if JUDGED[name] == "numerics" else check_tails
-    with mock.patch.object(judge, "collecting", collecting):
-        patches = [mock.patch.object(m, "device", lambda: torch.device("cpu")) for m in device_users()]
-        for p in patches:
-            p.start()
-        try:
-            check(case, ReferenceKernel(name="prepared"))
-        finally:
-            for p in patches:
-                p.stop()
+    with ExitStack() as stack:
+        stack.enter_context(mock.patch.object(judge, "collecting", collecting))
+        for module in device_users():
+            stack.enter_context(mock.patch.object(module, "device", lambda: torch.device("cpu")))
+        run()
     (k,) = counted
     return k
+
+
+def count_judging(name: str, case, by_function: bool) -> OpCount:
+    """The ops of one example's judging, the property run on the CPU stand-in."""
+    from properties import check_numerics, check_tails
+    from tests.standins import ReferenceKernel
+
+    check = check_numerics if JUDGED[name] == "numerics" else check_tails
+    return judging_ops(lambda: check(case, ReferenceKernel(name="prepared")), by_function)
 
 
 def main(argv=None) -> int:
