@@ -218,6 +218,7 @@ def run(args) -> int:
             return status or 1
         cmd = command(args, i, cache)
         print("$ " + " ".join(cmd), flush=True)
+        started = time.monotonic()
         try:
             rc = subprocess.run(cmd, cwd=ROOT, timeout=left).returncode
         except subprocess.TimeoutExpired:
@@ -231,7 +232,10 @@ def run(args) -> int:
             lines = summarize(json.loads(report.read_text()), i)
         except (OSError, ValueError, KeyError) as e:
             lines = [f"run {i}: no report ({e})"]
-        print("\n".join(lines) + f"\n  pytest exit status {rc}", flush=True)
+        # The report's wall is the session's (first hook to the known findings' verdict); the
+        # user waits for the process: its start-up and the report's rendering too.
+        took = time.monotonic() - started
+        print("\n".join(lines) + f"\n  pytest exit status {rc}; {took:.0f} s end to end (start-up, run, report)", flush=True)
     return status
 
 

@@ -768,30 +768,32 @@ class Recording:
             self._flush_test(nodeid)
         # Strict known findings, judged on the examples of every process (not
         # on the rendered report: a report that fails to render hides nothing).
+        read = None
         if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
-            records, _ = shards.read(run.report_dir, run.run_id)
-            self.errors = findings.stale(findings.statuses(findings.active(), findings.property_test_observations(records)))
+            read = shards.read(run.report_dir, run.run_id)
+            self.errors = findings.stale(findings.statuses(findings.active(), findings.property_test_observations(read[0])))
             if self.errors:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
         end = time.time()
         env = environment(run)
-        recorder.write(
-            {
-                "kind": "session",
-                "environment": env,
-                "start": run.start,
-                "end": end,
-                "wall_seconds": end - run.start,
-                "exitstatus": int(session.exitstatus),
-                "findings": [f.to_dict() for f in findings.active()],
-                "findings_file": str(run.findings_file) if run.findings_file else None,
-                "args": list(self.config.invocation_params.args),
-            }
-        )
+        record = {
+            "kind": "session",
+            "environment": env,
+            "start": run.start,
+            "end": end,
+            "wall_seconds": end - run.start,
+            "exitstatus": int(session.exitstatus),
+            "findings": [f.to_dict() for f in findings.active()],
+            "findings_file": str(run.findings_file) if run.findings_file else None,
+            "args": list(self.config.invocation_params.args),
+        }
+        recorder.write(record)
+        if read is not None:  # the report merges what was read, and the session record as the shard holds it
+            read[0].append(dict(recorder.as_written(record), shard=Path(recorder.shard_path()).stem))
         import reports
 
         try:
-            run.summary, run.paths = reports.build(run.report_dir, run.run_id)
+            run.summary, run.paths = reports.build(run.report_dir, run.run_id, read=read)
         except Exception as e:  # noqa: BLE001 - a broken report must not hide the test results
             warnings.warn(pytest.PytestWarning(f"sdpa-conformance: rendering the report failed: {type(e).__name__}: {e}"))
 

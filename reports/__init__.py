@@ -8,14 +8,16 @@ for the files a run leaves.
 from __future__ import annotations
 
 
-def build(report_dir, run_id=None) -> tuple:
+def build(report_dir, run_id=None, read=None) -> tuple:
     """Merge one run's shards under ``report_dir`` (default: the latest run),
     write the case files only the merge can write, render
-    report.json/.md/.html. Returns (summary, paths)."""
+    report.json/.md/.html. Returns (summary, paths). ``read``: the run's
+    records and warnings as ``shards.read`` gave them, when the caller holds
+    them already (the plugin, which judged the known findings on them)."""
     from . import casefile, render, shards, summary
 
     run_id = run_id or shards.latest_run(report_dir)
-    records, warnings = shards.read(report_dir, run_id)
+    records, warnings = read if read is not None else shards.read(report_dir, run_id)
     s = summary.merge(records, warnings)
     s["run"]["id"] = run_id
     env = s["environment"]
