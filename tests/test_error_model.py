@@ -284,6 +284,31 @@ def test_calibration_tool_counts_kills_per_model(tmp_path):
     assert bad.returncode == 2 and "no_such_mutant" in bad.stderr
 
 
+def test_calibration_tool_judges_a_profiles_own_draws(tmp_path):
+    """--profile judges exactly the Cases a run under that (derandomized) profile draws for the numerics tests
+    (the sample --every takes, of the flavors asked for), not draws of its own; bad --profile / --every exit 2."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from conformance.pairs import draw
+    from ground.tables import flavor_of
+
+    tool = Path(__file__).resolve().parents[1] / "tools" / "calibrate_error_model.py"
+    argv = ["--emulate", "tc24", "--profile", "pr", "--every", "5", "--flavors", "gptoss", "--layouts", "dense", "--no-parts", "--jobs", "2"]
+    done = subprocess.run([sys.executable, str(tool), *argv, "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    doc = json.loads((tmp_path / "calibration.json").read_text())
+    judged = sorted(json.dumps(row["case"], sort_keys=True) for s in doc["strata"] for row in s["rows"])
+    drawn = [c for c in draw("pr", select="test_numerics_")["test_numerics_dense"][::5] if flavor_of(c.d_qk, c.d_v) == "gptoss"]
+    assert judged and judged == sorted(json.dumps(c.to_dict(), sort_keys=True) for c in drawn)
+    assert doc["meta"]["profile"] == "pr" and doc["meta"]["examples"] == len(drawn)
+    for bad, message in ((["--profile", "bogus"], "--profile 'bogus'"), (["--every", "3"], "--every N")):
+        done = subprocess.run([sys.executable, str(tool), "--emulate", "tc24", *bad], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and message in done.stderr, done.stderr
+
+
 def test_rope_operand_term_is_needed_and_enough(monkeypatch):
     """The emulated kernel rotates with the FFMA contraction the H200 showed
     (kernel_emulation.fused_rotate): it reproduces the H200's failure of the

@@ -2,6 +2,7 @@
 
     python3 tools/calibrate_error_model.py                      # the real kernels, one CUDA GPU (~3-5 min)
     python3 tools/calibrate_error_model.py --emulate tc24       # the CPU emulation (tests/kernel_emulation.py)
+    python3 tools/calibrate_error_model.py --emulate adversarial --profile ci --no-parts   # a gate's own numerics draws
 
 Draws ``--per-stratum`` Cases for every (flavor, dtype, layout) stratum from
 the suite's strategies (``strategies.dense_cases`` / ``thd_cases``, the
@@ -12,7 +13,11 @@ numerics tests' draws), runs each through the numerics property
 replaced, the failures (a correct kernel must have none), and which term
 families carry the bounds (median share over the judged rows/elements).
 Strata run in ``--jobs`` processes (spawned; each draws its own examples
-with a fixed Hypothesis seed, so reruns draw the same cases). Writes
+with a fixed Hypothesis seed, so reruns draw the same cases). ``--profile
+NAME`` judges instead the Cases a run under that Hypothesis profile draws for
+the SM80 numerics tests (``conformance.pairs.draw``; under ci and pr,
+derandomized, exactly the draws a GPU gate judges), e.g. a strategy
+change's new draws on the emulation before a GPU run meets them. Writes
 ``calibration.json`` to ``--out`` (default: $OUT when set).
 Exit status: 0 no failure, 1 a failure (or a stratum crashed), 2 bad arguments.
 """
@@ -119,7 +124,12 @@ def _stratum(job: dict) -> dict:
         where = "cuda"
     rows = []
     try:
-        cases = _draw(job["flavor"], job["dtype"], job["layout"], job["n"], job["seed"], job["max_tokens"])
+        if job.get("cases") is not None:  # --profile: a slice of a run's own draws
+            from ground.case import Case
+
+            cases = [Case.from_dict(d) for d in job["cases"]]
+        else:
+            cases = _draw(job["flavor"], job["dtype"], job["layout"], job["n"], job["seed"], job["max_tokens"])
     except Exception:  # noqa: BLE001 - reported as a crashed stratum
         return {**job, "crash": traceback.format_exc(), "rows": rows}
     for case in cases:
@@ -211,6 +221,37 @@ def render(summary: dict, meta: dict) -> str:
     return "\n".join(lines)
 
 
+def _profile_work(args, jobs: int):
+    """--profile: the numerics tests' draws under that profile (of the chosen flavors, dtypes and layouts),
+    dealt round-robin into ``jobs`` slices; None (after a message) when there are none."""
+    from conformance.pairs import draw
+    from ground.tables import flavor_of
+
+    tests = [f"test_numerics_{lay}" for lay in args.layouts.split(",")]
+    flavors, dtypes = set(args.flavors.split(",")), set(args.dtypes.split(","))
+    drawn = draw(args.profile, select="test_numerics_")
+    cases = [c for t in tests for c in drawn.get(t, ())[:: args.every or 1] if flavor_of(c.d_qk, c.d_v) in flavors and c.dtype in dtypes]
+    if not cases:
+        print(f"--profile {args.profile}: no numerics draw of these flavors, dtypes and layouts", file=sys.stderr)
+        return None
+    return [
+        dict(
+            flavor="*",
+            dtype="*",
+            layout=f"{args.profile} slice {i}",
+            n=None,
+            seed=None,
+            max_tokens=None,
+            emulate=args.emulate,
+            plant=args.plant,
+            parts=not args.no_parts,
+            mutant=args.mutant,
+            cases=[c.to_dict() for c in cases[i::jobs]],
+        )
+        for i in range(min(jobs, len(cases)))
+    ]
+
+
 def main(argv=None) -> int:
     from ground.tables import FLAVORS
 
@@ -229,12 +270,23 @@ def main(argv=None) -> int:
     ap.add_argument("--layouts", default="dense,thd")
     ap.add_argument("--max-tokens", type=int, default=None, help="bound the drawn lengths (the emulation is slow on long rows)")
     ap.add_argument("--seed", type=int, default=20261202)
+    ap.add_argument("--profile", help="judge the Cases a run under this Hypothesis profile draws for the numerics tests (not per stratum)")
+    ap.add_argument("--every", type=int, default=None, help="with --profile: every N-th draw of each test, a sample across its strata (default: all)")
     ap.add_argument("--no-parts", action="store_true", help="skip the term-share breakdown (one more reference pass per example)")
     ap.add_argument("--out", default=os.environ.get("OUT"), help="directory for calibration.json (default: $OUT)")
     args = ap.parse_args(argv)
     if args.per_stratum < 1:
         print("--per-stratum must be >= 1", file=sys.stderr)
         return 2
+    if args.every is not None and (args.every < 1 or not args.profile):
+        print("--every N: N >= 1, with --profile", file=sys.stderr)
+        return 2
+    if args.profile:
+        from strategies.profiles import MAX_EXAMPLES
+
+        if args.profile not in MAX_EXAMPLES:
+            print(f"--profile {args.profile!r}: expected one of {', '.join(MAX_EXAMPLES)}", file=sys.stderr)
+            return 2
     if args.mutant:
         from conformance.kill_rate import flavors_for
         from kernels.mutants import by_name
@@ -278,6 +330,10 @@ def main(argv=None) -> int:
         )
         for i, (f, d, lay) in enumerate(strata)
     ]
+    if args.profile:
+        work = _profile_work(args, jobs)
+        if work is None:
+            return 2
     start = time.perf_counter()
     with ProcessPoolExecutor(max_workers=min(jobs, len(work)), mp_context=get_context("spawn")) as pool:
         results = list(pool.map(_stratum, work))
@@ -290,6 +346,8 @@ def main(argv=None) -> int:
         else f"prepared adapter, CUDA{', mutant ' + args.mutant if args.mutant else ''}"
     )
     meta = {"backend": backend, "seconds": seconds, "examples": sum(len(r["rows"]) for r in results), "per_stratum": args.per_stratum, "seed": args.seed}
+    if args.profile:
+        meta.update(profile=args.profile, per_stratum=None, seed=None)
     print(render(summary, meta))
     for r in crashed:
         print(f"stratum {r['flavor']}/{r['dtype']}/{r['layout']} crashed:\n{r['crash']}", file=sys.stderr)
