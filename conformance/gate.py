@@ -232,7 +232,7 @@ def run(args) -> int:
             lines = summarize(json.loads(report.read_text()), i)
         except (OSError, ValueError, KeyError) as e:
             lines = [f"run {i}: no report ({e})"]
-        # The report's wall is the session's (first hook to the known findings' verdict); the
+        # The report's wall is the pytest run's (configure to the known findings' verdict); the
         # user waits for the process: its start-up and the report's rendering too.
         took = time.monotonic() - started
         print("\n".join(lines) + f"\n  pytest exit status {rc}; {took:.0f} s end to end (start-up, run, report)", flush=True)
