@@ -70,7 +70,7 @@ def _judge_draws(test: str, values: dict, adapter, *, shrink: bool = True) -> No
     run()
 
 
-@pytest.mark.parametrize("test, values", _parameters())
+@pytest.mark.parametrize("test, values", list(_parameters()))
 def test_sm80_draws_pass_on_the_reference(on_cpu, test, values):
     _judge_draws(test, values, STANDIN)
 
