@@ -174,9 +174,9 @@ def test_the_recorder_times_a_rejection_from_its_draw(tmp_path):
     assert 0.02 <= drawn["draw_seconds"] < 1.0 and "draw_seconds" not in undrawn
 
 
-def test_phase_ends_synchronize_the_device_unless_switched_off(monkeypatch):
-    """A phase's end waits for the device (its seconds are its own) unless SDPA_PHASE_SYNC=0, which the run's
-    report names; the switch is read from the environment."""
+def test_phase_ends_synchronize_the_device_only_when_asked(monkeypatch):
+    """A phase's end waits for the device (its seconds are its own) only with SDPA_PHASE_SYNC=1; by default
+    it times the host's issuing. The run's report names the mode; the switch is read from the environment."""
     import subprocess
     import sys
     from unittest import mock
@@ -193,8 +193,12 @@ def test_phase_ends_synchronize_the_device_unless_switched_off(monkeypatch):
                     pass
                 assert len(calls) == waits
     phases.take()
-    env = dict(__import__("os").environ, SDPA_PHASE_SYNC="0")
-    out = subprocess.run(
-        [sys.executable, "-c", "from ground import phases; print(phases.SYNC, phases.mode())"], env=env, capture_output=True, text=True, check=True
-    )
-    assert out.stdout.strip() == "False host issue time only (SDPA_PHASE_SYNC=0)"
+    base = {k: v for k, v in __import__("os").environ.items() if k != "SDPA_PHASE_SYNC"}
+    for env, expected in (
+        (base, "False host issue time only (the default; SDPA_PHASE_SYNC=1 syncs each phase)"),
+        (dict(base, SDPA_PHASE_SYNC="0"), "False host issue time only (the default; SDPA_PHASE_SYNC=1 syncs each phase)"),
+        (dict(base, SDPA_PHASE_SYNC="1"), "True device synchronized at each phase's end (SDPA_PHASE_SYNC=1)"),
+    ):
+        code = "from ground import phases; print(phases.SYNC, phases.mode())"
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == expected
