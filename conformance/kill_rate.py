@@ -1971,7 +1971,15 @@ def main(args) -> int:
     # A time limit's SIGTERM ends the run as Ctrl-C does, so multiprocessing stops its daemon workers
     # on the way out instead of leaving them searching on the GPU (the partial report is already written).
     signal.signal(signal.SIGTERM, _interrupted)
-    new = {r["name"]: r for r in run_all(todo, opts, args.jobs, on_record=keep, done_units=done, on_unit=unit)}
+    try:
+        new = {r["name"]: r for r in run_all(todo, opts, args.jobs, on_record=keep, done_units=done, on_unit=unit)}
+    except KeyboardInterrupt as e:  # Ctrl-C or a time limit: what finished is kept, and how to go on is said
+        print(
+            f"sdpa-conformance mutants: interrupted ({e or 'Ctrl-C'}): {len(made)} of {len(everyone)} records kept in {partial}; "
+            "the same options with --resume go on from there",
+            file=sys.stderr,
+        )
+        return 130
     records = [
         kept[m.name] | {"resumed": True} if m.name in kept else new[m.name] | ({"resumed_units": len(done[m.name])} if done.get(m.name) else {})
         for m in everyone
