@@ -221,7 +221,7 @@ def render(summary: dict, meta: dict) -> str:
     return "\n".join(lines)
 
 
-def _profile_work(args, jobs: int):
+def _profile_work(args, jobs: int, how: dict):
     """--profile: the numerics tests' draws under that profile (of the chosen flavors, dtypes and layouts),
     dealt round-robin into ``jobs`` slices; None (after a message) when there are none."""
     from conformance.pairs import draw
@@ -234,22 +234,8 @@ def _profile_work(args, jobs: int):
     if not cases:
         print(f"--profile {args.profile}: no numerics draw of these flavors, dtypes and layouts", file=sys.stderr)
         return None
-    return [
-        dict(
-            flavor="*",
-            dtype="*",
-            layout=f"{args.profile} slice {i}",
-            n=None,
-            seed=None,
-            max_tokens=None,
-            emulate=args.emulate,
-            plant=args.plant,
-            parts=not args.no_parts,
-            mutant=args.mutant,
-            cases=[c.to_dict() for c in cases[i::jobs]],
-        )
-        for i in range(min(jobs, len(cases)))
-    ]
+    slices = range(min(jobs, len(cases)))
+    return [dict(flavor="*", dtype="*", layout=f"{args.profile} slice {i}", cases=[c.to_dict() for c in cases[i::jobs]], **how) for i in slices]
 
 
 def main(argv=None) -> int:
@@ -315,25 +301,16 @@ def main(argv=None) -> int:
     args.flavors = args.flavors or ",".join(FLAVORS)
     jobs = args.jobs or (2 if args.emulate else 16)
     strata = [(f, d, lay) for f in args.flavors.split(",") for d in args.dtypes.split(",") for lay in args.layouts.split(",")]
-    work = [
-        dict(
-            flavor=f,
-            dtype=d,
-            layout=lay,
-            n=args.per_stratum,
-            seed=args.seed + i,
-            max_tokens=args.max_tokens,
-            emulate=args.emulate,
-            plant=args.plant,
-            parts=not args.no_parts,
-            mutant=args.mutant,
-        )
-        for i, (f, d, lay) in enumerate(strata)
-    ]
+    how = dict(emulate=args.emulate, plant=args.plant, parts=not args.no_parts, mutant=args.mutant)  # every job's
     if args.profile:
-        work = _profile_work(args, jobs)
+        work = _profile_work(args, jobs, how)
         if work is None:
             return 2
+    else:
+        work = [
+            dict(flavor=f, dtype=d, layout=lay, n=args.per_stratum, seed=args.seed + i, max_tokens=args.max_tokens, **how)
+            for i, (f, d, lay) in enumerate(strata)
+        ]
     start = time.perf_counter()
     with ProcessPoolExecutor(max_workers=min(jobs, len(work)), mp_context=get_context("spawn")) as pool:
         results = list(pool.map(_stratum, work))
