@@ -789,7 +789,7 @@ class Recording:
         }
         recorder.write(record)
         if read is not None:  # the report merges what was read, and the session record as the shard holds it
-            read[0].append(dict(recorder.as_written(record), shard=Path(recorder.shard_path()).stem))
+            read[0].append(shards.as_read(record, recorder.shard_path()))
         import reports
 
         try:

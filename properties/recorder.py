@@ -182,11 +182,6 @@ def write(record: dict) -> None:
     _state.shard.flush()
 
 
-def as_written(record: dict) -> dict:
-    """``record`` as a reader of the shard gets it back (JSON's types)."""
-    return json.loads(json.dumps(record, default=jsonable))
-
-
 def jsonable(value):
     """json.dumps fallback for what properties put in notes/detail (tensors,
     tuples of numpy scalars, dtypes): a plain value, else its str."""

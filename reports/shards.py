@@ -105,3 +105,11 @@ def read(report_dir, run_id: Optional[str] = None) -> Tuple[List[dict], List[str
             rec["shard"] = p.stem
             records.append(rec)
     return records, warnings
+
+
+def as_read(record: dict, shard_path) -> dict:
+    """``record`` as ``read`` gives it back once written to the shard at ``shard_path``
+    (JSON's types, tagged with its shard's name): for a writer that holds what it read."""
+    from properties.recorder import jsonable
+
+    return dict(json.loads(json.dumps(record, default=jsonable)), shard=Path(shard_path).stem)
