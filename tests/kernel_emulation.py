@@ -479,7 +479,48 @@ def emulate_backward(case, inputs, o, lse, do, plant: BwdPlant = BwdPlant(), lau
     handed LSE, rounded to the I/O dtype for dV; dP, D, dS' in fp32; dS =
     scale dS' rounded to the I/O dtype for dK/dQ; fp32 accumulation; GQA
     partials rounded per q head, summed, rounded; dBias fp32; dSink fp32.
-    Returns the gradients in the suite's layouts (dense only)."""
+    Returns the gradients in the suite's layouts: dense (B, H, S, D); THD
+    packed (T, H, D), each sequence as a batch of one (``_emulate_thd``)."""
+    if case.is_thd:
+        return _emulate_thd(case, inputs, o, lse, do, plant, launch)
+    return _emulate_dense(case, inputs, o, lse, do, plant, launch)
+
+
+def _emulate_thd(case, inputs, o, lse, do, plant: BwdPlant, launch: int):
+    """The THD backward per sequence, as the kernel's CTAs see one: its tokens
+    from the cu_seqlens offsets, a batch of one with no padding; dSink summed
+    over the sequences (fp32 atomics, any order). Rows outside every sequence
+    come back 0 (never judged); a sequence with no Q row leaves its keys' dK/dV 0."""
+    from types import SimpleNamespace
+
+    io = TORCH_DTYPES[case.dtype]
+    cu_q, cu_kv = case.cu_seqlens("q"), case.cu_seqlens("kv")
+    out = {
+        "dq": torch.zeros((case.t_q, case.h_q, case.d_qk), dtype=io),
+        "dk": torch.zeros((case.t_kv, case.h_kv, case.d_qk), dtype=io),
+        "dv": torch.zeros((case.t_kv, case.h_kv, case.d_v), dtype=io),
+    }
+    if inputs.sinks is not None:
+        out["dsink"] = torch.zeros((case.h_q,), dtype=torch.float32)
+    as_bhsd = lambda x: x.permute(1, 0, 2).unsqueeze(0)  # noqa: E731  (T,H,D) -> (1,H,T,D)
+    as_thd = lambda x: x[0].permute(1, 0, 2)  # noqa: E731
+    for s in range(case.n_seq):
+        q0, q1, k0, k1 = cu_q[s], cu_q[s + 1], cu_kv[s], cu_kv[s + 1]
+        if q1 == q0:
+            continue
+        one = SimpleNamespace(
+            q=as_bhsd(inputs.q[q0:q1]), k=as_bhsd(inputs.k[k0:k1]), v=as_bhsd(inputs.v[k0:k1]), bias=None, sinks=inputs.sinks, seq_q_lens=None, seq_kv_lens=None
+        )
+        got = _emulate_dense(case, one, as_bhsd(o[q0:q1]), lse[:, q0:q1].unsqueeze(0), as_bhsd(do[q0:q1]), plant, launch)
+        out["dq"][q0:q1] = as_thd(got["dq"])
+        out["dk"][k0:k1], out["dv"][k0:k1] = as_thd(got["dk"]), as_thd(got["dv"])
+        if "dsink" in got:
+            out["dsink"] += got["dsink"]
+    return out
+
+
+def _emulate_dense(case, inputs, o, lse, do, plant: BwdPlant, launch: int):
+    """``emulate_backward`` of a dense Case (or of one THD sequence as a batch of one)."""
     from reference.attention import attention
 
     io = TORCH_DTYPES[case.dtype]
@@ -582,9 +623,9 @@ def _ftz(x: torch.Tensor) -> torch.Tensor:
 
 
 class EmulatedBackward(EmulatedAdapter):
-    """EmulatedAdapter with a backward (dense Cases), for the backward properties on the CPU."""
+    """EmulatedAdapter with a backward (dense and THD Cases), for the backward properties on the CPU."""
 
-    supports = frozenset({"caller-outputs"})  # dense only: no THD host, so no "no-init"
+    supports = frozenset({"caller-outputs"})  # no THD host: no "no-init", no "thd-addressing"
 
     def __init__(self, arith: Arith = Arith(), plant: Plant = Plant(), bwd: BwdPlant = BwdPlant()):
         super().__init__(arith, plant)
