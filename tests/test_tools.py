@@ -113,3 +113,26 @@ def test_store_durations_keeps_the_tests_that_ran(tmp_path):
     ]
     shard.write_text("\n".join(json.dumps(r) for r in records) + "\n")
     assert store_durations.measured(tmp_path) == {"conformance/test_x.py::test_a": 12.3}
+
+
+def test_screen_backward_judges_a_profiles_draws_and_reports_a_wrong_backward(monkeypatch):
+    """tools/screen_backward.py: the first ci THD backward draws pass on the
+    emulated backward; with the mask off when P is recomputed (a planted bug)
+    those the mask reaches are reported as failures, not passed."""
+    import functools
+    import sys
+
+    from tests import kernel_emulation
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        tool = importlib.import_module("screen_backward")
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    job = dict(profile="ci", test="test_backward_thd", first=8, every=1, part=0, parts=2)  # draws 0, 2, 4, 6
+    clean = tool._judge(job)
+    assert clean["judged"] >= 2 and not clean["failures"] and clean["worst"], clean
+    broken = functools.partial(kernel_emulation.EmulatedBackward, bwd=kernel_emulation.BwdPlant(mask_off=True))
+    monkeypatch.setattr(kernel_emulation, "EmulatedBackward", broken)
+    failed = tool._judge(job)["failures"]
+    assert failed and all("mask=" in f and "mask=none" not in f.split(":")[0] for f in failed), failed
