@@ -11,7 +11,7 @@ Exit status: 0 the case passes now / report written; 1 the case still fails;
 2 usage errors, unreadable case files, and refusals (ground.outcome.Unsupported,
 whatever its scope: no GPU where the case needs one, an arch or capability the
 adapter lacks, a fact it cannot express). gate passes on the status of the
-first failing pytest run; mutants exits 1 below its --goal (conformance.kill_rate).
+first failing pytest run; mutants exits 1 below its --goal (conformance.kill.tally).
 Nothing heavy is imported before it is needed: --help and --version are instant.
 """
 
@@ -114,7 +114,7 @@ def parser() -> argparse.ArgumentParser:
         description="Re-render the reports of a run from the shards in its report dir.",
     )
     g.add_argument("dir", metavar="DIR", help="a report dir (default name: sdpa-report)")
-    from conformance import kill_rate as mutants
+    from conformance.kill import cli as mutants
 
     m = sub.add_parser(
         "mutants",
@@ -601,7 +601,7 @@ def facts(args) -> int:
 
 
 def _mutants(args) -> int:
-    from conformance import kill_rate as mutants
+    from conformance.kill import cli as mutants
 
     return mutants.main(args)
 

@@ -1,7 +1,7 @@
 """The kill harness's flight recorder: the Case each share of a mutant is
 launching, in a small file per share (written before every example), so that
 when a share's process dies by a signal the parent knows which Case it was
-launching and can replay it (conformance.kill_rate: a crash of the mutated
+launching and can replay it (conformance.kill.processes: a crash of the mutated
 kernel, confirmed on replay and absent on the pristine kernels, is a kill).
 A file survives its writer's death; a message on a queue may not (its feeder
 thread dies with the process)."""

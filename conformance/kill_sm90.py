@@ -1,6 +1,6 @@
 """The kill harness' searches of the sm90 family (the native Hopper D512
 forward): one ``Sm90Kind`` per sm90 property test of the compile entry, run
-on ``Sm90Adapter(rewrites=mutant.rewrites)`` by ``conformance.kill_rate``.
+on ``Sm90Adapter(rewrites=mutant.rewrites)`` by the kill harness (``conformance.kill``).
 
 A kind searches as its pytest test checks: the Cases of
 ``strategies.sm90.sm90_cases`` the test draws, the property function it
@@ -107,7 +107,7 @@ SM90_KINDS: Tuple[Sm90Kind, ...] = (
         params={"launch": True},
     ),
     # The large tier (gigabytes per example): budgeted as the SM80 large kinds ("large"), searched only
-    # for the mutant that names it and the control (conformance.kill_rate.searched).
+    # for the mutant that names it and the control (conformance.kill.kinds.searched).
     Sm90Kind(
         "sm90_numerics_large_offsets",
         "numerics",

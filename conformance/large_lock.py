@@ -6,7 +6,7 @@ its holder's file descriptor closes, so also when the holder dies: a mutated
 kernel that crashes its process (a signal death) while holding it frees it. A
 ``multiprocessing.Lock`` held by a dead process stays taken, and every later
 large-tier search waited out its whole cap on it, the control's too (an
-invalid run). The controls take no lock at all (conformance.kill_rate):
+invalid run). The controls take no lock at all (conformance.kill.processes):
 the run's validity never waits on a mutant, even one whose launch hangs
 while holding it; at most one mutant's large-tier example and the control's
 share the device.

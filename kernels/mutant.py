@@ -16,7 +16,7 @@ class Mutant:
     name: str
     bug_class: str  # a kernels.mutants.BUG_CLASSES key
     rewrites: Tuple[Rewrite, ...]
-    expected_killer: str  # a conformance.kill_rate.KINDS name (sm90: or a conformance.kill_sm90.PENDING one)
+    expected_killer: str  # a conformance.kill.kinds.KINDS name (sm90: or a conformance.kill_sm90.PENDING one)
     why: str  # the real bug it imitates
     probe: dict = field(default_factory=dict)  # Case fields reaching the mutated code
     scope: str = ""  # why only one template family, when so

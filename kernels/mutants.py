@@ -7,7 +7,7 @@ load time to ``prefill_f16.py`` (``f16``: gptoss/llama/dsv3),
 A bug that would live in both templates is planted in both. ``probe`` is a
 small Case (fields) that reaches the mutated code: the CPU compile test
 compiles it, and it is the kind of case that should expose the bug.
-``expected_killer`` names a property kind of ``conformance.kill_rate.KINDS``.
+``expected_killer`` names a property kind of ``conformance.kill.kinds.KINDS``.
 ``conformance.kill_rate`` runs them; docs/mutants.md explains the results.
 ``MUTANTS`` is the SM80 family's catalogue; the sm90 family's
 (kernels/mutants_sm90.py) is ``SM90_MUTANTS``; ``CATALOGUE``

@@ -10,7 +10,7 @@ its markers.
 
 - ``conformance.testgen`` makes the pytest test of each family; every test
   carries a ``property`` marker from here, which the plugin reads.
-- ``conformance.kill_rate`` derives its searches from the families that name
+- ``conformance.kill.kinds`` derives its searches from the families that name
   a ``kind`` (see ``Axis`` for what the harness does with each axis).
 
 Not here: test_findings (each case file names its property).

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import ground.tables
 import kernels
-from conformance import kill_rate
+from conformance.kill import cli as kill_cli
 from kernels import environment
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,5 +33,5 @@ def test_get_adapter_is_given_with_its_signature():
 
 
 def test_mutants_options_describe_only_options_that_exist():
-    source = inspect.getsource(kill_rate.add_arguments)
+    source = inspect.getsource(kill_cli.add_arguments)
     assert "still accepted (and ignored)" not in source

@@ -157,7 +157,7 @@ def cli_options() -> Dict[str, FrozenSet[str]]:
 
 @functools.lru_cache(maxsize=None)
 def kill_rate_options() -> FrozenSet[str]:
-    from conformance.kill_rate import parser
+    from conformance.kill.cli import parser
 
     return frozenset(s for a in parser()._actions for s in a.option_strings if s.startswith("--"))
 

@@ -1,4 +1,4 @@
-"""``mutants --resume`` (conformance.kill_rate): a catalogue run over several
+"""``mutants --resume`` (conformance.kill.resume): a catalogue run over several
 time-limited calls. Each record is written to REPORT_DIR/mutants.partial.json
 as it is made; a call with --resume and the same options keeps the records
 that hold a verdict and runs the rest. On the CPU: the kernels' searches are
@@ -11,7 +11,12 @@ import signal
 
 import pytest
 
-from conformance import kill_rate as M
+from conformance.kill import catalogue as C
+from conformance.kill import cli as CLI
+from conformance.kill import kinds as K
+from conformance.kill import processes as P
+from conformance.kill import resume as RS
+from conformance.kill import search as S
 from kernels.mutants import MUTANTS
 from tests.test_kill_verdicts import stub_gpu
 
@@ -19,7 +24,7 @@ THREE = [m.name for m in MUTANTS[:3]]
 
 
 def _record(m, verdict: str) -> dict:
-    return M.base_record(m) | {"verdict": verdict, "wall_s": 1.0}
+    return S.base_record(m) | {"verdict": verdict, "wall_s": 1.0}
 
 
 @pytest.fixture
@@ -35,7 +40,7 @@ def machine(monkeypatch):
         for m in mutants:
             handed = (done_units or {}).get(m.name, {})
             state["handed"][m.name] = sorted(handed)
-            for i in range(len(M.mutant_units(m, opts))):
+            for i in range(len(P.mutant_units(m, opts))):
                 if m.name in state["cut"] and i == state["cut_at"]:
                     raise KeyboardInterrupt(m.name)
                 if i not in handed:
@@ -46,14 +51,14 @@ def machine(monkeypatch):
             out.append(rec)
         return out
 
-    monkeypatch.setattr(M, "run_all", run_all)
+    monkeypatch.setattr(CLI, "run_all", run_all)
     before = signal.getsignal(signal.SIGTERM)
     yield state
     signal.signal(signal.SIGTERM, before)  # main() installs its own
 
 
 def _main(tmp_path, *extra):
-    return M.main(M.parser().parse_args(["--only", ",".join(THREE), "--jobs", "4", "--report-dir", str(tmp_path), *extra]))
+    return CLI.main(CLI.parser().parse_args(["--only", ",".join(THREE), "--jobs", "4", "--report-dir", str(tmp_path), *extra]))
 
 
 def test_a_cut_run_resumes_where_it_stopped(machine, tmp_path, capsys):
@@ -61,9 +66,9 @@ def test_a_cut_run_resumes_where_it_stopped(machine, tmp_path, capsys):
     machine["cut"] = {THREE[2]}
     assert _main(tmp_path) == 130  # interrupted: no traceback, the exit status of a Ctrl-C
     err = capsys.readouterr().err
-    assert f"interrupted ({THREE[2]}): 3 of 4 records kept in {tmp_path / M.PARTIAL}" in err and "with --resume go on" in err
-    assert signal.getsignal(signal.SIGTERM) is M._interrupted  # a time limit's SIGTERM ends it the same way
-    partial = json.loads((tmp_path / M.PARTIAL).read_text())
+    assert f"interrupted ({THREE[2]}): 3 of 4 records kept in {tmp_path / RS.PARTIAL}" in err and "with --resume go on" in err
+    assert signal.getsignal(signal.SIGTERM) is CLI._interrupted  # a time limit's SIGTERM ends it the same way
+    partial = json.loads((tmp_path / RS.PARTIAL).read_text())
     assert list(partial["records"]) == ["control", THREE[0], THREE[1]] and not (tmp_path / "mutants.json").exists()
     machine["cut"], machine["ran"] = set(), []
     machine["verdicts"][THREE[1]] = "killed"
@@ -90,13 +95,13 @@ def test_resume_refuses_a_partial_report_of_other_options(machine, tmp_path, cap
     machine["verdicts"] = dict.fromkeys(THREE, "killed")
     assert _main(tmp_path) == 0
     args = ["--only", ",".join(THREE), "--jobs", "4", "--report-dir", str(tmp_path), "--resume", *extra]
-    assert M.main(M.parser().parse_args(args)) == 2
+    assert CLI.main(CLI.parser().parse_args(args)) == 2
     assert f"was made with {field}=" in capsys.readouterr().err
 
 
 def test_resume_without_a_partial_report_or_with_a_broken_one_exits_2(machine, tmp_path, capsys):
     assert _main(tmp_path, "--resume") == 2 and "--resume: no " in capsys.readouterr().err
-    (tmp_path / M.PARTIAL).write_text("{not json")
+    (tmp_path / RS.PARTIAL).write_text("{not json")
     assert _main(tmp_path, "--resume") == 2 and "is not a partial report" in capsys.readouterr().err
 
 
@@ -109,8 +114,8 @@ def test_kept_records_hold_a_verdict_of_the_mutant_as_it_is(tmp_path):
         c.name: _record(c, "error") | {"rewrites": "0" * 16},  # the catalogue's rewrites changed since
         d.name: _record(d, "stale"),
     }
-    M.write_partial(tmp_path / M.PARTIAL, run, records, 12.5)
-    kept, before, units = M.resumed_records(tmp_path / M.PARTIAL, run, [a, b, c, d])
+    RS.write_partial(tmp_path / RS.PARTIAL, run, records, 12.5)
+    kept, before, units = RS.resumed_records(tmp_path / RS.PARTIAL, run, [a, b, c, d])
     assert set(kept) == {a.name, d.name} and before == 12.5 and units == {}
 
 
@@ -121,7 +126,7 @@ def test_a_mutant_cut_mid_search_resumes_its_searches(machine, tmp_path, capsys)
     machine["verdicts"] = dict.fromkeys(THREE, "killed")
     machine["cut"], machine["cut_at"] = {"control"}, 5
     assert _main(tmp_path) == 130 and "0 of 4 records kept" in capsys.readouterr().err
-    partial = json.loads((tmp_path / M.PARTIAL).read_text())
+    partial = json.loads((tmp_path / RS.PARTIAL).read_text())
     assert partial["records"] == {} and sorted(partial["units"]["control"]["done"], key=int) == ["0", "1", "2", "3", "4"]
     machine["cut"] = set()
     assert _main(tmp_path, "--resume") == 0
@@ -129,9 +134,9 @@ def test_a_mutant_cut_mid_search_resumes_its_searches(machine, tmp_path, capsys)
     doc = json.loads((tmp_path / "mutants.json").read_text())
     assert doc["control"]["resumed_units"] == 5 and "resumed" not in doc["control"]
     # a unit whose place in the search plan now holds another kind and stratum is searched again
-    opts = {"kinds": M.KIND_NAMES, "profile": "ci", "explicit": False}
-    assert M.unit_label(M.mutant_units(M.CONTROL, opts)[0]) == partial["units"]["control"]["done"]["0"]["unit"]
+    opts = {"kinds": K.KIND_NAMES, "profile": "ci", "explicit": False}
+    assert RS.unit_label(P.mutant_units(C.CONTROL, opts)[0]) == partial["units"]["control"]["done"]["0"]["unit"]
     partial["units"]["control"]["done"]["0"]["unit"] = ["tails_dense", None]
-    (tmp_path / M.PARTIAL).write_text(json.dumps(partial))
-    _, _, units = M.resumed_records(tmp_path / M.PARTIAL, partial["run"], [M.CONTROL], opts)
+    (tmp_path / RS.PARTIAL).write_text(json.dumps(partial))
+    _, _, units = RS.resumed_records(tmp_path / RS.PARTIAL, partial["run"], [C.CONTROL], opts)
     assert sorted(units["control"]) == [1, 2, 3, 4]

@@ -1,4 +1,4 @@
-"""The kill harness split over processes (conformance.kill_rate.run_all with
+"""The kill harness split over processes (conformance.kill.processes.run_all with
 more jobs than mutants), on the CPU with stand-in properties: a mutant's
 units (one Hypothesis search per kind and stratum) shared out between
 processes give the record one process gives, apart from timings: the same
@@ -12,7 +12,13 @@ from collections import Counter
 
 import pytest
 
-from conformance import kill_rate as M
+from conformance.kill import catalogue as C
+from conformance.kill import cli as CLI
+from conformance.kill import kinds as K
+from conformance.kill import processes as P
+from conformance.kill import search as S
+from conformance.kill import tally as T
+from conformance.kill import worker as W
 from ground.outcome import Observation, PropertyFailure
 from kernels.mutants import Mutant
 from kernels.source import Rewrite, check_rewrites
@@ -46,12 +52,12 @@ class _Stop:
         self.value = value
 
 
-def _split(mutant, shares, check, *, kinds, profile="ci", order=None, budget_s=M.CAP_S):
+def _split(mutant, shares, check, *, kinds, profile="ci", order=None, budget_s=C.CAP_S):
     """``mutant`` searched by ``shares`` simulated shares, unit i going to
     share ``shares[i]`` (a list) or ``i % shares`` (an int), the shares run
     one after the other in ``order`` (default: last first, so a later unit's
     failure is found first). Returns (record, the units each share started)."""
-    units = M.mutant_units(mutant, {"kinds": kinds, "profile": profile})
+    units = P.mutant_units(mutant, {"kinds": kinds, "profile": profile})
     owner = shares if isinstance(shares, list) else [i % shares for i in range(len(units))]
     n = max(owner) + 1
     stop, results, started = _Stop(len(units)), {}, {s: [] for s in range(n)}
@@ -64,16 +70,16 @@ def _split(mutant, shares, check, *, kinds, profile="ci", order=None, budget_s=M
             elif not res["abandoned"]:
                 results[i] = res
 
-        M.run_share(
+        W.run_share(
             mutant, units, lambda mine=mine: next(mine, None), report, stop, adapter=None, profile=profile, budget_s=budget_s, scale=1.0, t0=0.0, check=check
         )
-    rec = M.base_record(mutant)
-    M.merge_units(rec, units, results, profile=profile)
+    rec = S.base_record(mutant)
+    S.merge_units(rec, units, results, profile=profile)
     return rec, started
 
 
 def _one(mutant, check, *, kinds, profile="ci"):
-    return M.run_mutant(mutant, check=check, profile=profile, kinds=kinds, adapter_factory=no_adapter)
+    return S.run_mutant(mutant, check=check, profile=profile, kinds=kinds, adapter_factory=no_adapter)
 
 
 def _seen(into):
@@ -90,15 +96,15 @@ def test_a_split_control_draws_what_one_process_draws(shares):
     shares: per kind the same examples drawn and planned, the same Cases
     checked (each unit's search keeps its count, seed and settings), the
     same record."""
-    kinds = [k.name for k in M.searched(M.CONTROL)]
+    kinds = [k.name for k in K.searched(C.CONTROL)]
     alone, split = Counter(), Counter()
-    one = _one(M.CONTROL, _seen(alone), kinds=kinds)
-    rec, started = _split(M.CONTROL, shares, _seen(split), kinds=kinds)
+    one = _one(C.CONTROL, _seen(alone), kinds=kinds)
+    rec, started = _split(C.CONTROL, shares, _seen(split), kinds=kinds)
     assert one["verdict"] == rec["verdict"] == "survived" and len(one["kinds"]) == len(kinds)
     assert all(k["examples"] == k["planned"] > 0 for k in rec["kinds"])
     assert _timeless(rec) == _timeless(one) and split == alone
     assert all(started.values()) and sorted(i for s in started.values() for i in s) == list(
-        range(len(M.mutant_units(M.CONTROL, {"kinds": kinds, "profile": "ci"})))
+        range(len(P.mutant_units(C.CONTROL, {"kinds": kinds, "profile": "ci"})))
     )
 
 
@@ -106,8 +112,8 @@ def test_a_failure_in_one_share_kills_as_one_process_does():
     """A failure planted in tails_dense (the control's units 8-15) kills with
     the killer, shrunk Case and counts of the unsplit run: numerics_dense in
     full, tails_dense up to its failing stratum."""
-    one = _one(M.CONTROL, fail_late, kinds=TWO_KINDS)
-    rec, _ = _split(M.CONTROL, 3, fail_late, kinds=TWO_KINDS)
+    one = _one(C.CONTROL, fail_late, kinds=TWO_KINDS)
+    rec, _ = _split(C.CONTROL, 3, fail_late, kinds=TWO_KINDS)
     assert one["verdict"] == "killed" and one["killed_by"] == "tails_dense" and one["kinds"][0]["examples"] == one["kinds"][0]["planned"]
     assert one["kinds"][1]["examples"] < one["kinds"][1]["planned"]
     assert _timeless(rec) == _timeless(one)
@@ -127,14 +133,14 @@ def test_two_failing_shares_give_the_first_failure_in_search_order():
             raise PropertyFailure(kind.property, case, "planted late")
         return survive(kind, case, adapter)
 
-    units = M.mutant_units(M.CONTROL, {"kinds": TWO_KINDS, "profile": "ci"})
+    units = P.mutant_units(C.CONTROL, {"kinds": TWO_KINDS, "profile": "ci"})
     assert [(k.name, st) for k, st in units[7:9]] == [("numerics_dense", ("qwen", "bfloat16")), ("tails_dense", ("gptoss", "float16"))]
-    one = _one(M.CONTROL, fails, kinds=TWO_KINDS)
+    one = _one(C.CONTROL, fails, kinds=TWO_KINDS)
     assert one["killed_by"] == "numerics_dense" and "planted early" in one["summary"]
-    later_first, started = _split(M.CONTROL, [0] * 8 + [1] * 8, fails, kinds=TWO_KINDS, order=[1, 0])
+    later_first, started = _split(C.CONTROL, [0] * 8 + [1] * 8, fails, kinds=TWO_KINDS, order=[1, 0])
     assert started[1] == [8] and started[0] == list(range(8))  # unit 8 failed first: share 1 stopped there
     assert _timeless(later_first) == _timeless(one)
-    earlier_first, started = _split(M.CONTROL, [0] * 8 + [1] * 8, fails, kinds=TWO_KINDS, order=[0, 1])
+    earlier_first, started = _split(C.CONTROL, [0] * 8 + [1] * 8, fails, kinds=TWO_KINDS, order=[0, 1])
     assert started[1] == [] and _timeless(earlier_first) == _timeless(one)  # unit 7 known first: nothing after it searched
 
 
@@ -148,9 +154,9 @@ def test_two_failing_strata_of_one_kind_count_as_one_process_counts():
             raise PropertyFailure(kind.property, case, f"planted in {case.dtype}")
         return survive(kind, case, adapter)
 
-    one = _one(M.CONTROL, fails, kinds=TWO_KINDS)
+    one = _one(C.CONTROL, fails, kinds=TWO_KINDS)
     assert "float16" in one["summary"] and "bfloat16" not in one["summary"] and one["kinds"][0]["examples"] > 6 * 40
-    rec, started = _split(M.CONTROL, [0] * 7 + [1] * 9, fails, kinds=TWO_KINDS, order=[1, 0])
+    rec, started = _split(C.CONTROL, [0] * 7 + [1] * 9, fails, kinds=TWO_KINDS, order=[1, 0])
     assert started[1] == [7] and _timeless(rec) == _timeless(one)
 
 
@@ -158,7 +164,7 @@ def test_a_search_after_a_known_failure_is_abandoned():
     """A unit in flight when an earlier one fails stops launching: its check
     is no longer called, its result is marked abandoned and never merged."""
     calls, stop, reported = [], _Stop(10**6), []
-    units = M.mutant_units(M.CONTROL, {"kinds": ("numerics_dense",), "profile": "ci"})
+    units = P.mutant_units(C.CONTROL, {"kinds": ("numerics_dense",), "profile": "ci"})
 
     def check(kind, case, adapter):
         calls.append(case)
@@ -167,7 +173,7 @@ def test_a_search_after_a_known_failure_is_abandoned():
         return survive(kind, case, adapter)
 
     take = iter([5, None]).__next__  # this share is handed unit 5, then nothing
-    M.run_share(M.CONTROL, units, take, lambda *a: reported.append(a), stop, adapter=None, profile="ci", budget_s=60, scale=1.0, t0=0.0, check=check)
+    W.run_share(C.CONTROL, units, take, lambda *a: reported.append(a), stop, adapter=None, profile="ci", budget_s=60, scale=1.0, t0=0.0, check=check)
     (_, i), (what, j, res) = reported
     assert (i, what, j) == (5, "unit", 5) and res["abandoned"] and len(calls) == 3 and res["examples"] == 40
 
@@ -176,15 +182,15 @@ def test_the_cap_applies_to_each_share_from_its_start():
     """--budget-s caps each share's wall clock from its own start (the shares
     of a mutant start together): a share past it draws nothing more, and the
     merged record is incomplete, as one process past its cap."""
-    rec, _ = _split(M.CONTROL, 2, survive, kinds=TWO_KINDS, budget_s=0)
+    rec, _ = _split(C.CONTROL, 2, survive, kinds=TWO_KINDS, budget_s=0)
     assert rec["verdict"] == "incomplete" and not rec["complete"] and all(k["cut"] and k["examples"] == 0 for k in rec["kinds"])
 
 
 def test_spare_jobs_go_to_the_mutant_with_the_most_work():
-    assert M.plan_shares([100.0, 1.0], [200, 5], 16) == [15, 1]
-    assert M.plan_shares([100.0, 60.0], [200, 5], 16) == [11, 5]  # at most a process per unit
-    assert M.plan_shares([1.0, 1.0, 1.0], [9, 9, 9], 2) == [1, 1, 1]  # no more jobs than mutants: one each
-    _, plan = M.share_plan([M.CONTROL], {"kinds": M.KIND_NAMES, "profile": "ci"}, 16)
+    assert P.plan_shares([100.0, 1.0], [200, 5], 16) == [15, 1]
+    assert P.plan_shares([100.0, 60.0], [200, 5], 16) == [11, 5]  # at most a process per unit
+    assert P.plan_shares([1.0, 1.0, 1.0], [9, 9, 9], 2) == [1, 1, 1]  # no more jobs than mutants: one each
+    _, plan = P.share_plan([C.CONTROL], {"kinds": K.KIND_NAMES, "profile": "ci"}, 16)
     assert plan == {"control": 16}
 
 
@@ -194,12 +200,12 @@ def test_run_all_splits_a_lone_mutant_over_its_jobs(tmp_path):
     failure planted in its second kind too."""
     opts = dict(profile="ci", budget_s=600, kinds=list(TWO_KINDS), findings=None, log_dir=str(tmp_path), threads=1, adapter_factory=no_adapter, check=survive)
     lines = []
-    (rec,) = M.run_all([M.CONTROL], opts, jobs=3, progress=lines.append)
-    assert _timeless(rec) == _timeless(_one(M.CONTROL, survive, kinds=TWO_KINDS)) and rec["verdict"] == "survived"
+    (rec,) = P.run_all([C.CONTROL], opts, jobs=3, progress=lines.append)
+    assert _timeless(rec) == _timeless(_one(C.CONTROL, survive, kinds=TWO_KINDS)) and rec["verdict"] == "survived"
     assert sorted(p.name for p in tmp_path.glob("*.log")) == ["control.0.log", "control.1.log", "control.2.log"]
-    assert lines == [f"[1/1] survived  control [drew {M.drew(rec)}]"] and "numerics_dense 320/320, tails_dense 160/160" in lines[0]
-    (rec,) = M.run_all([M.CONTROL], opts | {"check": fail_late}, jobs=3, progress=lines.append)
-    assert rec["killed_by"] == "tails_dense" and _timeless(rec) == _timeless(_one(M.CONTROL, fail_late, kinds=TWO_KINDS))
+    assert lines == [f"[1/1] survived  control [drew {P.drew(rec)}]"] and "numerics_dense 320/320, tails_dense 160/160" in lines[0]
+    (rec,) = P.run_all([C.CONTROL], opts | {"check": fail_late}, jobs=3, progress=lines.append)
+    assert rec["killed_by"] == "tails_dense" and _timeless(rec) == _timeless(_one(C.CONTROL, fail_late, kinds=TWO_KINDS))
 
 
 def survive_after_a_late_share(kind, case, adapter):
@@ -223,7 +229,7 @@ def checked_adapter(rewrites):
 
 
 def _running(units, *, procs, finished=(), current=None, results=(), stop=None, stale=None):
-    run = M._Running(M.CONTROL, units, dict.fromkeys(range(procs)), _Stop(len(units) if stop is None else stop), M.time.time())
+    run = P._Running(C.CONTROL, units, dict.fromkeys(range(procs)), _Stop(len(units) if stop is None else stop), S.time.time())
     run.finished, run.current, run.results, run.stale = set(finished), dict(current or {}), dict.fromkeys(results, {}), stale
     run.queued = list(range(len(units)))
     return run
@@ -234,17 +240,17 @@ def test_a_freed_job_joins_the_mutant_with_the_most_work_left():
     mutant as a late share: the one with the most planned work in units no
     share has started, per live share; never to one whose units left (before
     its first known failure) are no more than its live shares."""
-    units = M.mutant_units(M.CONTROL, {"kinds": TWO_KINDS, "profile": "ci"})  # 8 numerics_dense, then 8 tails_dense
+    units = P.mutant_units(C.CONTROL, {"kinds": TWO_KINDS, "profile": "ci"})  # 8 numerics_dense, then 8 tails_dense
     opts = {"profile": "ci", "budget_s": 600}
     busy = _running(units, procs=1, current={0: 3}, results=range(3))  # units 4..15 left to one share
     light = _running(units, procs=2, current={0: 12, 1: 13}, results=range(12))  # 14, 15 left to two shares
-    assert busy.unstarted() == list(range(4, 16)) and M.late_share_for([light, busy], opts) is busy
-    assert M.late_share_for([light], opts) is None  # two units left, two live shares
-    assert M.late_share_for([_running(units, procs=1, current={0: 3}, results=range(3), stop=5)], opts) is None  # a failure at 5: unit 4 alone needed
-    assert M.late_share_for([_running(units, procs=2, finished={0, 1})], opts) is None  # no live share: its record is being made
-    assert M.late_share_for([_running(units, procs=1, stale="x", current={0: 0})], opts) is None
-    assert M.late_share_for([_running(units, procs=1)], opts) is None  # no unit started yet: still starting, or stale
-    assert M.late_share_for([busy], opts | {"budget_s": 0}) is None  # past its cap: no new process would search
+    assert busy.unstarted() == list(range(4, 16)) and P.late_share_for([light, busy], opts) is busy
+    assert P.late_share_for([light], opts) is None  # two units left, two live shares
+    assert P.late_share_for([_running(units, procs=1, current={0: 3}, results=range(3), stop=5)], opts) is None  # a failure at 5: unit 4 alone needed
+    assert P.late_share_for([_running(units, procs=2, finished={0, 1})], opts) is None  # no live share: its record is being made
+    assert P.late_share_for([_running(units, procs=1, stale="x", current={0: 0})], opts) is None
+    assert P.late_share_for([_running(units, procs=1)], opts) is None  # no unit started yet: still starting, or stale
+    assert P.late_share_for([busy], opts | {"budget_s": 0}) is None  # past its cap: no new process would search
 
 
 def test_run_all_gives_a_freed_job_to_a_running_mutant(tmp_path, monkeypatch):
@@ -264,9 +270,9 @@ def test_run_all_gives_a_freed_job_to_a_running_mutant(tmp_path, monkeypatch):
         adapter_factory=checked_adapter,
         check=survive_after_a_late_share,
     )
-    control, rec = M.run_all([M.CONTROL, stale], opts, jobs=2, progress=lambda line: None)
+    control, rec = P.run_all([C.CONTROL, stale], opts, jobs=2, progress=lambda line: None)
     assert (rec["verdict"], control["verdict"]) == ("stale", "survived"), (rec.get("error"), control.get("error"))
-    assert _timeless(control) == _timeless(_one(M.CONTROL, survive, kinds=TWO_KINDS))
+    assert _timeless(control) == _timeless(_one(C.CONTROL, survive, kinds=TWO_KINDS))
     assert sorted(p.name for p in tmp_path.glob("*.log")) == ["control.1.log", "control.log", "stale.log"]
 
 
@@ -274,10 +280,10 @@ def _unit_results(mutant, check, *, kinds, upto: int) -> dict:
     """Index -> unit_result of ``mutant``'s first ``upto`` units searched as one process searches them (stopping at a failure)."""
     import math
 
-    units, out = M.mutant_units(mutant, {"kinds": kinds, "profile": "ci"}), {}
+    units, out = P.mutant_units(mutant, {"kinds": kinds, "profile": "ci"}), {}
     for i, (kind, stratum) in enumerate(units[:upto]):
-        one = M.search(kind, None, M.flavors_for(mutant), profile="ci", until=math.inf, t0=0.0, check=check, stratum=stratum)
-        out[i] = M.unit_result(one, 0.0)
+        one = S.search(kind, None, K.flavors_for(mutant), profile="ci", until=math.inf, t0=0.0, check=check, stratum=stratum)
+        out[i] = S.unit_result(one, 0.0)
         if one.first is not None:
             break
     return out
@@ -290,25 +296,25 @@ def test_run_all_merges_the_units_an_earlier_call_searched(tmp_path):
     the units handed over (and every unit before it), no process starts."""
     opts = dict(profile="ci", budget_s=600, kinds=list(TWO_KINDS), findings=None, log_dir=str(tmp_path), threads=1, adapter_factory=no_adapter, check=survive)
     seen = []
-    (rec,) = M.run_all(
-        [M.CONTROL],
+    (rec,) = P.run_all(
+        [C.CONTROL],
         opts,
         jobs=2,
         progress=lambda line: None,
-        done_units={"control": _unit_results(M.CONTROL, survive, kinds=TWO_KINDS, upto=10)},
+        done_units={"control": _unit_results(C.CONTROL, survive, kinds=TWO_KINDS, upto=10)},
         on_unit=lambda n, i, r: seen.append(i),
     )
-    assert sorted(seen) == list(range(10, 16)) and _timeless(rec) == _timeless(_one(M.CONTROL, survive, kinds=TWO_KINDS))
-    failing = _unit_results(M.CONTROL, fail_late, kinds=TWO_KINDS, upto=16)
+    assert sorted(seen) == list(range(10, 16)) and _timeless(rec) == _timeless(_one(C.CONTROL, survive, kinds=TWO_KINDS))
+    failing = _unit_results(C.CONTROL, fail_late, kinds=TWO_KINDS, upto=16)
     assert any(r["failure"] for r in failing.values())
     logs = set(tmp_path.iterdir())
-    (rec,) = M.run_all([M.CONTROL], opts | {"check": fail_late}, jobs=2, progress=lambda line: None, done_units={"control": failing})
+    (rec,) = P.run_all([C.CONTROL], opts | {"check": fail_late}, jobs=2, progress=lambda line: None, done_units={"control": failing})
     assert set(tmp_path.iterdir()) == logs  # no process, no new log
-    assert rec["killed_by"] == "tails_dense" and _timeless(rec) == _timeless(_one(M.CONTROL, fail_late, kinds=TWO_KINDS))
+    assert rec["killed_by"] == "tails_dense" and _timeless(rec) == _timeless(_one(C.CONTROL, fail_late, kinds=TWO_KINDS))
 
 
 def _validate(*argv):
-    return M._validate(M.parser().parse_args(list(argv)))
+    return CLI._validate(CLI.parser().parse_args(list(argv)))
 
 
 def test_only_control_runs_the_control_alone(capsys):
@@ -318,8 +324,8 @@ def test_only_control_runs_the_control_alone(capsys):
     assert [c.name for c in v["controls"]] == ["control"] and v["mutants"] == []
     v = _validate("--family", "all", "--only", "control,control_sm90")
     assert [c.name for c in v["controls"]] == ["control", "control_sm90"] and v["mutants"] == []
-    code = M.main(M.parser().parse_args(["--only", "control_sm90"]))
+    code = CLI.main(CLI.parser().parse_args(["--only", "control_sm90"]))
     assert code == 2 and "--family sm90" in capsys.readouterr().err
-    control = M.base_record(M.CONTROL)
-    assert M.exit_code(M.tally([]), [control], goal=0.9) == 0 and "the control alone" in M.kill_rate_line(M.tally([]), 0.9)
-    assert M.exit_code(M.tally([]), [control | {"verdict": "incomplete"}], goal=0.9) == 1
+    control = S.base_record(C.CONTROL)
+    assert T.exit_code(T.tally([]), [control], goal=0.9) == 0 and "the control alone" in T.kill_rate_line(T.tally([]), 0.9)
+    assert T.exit_code(T.tally([]), [control | {"verdict": "incomplete"}], goal=0.9) == 1

@@ -1,4 +1,4 @@
-"""What the kill harness' verdicts mean (conformance.kill_rate): the same on
+"""What the kill harness' verdicts mean (conformance.kill): the same on
 every machine and job count, a kill only where the mutant's kernels failed.
 A failure of the suite (its own code, a library it called, a refusal), of the
 machine (out of memory, a worker killed by a signal), of the cap, or of the
@@ -21,17 +21,26 @@ from types import SimpleNamespace
 
 import pytest
 
-from conformance import kill_rate as M
+from conformance.kill import catalogue as C
+from conformance.kill import cli as CLI
+from conformance.kill import failures as F
+from conformance.kill import kinds as K
+from conformance.kill import processes as P
+from conformance.kill import replay as R
+from conformance.kill import resume as RS
+from conformance.kill import search as S
+from conformance.kill import tally as T
+from conformance.kill import worker as W
 from ground.case import Case
 from ground.outcome import Observation, PropertyFailure, Unsupported
 from kernels.mutants import MUTANTS, Mutant
 from kernels.source import Rewrite
 
 QWEN_ONLY = Mutant("qwen_only", "bias", (Rewrite("d256", "a", "b"),), "tails_dense", "w")  # 2 strata per kind
-OWN = str(Path(M.__file__).resolve().parents[1] / "reference" / "attention.py")  # a file of the suite
+OWN = str(Path(C.__file__).resolve().parents[2] / "reference" / "attention.py")  # a file of the suite
 CUDNN = "/site-packages/cudnn/sdpa/fwd/kernels/sm80/prefill_f16.py"  # a file of the kernels under test
 REWRITTEN = "/tmp/sdpa-rewrites-x1/prefill_f16_0123abcd.py"  # a mutant's rewritten template (kernels.source)
-KINDS = {k.name: k for k in M.KINDS}
+KINDS = {k.name: k for k in K.KINDS}
 
 
 def stand_in(rewrites):
@@ -59,7 +68,7 @@ def _in(filename: str, function: str, source: str, **names) -> BaseException:
 
 
 def _one(mutant, check, **kw):
-    return M.run_mutant(mutant, check=check, adapter_factory=stand_in, **{"profile": "dev", **kw})
+    return S.run_mutant(mutant, check=check, adapter_factory=stand_in, **{"profile": "dev", **kw})
 
 
 # ------------------------------------------------------------ 1. whose failure
@@ -79,9 +88,9 @@ def test_a_suite_bug_inside_a_library_is_a_harness_error():
         _raised("raise RuntimeError('CUDA error: an illegal memory access was encountered')", OWN),
         KeyError("no frames at all"),
     ]
-    assert [M.crash_or_harness(e) for e in suite_bugs] == ["harness_error"] * len(suite_bugs)
-    assert M.crash_or_harness(_raised("raise ValueError('bad tile')", CUDNN)) == "error"
-    assert M.crash_or_harness(_raised("undefined_name", REWRITTEN)) == "error"  # a rewritten file, at run time
+    assert [F.crash_or_harness(e) for e in suite_bugs] == ["harness_error"] * len(suite_bugs)
+    assert F.crash_or_harness(_raised("raise ValueError('bad tile')", CUDNN)) == "error"
+    assert F.crash_or_harness(_raised("undefined_name", REWRITTEN)) == "error"  # a rewritten file, at run time
 
 
 def test_a_cuda_error_counts_only_with_the_context_lost(monkeypatch):
@@ -92,8 +101,8 @@ def test_a_cuda_error_counts_only_with_the_context_lost(monkeypatch):
 
     surfaced = _raised("raise RuntimeError('CUDA error: an illegal memory access was encountered')", OWN)
     monkeypatch.setattr(watchdog, "context_lost", lambda exc=None: "CUDA error: an illegal memory access was encountered")
-    assert M.crash_or_harness(surfaced) == "error"
-    assert M.crash_or_harness(_raised("raise AssertionError('expected 3 rows')", OWN)) == "harness_error"
+    assert F.crash_or_harness(surfaced) == "error"
+    assert F.crash_or_harness(_raised("raise AssertionError('expected 3 rows')", OWN)) == "harness_error"
 
 
 def test_a_suite_bug_in_a_search_is_no_kill():
@@ -102,7 +111,7 @@ def test_a_suite_bug_in_a_search_is_no_kill():
 
     rec = _one(MUTANTS[0], buggy, kinds=("numerics_dense",))
     assert rec["verdict"] == "harness_error" and "JSONDecodeError" in rec["summary"]
-    t = M.tally([rec, M.base_record(MUTANTS[1]) | {"verdict": "killed"}])
+    t = T.tally([rec, S.base_record(MUTANTS[1]) | {"verdict": "killed"}])
     assert (t["harness_error"], t["counted"], t["kill_rate"]) == (1, 1, 1.0)
 
 
@@ -120,22 +129,22 @@ def test_out_of_memory_is_infra_never_a_kill():
     from properties.common import accepted
 
     assert (
-        M.crash_or_harness(_raised("raise OutOfMemoryError('CUDA out of memory. Tried to allocate 8.00 GiB')", CUDNN, OutOfMemoryError=OutOfMemoryError))
+        F.crash_or_harness(_raised("raise OutOfMemoryError('CUDA out of memory. Tried to allocate 8.00 GiB')", CUDNN, OutOfMemoryError=OutOfMemoryError))
         == "infra"
     )
-    assert M.crash_or_harness(_raised("raise RuntimeError('CUDA error: out of memory')", OWN)) == "infra"
-    assert M.crash_or_harness(torch.OutOfMemoryError("CUDA out of memory")) == "infra"
+    assert F.crash_or_harness(_raised("raise RuntimeError('CUDA error: out of memory')", OWN)) == "infra"
+    assert F.crash_or_harness(torch.OutOfMemoryError("CUDA out of memory")) == "infra"
 
     def launch():
         raise _raised("raise OutOfMemoryError('CUDA out of memory. Tried to allocate 8.00 GiB')", CUDNN, OutOfMemoryError=OutOfMemoryError)
 
     with pytest.raises(PropertyFailure) as refused:
         accepted("backward", Case(), time.perf_counter(), launch)
-    assert refused.value.check == "launch" and M.failure_verdict(refused.value) == "infra"
+    assert refused.value.check == "launch" and F.failure_verdict(refused.value) == "infra"
 
 
 def test_an_out_of_memory_unit_is_searched_once_more_then_infra(monkeypatch):
-    searches, real = [], M.search
+    searches, real = [], S.search
 
     def counted(kind, *a, **kw):
         searches.append(kw.get("stratum"))
@@ -144,13 +153,13 @@ def test_an_out_of_memory_unit_is_searched_once_more_then_infra(monkeypatch):
     def oom(kind, case, adapter):
         raise torch_oom()
 
-    monkeypatch.setattr(M, "search", counted)
+    monkeypatch.setattr(S, "search", counted)
     rec = _one(MUTANTS[0], oom, kinds=("numerics_dense",))
     assert rec["verdict"] == "infra" and rec["kinds"][0]["failed"] and "OutOfMemoryError" in rec["summary"]
     assert len(searches) == 2 and searches[0] == searches[1]  # its first unit, searched twice; the kind ends there
-    t = M.tally([rec])
-    assert t["infra"] == 1 and t["counted"] == 0 and t["kill_rate"] is None and M.exit_code(t, None, 0.0) == 1
-    assert "1 infra" in M.kill_rate_line(t, 0.9)
+    t = T.tally([rec])
+    assert t["infra"] == 1 and t["counted"] == 0 and t["kill_rate"] is None and T.exit_code(t, None, 0.0) == 1
+    assert "1 infra" in T.kill_rate_line(t, 0.9)
 
 
 def torch_oom():
@@ -181,11 +190,11 @@ def test_a_worker_killed_by_a_signal_is_searched_again_then_infra(tmp_path, monk
     kill): the unit is searched once more in a fresh process, which gives the
     verdict; killed there too, the mutant is ``infra``."""
     monkeypatch.setenv(KILLED_ONCE, str(tmp_path / "marker"))
-    (rec,) = M.run_all([QWEN_ONLY], _opts(tmp_path, killed_by_the_host), jobs=1, progress=lambda line: None)
-    assert rec["verdict"] == "survived" and M.drew(rec) == "tails_dense 10/10", rec
+    (rec,) = P.run_all([QWEN_ONLY], _opts(tmp_path, killed_by_the_host), jobs=1, progress=lambda line: None)
+    assert rec["verdict"] == "survived" and P.drew(rec) == "tails_dense 10/10", rec
     assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".log") == ["qwen_only.1.log", "qwen_only.log"]  # the retry's own log
     monkeypatch.delenv(KILLED_ONCE)
-    (rec,) = M.run_all([QWEN_ONLY], _opts(tmp_path, killed_by_the_host), jobs=1, progress=lambda line: None)
+    (rec,) = P.run_all([QWEN_ONLY], _opts(tmp_path, killed_by_the_host), jobs=1, progress=lambda line: None)
     assert rec["verdict"] == "infra" and "signal 9 (SIGKILL)" in rec["error"] and "searching tails_dense" in rec["error"], rec
 
 
@@ -209,25 +218,25 @@ def test_a_crash_that_recurs_on_replay_and_not_on_the_pristine_kernels_is_a_kill
     recorder names it, it crashes the mutant's kernels again in a fresh process
     and passes on the pristine ones: ``error`` (a kill listed apart), that Case
     recorded, with the examples drawn up to it."""
-    (rec,) = M.run_all([QWEN_ONLY], _opts(tmp_path, crashes_on_several_heads), jobs=1, progress=lambda line: None)
+    (rec,) = P.run_all([QWEN_ONLY], _opts(tmp_path, crashes_on_several_heads), jobs=1, progress=lambda line: None)
     assert rec["verdict"] == "error" and rec["killed_by"] == "tails_dense", rec
     assert Case.from_dict(rec["case"]).h_q > 1 and rec["first_case"] == rec["case"] and "signal 6 (SIGABRT)" in rec["summary"]
     assert rec["kinds"][0]["failed"] and rec["kinds"][0]["examples"] >= 1
-    t = M.tally([rec])
+    t = T.tally([rec])
     assert t["error"] == 1 and t["counted"] == 1 and t["kill_rate"] == 1.0
 
 
 def test_a_crash_on_the_pristine_kernels_too_is_pristine_fails(tmp_path, monkeypatch):
     monkeypatch.setenv(CRASH_ALL, "1")
-    (rec,) = M.run_all([QWEN_ONLY], _opts(tmp_path, crashes_on_several_heads), jobs=1, progress=lambda line: None)
+    (rec,) = P.run_all([QWEN_ONLY], _opts(tmp_path, crashes_on_several_heads), jobs=1, progress=lambda line: None)
     assert rec["verdict"] == "pristine_fails" and rec["pristine"]["signal"] == "SIGABRT" and Case.from_dict(rec["case"]).h_q > 1, rec
 
 
 def test_a_crash_that_does_not_recur_is_searched_again(tmp_path, monkeypatch):
     """No kill without the crash recurring on replay: the unit is searched once more (infra's path), and survives."""
     monkeypatch.setenv(CRASH_ONCE, str(tmp_path / "marker"))
-    (rec,) = M.run_all([QWEN_ONLY], _opts(tmp_path, crashes_on_several_heads), jobs=1, progress=lambda line: None)
-    assert rec["verdict"] == "survived" and M.drew(rec) == "tails_dense 10/10", rec
+    (rec,) = P.run_all([QWEN_ONLY], _opts(tmp_path, crashes_on_several_heads), jobs=1, progress=lambda line: None)
+    assert rec["verdict"] == "survived" and P.drew(rec) == "tails_dense 10/10", rec
 
 
 def test_every_mutant_shares_one_large_tier_lock(tmp_path, monkeypatch):
@@ -244,7 +253,7 @@ def test_every_mutant_shares_one_large_tier_lock(tmp_path, monkeypatch):
 
     monkeypatch.setattr(SpawnProcess, "start", start)
     monkeypatch.setattr(SpawnProcess, "join", lambda self, timeout=None: None)
-    records = M.run_all([MUTANTS[0], MUTANTS[1]], _opts(tmp_path, survive), jobs=2, progress=lambda line: None)
+    records = P.run_all([MUTANTS[0], MUTANTS[1]], _opts(tmp_path, survive), jobs=2, progress=lambda line: None)
     assert [r["verdict"] for r in records] == ["stale", "stale"] and len(started) == 2 and started[0][1] is started[1][1]
 
 
@@ -254,7 +263,7 @@ def test_a_wait_for_the_large_lock_ends_at_the_cap():
     lock = threading.Lock()
     lock.acquire()
     t = time.perf_counter()
-    with M._holding(lock, t + 0.2):
+    with W._holding(lock, t + 0.2):
         waited = time.perf_counter() - t
     assert 0.15 < waited < 2 and lock.locked()  # not taken: the search that follows starts past the cap, cut
 
@@ -285,7 +294,7 @@ def test_the_cap_holds_while_shrinking():
     assert rec["verdict"] == "killed" and rec["shrink_capped"] and rec["case"], rec["verdict"]
     past_cap = [final for t, final in calls if t > t0[0] + budget]
     assert all(past_cap), f"{past_cap.count(False)} shrink step(s) began past the cap"
-    assert "(shrinking stopped by the cap)" in M.render_markdown(_doc([rec]))
+    assert "(shrinking stopped by the cap)" in T.render_markdown(_doc([rec]))
 
 
 def hangs(kind, case, adapter):
@@ -296,10 +305,10 @@ def test_a_worker_past_the_cap_is_incomplete_not_a_kill(tmp_path, monkeypatch):
     """Spawned for real: a share alive past the cap + GRACE_S (its example
     still under the hang bound) is killed and the mutant is ``incomplete``
     (no verdict)."""
-    monkeypatch.setattr(M, "GRACE_S", 1)
-    (rec,) = M.run_all([QWEN_ONLY], _opts(tmp_path, hangs, budget_s=8), jobs=1, progress=lambda line: None)
+    monkeypatch.setattr(P, "GRACE_S", 1)
+    (rec,) = P.run_all([QWEN_ONLY], _opts(tmp_path, hangs, budget_s=8), jobs=1, progress=lambda line: None)
     assert rec["verdict"] == "incomplete" and "past the cap" in rec["error"], rec
-    assert M.tally([rec])["counted"] == 0
+    assert T.tally([rec])["counted"] == 0
 
 
 HANG_ALL = "SDPA_TEST_HANG_ALL"
@@ -319,17 +328,17 @@ def test_a_hang_that_recurs_on_replay_and_not_on_the_pristine_kernels_is_a_kill(
     bound again in a fresh process on the mutant's kernels and passes on the
     pristine ones: ``error``, that Case recorded (it was ``incomplete`` once
     the cap ran out, or a run's whole cap spent waiting)."""
-    monkeypatch.setattr(M, "HANG_REPLAY_S", 12.0)
-    (rec,) = M.run_all([QWEN_ONLY], _opts(tmp_path, hangs_on_several_heads, hang_s=2.0), jobs=1, progress=lambda line: None)
+    monkeypatch.setattr(P, "HANG_REPLAY_S", 12.0)
+    (rec,) = P.run_all([QWEN_ONLY], _opts(tmp_path, hangs_on_several_heads, hang_s=2.0), jobs=1, progress=lambda line: None)
     assert rec["verdict"] == "error" and rec["killed_by"] == "tails_dense", rec
     assert Case.from_dict(rec["case"]).h_q > 1 and "ran past 2 s" in rec["summary"] and "pristine kernels pass it" in rec["summary"]
-    assert M.tally([rec])["kill_rate"] == 1.0
+    assert T.tally([rec])["kill_rate"] == 1.0
 
 
 def test_a_hang_on_the_pristine_kernels_too_is_pristine_fails(tmp_path, monkeypatch):
-    monkeypatch.setattr(M, "HANG_REPLAY_S", 12.0)
+    monkeypatch.setattr(P, "HANG_REPLAY_S", 12.0)
     monkeypatch.setenv(HANG_ALL, "1")
-    (rec,) = M.run_all([QWEN_ONLY], _opts(tmp_path, hangs_on_several_heads, hang_s=2.0), jobs=1, progress=lambda line: None)
+    (rec,) = P.run_all([QWEN_ONLY], _opts(tmp_path, hangs_on_several_heads, hang_s=2.0), jobs=1, progress=lambda line: None)
     assert rec["verdict"] == "pristine_fails" and "hung" in rec["pristine"], rec
 
 
@@ -370,16 +379,16 @@ def test_a_search_short_of_its_count_is_no_verdict():
         return survive(kind, case, adapter)
 
     rec = _one(MUTANTS[0], rejects_most, kinds=("numerics_dense",), profile="ci")
-    assert rec["verdict"] == "short" and not rec["complete"] and rec["kinds"][0]["short"] and " short" in M.drew(rec), M.drew(rec)
+    assert rec["verdict"] == "short" and not rec["complete"] and rec["kinds"][0]["short"] and " short" in P.drew(rec), P.drew(rec)
     assert rec["kinds"][0]["examples"] < rec["kinds"][0]["planned"]
-    t = M.tally([rec])
-    assert (t["short"], t["survived"], t["counted"]) == (1, 0, 0) and M.exit_code(t, None, 0.0) == 1
-    assert "drew fewer examples than planned" in M.control_problem(rec | {"name": "control"})
+    t = T.tally([rec])
+    assert (t["short"], t["survived"], t["counted"]) == (1, 0, 0) and T.exit_code(t, None, 0.0) == 1
+    assert "drew fewer examples than planned" in T.control_problem(rec | {"name": "control"})
 
 
 def test_a_selection_that_searches_nothing_is_refused(capsys):
-    relation = next(k for k in M.KIND_NAMES if k.startswith("metamorphic_dense"))  # pr runs no metamorphic test
-    code = M.main(M.parser().parse_args(["--profile", "pr", "--properties", relation, "--only", MUTANTS[0].name]))
+    relation = next(k for k in K.KIND_NAMES if k.startswith("metamorphic_dense"))  # pr runs no metamorphic test
+    code = CLI.main(CLI.parser().parse_args(["--profile", "pr", "--properties", relation, "--only", MUTANTS[0].name]))
     err = capsys.readouterr().err
     assert code == 2 and "control would search nothing" in err
 
@@ -393,15 +402,15 @@ def test_merging_stops_at_the_first_unit_the_cap_cut():
     """A later unit's failure does not kill a mutant whose earlier unit the
     cap cut: one process would have stopped at the cut (and a faster one might
     have killed earlier). Merged: incomplete, the units up to the cut."""
-    units = M.mutant_units(QWEN_ONLY, {"kinds": ["tails_dense", "numerics_dense"], "profile": "dev"})
+    units = P.mutant_units(QWEN_ONLY, {"kinds": ["tails_dense", "numerics_dense"], "profile": "dev"})
     failure = {"verdict": "killed", "summary": "planted", "case": Case().to_dict(), "first_failure_s": 1.0}
     results = {0: _unit(), 1: _unit(examples=3, cut=True), 2: _unit(examples=2, failure=failure)}
-    rec = M.base_record(QWEN_ONLY)
-    M.merge_units(rec, units, results, profile="dev")
+    rec = S.base_record(QWEN_ONLY)
+    S.merge_units(rec, units, results, profile="dev")
     assert rec["verdict"] == "incomplete" and rec["killed_by"] is None and [k["name"] for k in rec["kinds"]] == ["tails_dense"]
     results[1] = _unit()
-    rec = M.base_record(QWEN_ONLY)
-    M.merge_units(rec, units, results, profile="dev")
+    rec = S.base_record(QWEN_ONLY)
+    S.merge_units(rec, units, results, profile="dev")
     assert rec["verdict"] == "killed" and rec["killed_by"] == "numerics_dense"
 
 
@@ -416,8 +425,8 @@ def test_a_compile_error_of_the_rewritten_source_is_no_kill():
     syntax = _in("/site-packages/cudnn/frost/template_loader.py", "load_template", "exec(compile('bad(', REWRITTEN, 'exec'))", REWRITTEN=REWRITTEN)
     dsl = _in("/site-packages/cudnn/frost/compiled_cache.py", "compile_cached", "raise TypeError('cannot trace Int32 + Float32')")
     launch = _in(CUDNN, "launch", "raise ValueError('bad pointer')")
-    assert [M.crash_or_harness(e) for e in (syntax, dsl, launch)] == ["compile_error", "compile_error", "error"]
-    assert M.crash_or_harness(SyntaxError("x", (REWRITTEN, 1, 1, "bad("))) == "compile_error"  # a rewritten module's body (host_module)
+    assert [F.crash_or_harness(e) for e in (syntax, dsl, launch)] == ["compile_error", "compile_error", "error"]
+    assert F.crash_or_harness(SyntaxError("x", (REWRITTEN, 1, 1, "bad("))) == "compile_error"  # a rewritten module's body (host_module)
 
     def backward(exc):
         def raises():
@@ -425,7 +434,7 @@ def test_a_compile_error_of_the_rewritten_source_is_no_kill():
 
         with pytest.raises(PropertyFailure) as refused:
             accepted("backward", Case(), time.perf_counter(), raises)
-        return M.failure_verdict(refused.value)
+        return F.failure_verdict(refused.value)
 
     assert backward(syntax) == "compile_error" and backward(dsl) == "compile_error" and backward(launch) == "killed"
 
@@ -443,9 +452,9 @@ def test_a_mutant_whose_template_does_not_parse_is_a_compile_error():
     broken = Mutant(
         "unparsable", "bias", (Rewrite("f16", "    iter_count = kv_right - kv_left\n", "    iter_count = (kv_right - kv_left\n"),), "numerics_dense", "w"
     )
-    rec = M.run_mutant(broken, check=reaches_the_template, profile="dev", kinds=("numerics_dense",))
+    rec = S.run_mutant(broken, check=reaches_the_template, profile="dev", kinds=("numerics_dense",))
     assert rec["verdict"] == "compile_error" and "SyntaxError" in rec["summary"], rec.get("summary")
-    assert M.tally([rec])["counted"] == 0 and "1 compile_error" in M.kill_rate_line(M.tally([rec]), 0.9)
+    assert T.tally([rec])["counted"] == 0 and "1 compile_error" in T.kill_rate_line(T.tally([rec]), 0.9)
 
 
 # ------------------------------------------------- 8. the pristine kernels' replay
@@ -478,15 +487,15 @@ def test_a_kill_is_replayed_on_the_pristine_kernels(on_cpu):
     kills and the pristine kernels pass its Cases; where they fail them too
     the verdict is ``pristine_fails``: not counted, the run invalid, the Case named."""
     lse = {m.name: m for m in MUTANTS}["lse_in_log2_units"]
-    rec = M.run_mutant(lse, profile="dev", kinds=("numerics_dense",), adapter_factory=emulated)
+    rec = S.run_mutant(lse, profile="dev", kinds=("numerics_dense",), adapter_factory=emulated)
     assert rec["verdict"] == "killed" and "LSE" in rec["summary"] and "pristine" not in rec
-    shared = M.run_mutant(lse, profile="dev", kinds=("numerics_dense",), adapter_factory=emulated_both)
+    shared = S.run_mutant(lse, profile="dev", kinds=("numerics_dense",), adapter_factory=emulated_both)
     assert shared["verdict"] == "pristine_fails" and shared["mutant_verdict"] == "killed" and "LSE" in shared["pristine"]["failure"]
-    t = M.tally([rec, shared])
-    assert (t["killed"], t["pristine_fails"], t["counted"], t["kill_rate"]) == (1, 1, 1, 1.0) and M.exit_code(t, None, 0.0) == 1
-    problem = M.run_problem([M.base_record(M.CONTROL)], [rec, shared])
+    t = T.tally([rec, shared])
+    assert (t["killed"], t["pristine_fails"], t["counted"], t["kill_rate"]) == (1, 1, 1, 1.0) and T.exit_code(t, None, 0.0) == 1
+    problem = T.run_problem([S.base_record(C.CONTROL)], [rec, shared])
     assert problem.startswith("lse_in_log2_units: its kill (numerics_dense) fails on the pristine kernels too, on dense ") and "LSE" in problem
-    md = M.render_markdown(_doc([rec, shared]))
+    md = T.render_markdown(_doc([rec, shared]))
     assert md.index("**INVALID RUN**: lse_in_log2_units") < md.index("kill rate: n/a (INVALID RUN)")
 
 
@@ -500,12 +509,12 @@ def test_a_dead_context_replays_the_kill_in_a_fresh_process(monkeypatch):
     from properties import watchdog
 
     kind, cases = KINDS["numerics_dense"], [Case(), Case(h_q=2, h_kv=2)]
-    assert M.pristine_failure(kind, cases, lambda: stand_in(()), survive) is None  # alive: here, and it passes
+    assert R.pristine_failure(kind, cases, lambda: stand_in(()), survive) is None  # alive: here, and it passes
     monkeypatch.setattr(watchdog, "probe", lambda: "CUDA error: an illegal memory access was encountered")
     fresh = {"adapter_factory": stand_in, "check": fails_everywhere, "family": "sm80"}
-    seen = M.pristine_failure(kind, cases, lambda: pytest.fail("no replay in a dead process"), fails_everywhere, fresh)
+    seen = R.pristine_failure(kind, cases, lambda: pytest.fail("no replay in a dead process"), fails_everywhere, fresh)
     assert seen["case"] == Case().to_dict() and "planted (rewrites: 0)" in seen["failure"]  # the control's adapter, there
-    assert "unknown" in M.pristine_failure(kind, cases, lambda: None, survive)  # no fresh process asked for: never a guess
+    assert "unknown" in R.pristine_failure(kind, cases, lambda: None, survive)  # no fresh process asked for: never a guess
 
 
 def test_the_search_steers_by_target_only_where_the_test_does(monkeypatch):
@@ -524,27 +533,27 @@ def test_the_search_steers_by_target_only_where_the_test_does(monkeypatch):
             seen.append(repr(case))
             return Observation(k.property, case, ratios={"o": ratio_of(case)})
 
-        M.search(kind, None, M.flavors_for(M.CONTROL), profile="ci", until=time.perf_counter() + 600, t0=0.0, check=check, stratum=("gptoss", "float16"))
+        S.search(kind, None, K.flavors_for(C.CONTROL), profile="ci", until=time.perf_counter() + 600, t0=0.0, check=check, stratum=("gptoss", "float16"))
         return seen
 
     tails = KINDS["tails_dense"]
     assert not tails.target and cases(tails, lambda c: 0.5) == cases(tails, lambda c: 0.1 + 0.8 * (c.s_kv % 97) / 97) and targeted == []
     assert KINDS["numerics_dense"].target and cases(KINDS["numerics_dense"], lambda c: 0.5) and targeted
-    assert not any(k.target for k in M.KINDS if k.family_name == "sm90")
+    assert not any(k.target for k in K.KINDS if k.family_name == "sm90")
 
 
 # ------------------------------------------------------------------ 9. --resume
 def _partial(tmp_path, before: dict, records=None, units=None) -> Path:
-    M.write_partial(tmp_path / M.PARTIAL, before, records or {}, 1.0, units)
-    return tmp_path / M.PARTIAL
+    RS.write_partial(tmp_path / RS.PARTIAL, before, records or {}, 1.0, units)
+    return tmp_path / RS.PARTIAL
 
 
 @pytest.mark.parametrize("key", ["kernels_source", "findings_digest", "explicit", "environment", "suite"])
 def test_resume_refuses_another_source_findings_selection_environment_or_suite(tmp_path, key):
-    run = {k: None for k in M.RESUME_KEYS}
+    run = {k: None for k in RS.RESUME_KEYS}
     partial = _partial(tmp_path, run | {key: "before"})
-    with pytest.raises(M.Usage, match=f"was made with {key}='before', this run has 'now'"):
-        M.resumed_records(partial, run | {key: "now"}, [])
+    with pytest.raises(RS.Usage, match=f"was made with {key}='before', this run has 'now'"):
+        RS.resumed_records(partial, run | {key: "now"}, [])
 
 
 def test_a_changed_later_rewrite_is_not_kept(tmp_path):
@@ -553,22 +562,22 @@ def test_a_changed_later_rewrite_is_not_kept(tmp_path):
     m = next(x for x in MUTANTS if len(x.rewrites) > 1)
     last = m.rewrites[-1]
     edited = dataclasses.replace(m, rewrites=m.rewrites[:-1] + (dataclasses.replace(last, replacement=last.replacement + "\n        x = 0"),))
-    assert M.change_line(edited) == M.change_line(m) and edited.digest != m.digest  # the table's line cannot tell them apart
-    partial = _partial(tmp_path, {}, {m.name: M.base_record(m) | {"verdict": "survived"}})
-    assert list(M.resumed_records(partial, {}, [m])[0]) == [m.name] and M.resumed_records(partial, {}, [edited])[0] == {}
+    assert K.change_line(edited) == K.change_line(m) and edited.digest != m.digest  # the table's line cannot tell them apart
+    partial = _partial(tmp_path, {}, {m.name: S.base_record(m) | {"verdict": "survived"}})
+    assert list(RS.resumed_records(partial, {}, [m])[0]) == [m.name] and RS.resumed_records(partial, {}, [edited])[0] == {}
 
 
 def test_the_suite_revision_tolerates_no_git(monkeypatch):
     import subprocess
 
-    rev = M.suite_revision()
+    rev = RS.suite_revision()
     assert rev is None or len(rev.split("+")[0]) == 40
 
     def no_git(*a, **kw):
         raise FileNotFoundError("git")
 
     monkeypatch.setattr(subprocess, "run", no_git)
-    assert M.suite_revision() is None
+    assert RS.suite_revision() is None
 
 
 def stub_gpu(monkeypatch) -> None:
@@ -596,19 +605,19 @@ def machine(monkeypatch):
         for m in mutants:
             if state["unit"] is not None:
                 on_unit(m.name, 0, state["unit"])
-            rec = M.base_record(m) | {"verdict": state["verdicts"].get(m.name, "survived"), "wall_s": 1.0}
+            rec = S.base_record(m) | {"verdict": state["verdicts"].get(m.name, "survived"), "wall_s": 1.0}
             on_record(rec)
             out.append(rec)
         return out
 
-    monkeypatch.setattr(M, "run_all", run_all)
+    monkeypatch.setattr(CLI, "run_all", run_all)
     before = signal.getsignal(signal.SIGTERM)
     yield state
     signal.signal(signal.SIGTERM, before)
 
 
 def _main(tmp_path, *extra):
-    return M.main(M.parser().parse_args(["--only", MUTANTS[0].name, "--jobs", "2", "--report-dir", str(tmp_path / "report"), *extra]))
+    return CLI.main(CLI.parser().parse_args(["--only", MUTANTS[0].name, "--jobs", "2", "--report-dir", str(tmp_path / "report"), *extra]))
 
 
 def test_a_run_records_what_resume_compares(machine, tmp_path, capsys, monkeypatch):
@@ -616,13 +625,13 @@ def test_a_run_records_what_resume_compares(machine, tmp_path, capsys, monkeypat
     the selection, $SDPA_GEOMETRY and $SDPA_PLANT_REFERENCE_BUG, the suite's
     revision: a later call with any of them changed refuses to resume, naming it."""
     findings = tmp_path / "findings.toml"
-    findings.write_text((Path(M.__file__).resolve().parents[1] / M.FINDINGS_FILE).read_text())
+    findings.write_text((Path(C.__file__).resolve().parents[2] / C.FINDINGS_FILE).read_text())
     monkeypatch.delenv("SDPA_GEOMETRY", raising=False)
     machine["verdicts"] = {MUTANTS[0].name: "killed"}
     assert _main(tmp_path, "--known-findings", str(findings)) == 0
-    run = json.loads((tmp_path / "report" / M.PARTIAL).read_text())["run"]
-    assert set(M.RESUME_KEYS) <= set(run) and run["explicit"] is False and run["kernels_source"] is None
-    assert run["findings_digest"] == M.file_digest(findings) and run["environment"] == {"SDPA_GEOMETRY": None, "SDPA_PLANT_REFERENCE_BUG": None}
+    run = json.loads((tmp_path / "report" / RS.PARTIAL).read_text())["run"]
+    assert set(RS.RESUME_KEYS) <= set(run) and run["explicit"] is False and run["kernels_source"] is None
+    assert run["findings_digest"] == RS.file_digest(findings) and run["environment"] == {"SDPA_GEOMETRY": None, "SDPA_PLANT_REFERENCE_BUG": None}
     assert _main(tmp_path, "--known-findings", str(findings), "--resume") == 0
     monkeypatch.setenv("SDPA_GEOMETRY", "free")
     assert _main(tmp_path, "--known-findings", str(findings), "--resume") == 2 and "was made with environment=" in capsys.readouterr().err
@@ -636,36 +645,36 @@ def test_a_harness_error_is_searched_again_on_resume(machine, tmp_path):
     """A record without a search result keeps its change and rewrites (a kept
     verdict would stand); a unit that failed by a harness error is not kept
     as done, in the partial report or from an older one."""
-    fallback = M._fallback(MUTANTS[0], "error", "worker exited")
-    assert fallback["change"] == M.change_line(MUTANTS[0]) and fallback["rewrites"] == MUTANTS[0].digest
-    assert list(M.resumed_records(_partial(tmp_path, {}, {MUTANTS[0].name: fallback}), {}, [MUTANTS[0]])[0]) == [MUTANTS[0].name]
+    fallback = P._fallback(MUTANTS[0], "error", "worker exited")
+    assert fallback["change"] == K.change_line(MUTANTS[0]) and fallback["rewrites"] == MUTANTS[0].digest
+    assert list(RS.resumed_records(_partial(tmp_path, {}, {MUTANTS[0].name: fallback}), {}, [MUTANTS[0]])[0]) == [MUTANTS[0].name]
     harness = _unit(examples=1, failure={"verdict": "harness_error", "summary": "KeyError: x"})
-    assert not M.unit_kept(harness) and M.unit_kept(_unit()) and M.unit_kept(_unit(failure={"verdict": "killed"})) and not M.unit_kept(_unit(cut=True))
+    assert not RS.unit_kept(harness) and RS.unit_kept(_unit()) and RS.unit_kept(_unit(failure={"verdict": "killed"})) and not RS.unit_kept(_unit(cut=True))
     machine["unit"], machine["verdicts"] = harness, {MUTANTS[0].name: "harness_error"}
     assert _main(tmp_path) == 1
-    partial = json.loads((tmp_path / "report" / M.PARTIAL).read_text())
+    partial = json.loads((tmp_path / "report" / RS.PARTIAL).read_text())
     assert partial["units"] == {} and partial["records"][MUTANTS[0].name]["verdict"] == "harness_error"
-    opts = {"kinds": M.KIND_NAMES, "profile": "ci", "explicit": False}
-    labels = [M.unit_label(u) for u in M.mutant_units(MUTANTS[0], opts)[:2]]
+    opts = {"kinds": K.KIND_NAMES, "profile": "ci", "explicit": False}
+    labels = [RS.unit_label(u) for u in P.mutant_units(MUTANTS[0], opts)[:2]]
     done = {"0": {"unit": labels[0], "result": harness}, "1": {"unit": labels[1], "result": _unit()}}
-    kept, _, units = M.resumed_records(_partial(tmp_path, {}, {}, {MUTANTS[0].name: {"rewrites": MUTANTS[0].digest, "done": done}}), {}, [MUTANTS[0]], opts)
+    kept, _, units = RS.resumed_records(_partial(tmp_path, {}, {}, {MUTANTS[0].name: {"rewrites": MUTANTS[0].digest, "done": done}}), {}, [MUTANTS[0]], opts)
     assert kept == {} and units == {MUTANTS[0].name: {1: _unit()}}  # an older call's harness-error unit: searched again
 
 
 # ------------------------------------------------------- 11, 12. the rate and an invalid run
 def _doc(mutants, controls=None):
-    controls = controls or [M.base_record(M.CONTROL)]
+    controls = controls or [S.base_record(C.CONTROL)]
     run = dict(profile="ci", examples_scale=1.0, budget_s=3600, jobs=16, goal=0.9, wall_s=1, gpu=None, mode=None)
-    return {"run": run, "control": controls[0], "controls": controls, "mutants": mutants, "tally": M.tally(mutants)}
+    return {"run": run, "control": controls[0], "controls": controls, "mutants": mutants, "tally": T.tally(mutants)}
 
 
 def test_the_rate_counts_verdicts_only_and_says_so():
-    records = [M.base_record(MUTANTS[0]) | {"name": v, "verdict": v} for v in M.VERDICTS]
-    t = M.tally(records)
-    assert (t["counted"], t["excluded"], t["kill_rate"]) == (3, len(M.NON_VERDICTS), pytest.approx(2 / 3))
-    line = M.kill_rate_line(t, 0.9)
+    records = [S.base_record(MUTANTS[0]) | {"name": v, "verdict": v} for v in F.VERDICTS]
+    t = T.tally(records)
+    assert (t["counted"], t["excluded"], t["kill_rate"]) == (3, len(F.NON_VERDICTS), pytest.approx(2 / 3))
+    line = T.kill_rate_line(t, 0.9)
     assert line.startswith("kill rate: 67% = (killed 1 + error 1) / (killed 1 + error 1 + survived 1) = 2/3; excluded (no verdict): ")
-    assert all(f"1 {v}" in line for v in M.NON_VERDICTS) and M.exit_code(t, None, 0.0) == 1
+    assert all(f"1 {v}" in line for v in F.NON_VERDICTS) and T.exit_code(t, None, 0.0) == 1
 
 
 def test_an_invalid_run_gives_no_rate(machine, tmp_path, capsys):

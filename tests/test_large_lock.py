@@ -9,7 +9,7 @@ import multiprocessing as mp
 import os
 import signal
 
-from conformance.kill_rate import CONTROL, CONTROL_SM90
+from conformance.kill.catalogue import CONTROL, CONTROL_SM90
 from conformance.large_lock import LargeTierLock
 from tests.test_kill_verdicts import _opts, survive
 
@@ -66,7 +66,7 @@ def test_a_live_holder_excludes_the_others_until_it_releases(tmp_path):
 
 
 def test_the_controls_are_the_bug_class_that_takes_no_lock():
-    """kill_rate hands the large-tier lock to every mutant but the controls (by bug class)."""
+    """run_all (conformance.kill.processes) hands the large-tier lock to every mutant but the controls (by bug class)."""
     assert CONTROL.bug_class == CONTROL_SM90.bug_class == "control"
 
 
@@ -83,13 +83,14 @@ def test_a_mutant_that_dies_holding_the_lock_starves_no_search(tmp_path):
     by a process that must get the lock; the control's large-tier search runs
     to its count. With a lock that stays taken, both waited out the cap
     (the control ended `incomplete`)."""
-    from conformance import kill_rate as M
+    from conformance.kill import catalogue as C
+    from conformance.kill import processes as P
     from kernels.mutants import Mutant
     from kernels.source import Rewrite
 
     crasher = Mutant("crasher", "large_offsets", (Rewrite("f16", "a", "b"),), "numerics_large_offsets", "w")
     opts = _opts(tmp_path, crash_the_mutant, profile="ci", budget_s=90, kinds=["numerics_large_offsets"])
-    control, rec = M.run_all([M.CONTROL, crasher], opts, jobs=2, progress=lambda line: None)
+    control, rec = P.run_all([C.CONTROL, crasher], opts, jobs=2, progress=lambda line: None)
     assert control["verdict"] == "survived" and control["complete"], control
     assert rec["verdict"] == "infra" and "SIGKILL" in rec["error"], rec  # died again when searched once more
     assert sorted(p.name for p in tmp_path.glob("crasher*.log")) == ["crasher.1.log", "crasher.log"]  # the first process, the one more

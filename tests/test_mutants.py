@@ -15,11 +15,17 @@ from types import SimpleNamespace
 
 import pytest
 
-from conformance import kill_rate as M
+from conformance.kill import catalogue as C
+from conformance.kill import cli as CLI
+from conformance.kill import failures as F
+from conformance.kill import kinds as K
+from conformance.kill import processes as P
+from conformance.kill import search as S
+from conformance.kill import tally as T
 from ground import findings
 from ground.case import Case
 from ground.outcome import Observation, PropertyFailure
-from ground.tables import flavor_of
+from ground.tables import NO_GPU, flavor_of
 from kernels import mutants as catalogue
 from kernels.mutants import MUTANTS, Mutant
 from kernels.source import TARGETS, Rewrite, check_rewrites
@@ -51,12 +57,12 @@ FAST = dict(profile="dev")
 # -------------------------------------------------------------- catalogue
 def test_catalogue_is_well_formed():
     names = [m.name for m in MUTANTS]
-    assert len(names) == len(set(names)) and len(names) >= 12 and M.CONTROL.name not in names
+    assert len(names) == len(set(names)) and len(names) >= 12 and C.CONTROL.name not in names
     covered = {m.bug_class for m in MUTANTS}
     assert set(REQUIRED_CLASSES) <= set(catalogue.BUG_CLASSES) and set(REQUIRED_CLASSES) <= covered
     assert covered <= set(catalogue.BUG_CLASSES)
     for m in MUTANTS:
-        assert m.rewrites and m.why.strip() and m.expected_killer in M.KIND_NAMES, m.name
+        assert m.rewrites and m.why.strip() and m.expected_killer in K.KIND_NAMES, m.name
         assert set(m.targets) <= set(TARGETS) and all(rw.pattern != rw.replacement for rw in m.rewrites), m.name
         # A template bug lives in both templates unless the mutant says why not.
         one_family = len({"f16", "d256"} & set(m.targets)) == 1 or m.targets == ("host",)
@@ -71,9 +77,9 @@ def test_every_rewrite_applies_exactly_once(mutant):
 
 def test_flavors_follow_the_rewritten_files():
     mk = lambda *targets: Mutant("x", "bias", tuple(Rewrite(t, "a", "b") for t in targets), "numerics_dense", "w")  # noqa: E731
-    assert M.flavors_for(mk("d256")) == ("qwen",)
-    assert M.flavors_for(mk("f16")) == ("gptoss", "llama", "dsv3")
-    assert M.flavors_for(mk("f16", "d256")) == M.flavors_for(mk("host")) == M.flavors_for(M.CONTROL) == ("gptoss", "llama", "dsv3", "qwen")
+    assert K.flavors_for(mk("d256")) == ("qwen",)
+    assert K.flavors_for(mk("f16")) == ("gptoss", "llama", "dsv3")
+    assert K.flavors_for(mk("f16", "d256")) == K.flavors_for(mk("host")) == K.flavors_for(C.CONTROL) == ("gptoss", "llama", "dsv3", "qwen")
 
 
 # ------------------------------------------------------------------ search
@@ -95,9 +101,9 @@ ALWAYS = _fails_on(lambda k, c: True)
 @pytest.mark.parametrize("pattern", ["this text is not in prefill_f16", "cutlass.Int32("], ids=["absent", "many"])
 def test_stale_mutant_is_stale_not_killed(pattern):
     stale = Mutant("stale", "bias", (Rewrite("f16", pattern, "x"),), "numerics_dense", "w")
-    rec = M.run_mutant(stale, check=ALWAYS, **FAST)
+    rec = S.run_mutant(stale, check=ALWAYS, **FAST)
     assert rec["verdict"] == "stale" and "expected exactly once" in rec["error"] and rec["killed_by"] is None
-    t = M.tally([rec, {"verdict": "killed"}])
+    t = T.tally([rec, {"verdict": "killed"}])
     assert (t["stale"], t["counted"], t["kill_rate"]) == (1, 1, 1.0)
 
 
@@ -106,14 +112,14 @@ def test_failure_kills_and_is_shrunk():
     case is fully shrunk on a busy machine too (a 10 s shrinking budget once
     left case_size 256 on a loaded 2-core runner)."""
     check = _fails_on(lambda k, c: k.name == "numerics_thd" and c.h_q > 1 and len(c.q_lens) > 1)
-    rec = M.run_mutant(MUTANTS[0], check=check, **FAST)
+    rec = S.run_mutant(MUTANTS[0], check=check, **FAST)
     assert rec["verdict"] == "killed" and rec["killed_by"] == "numerics_thd" and rec["property"] == "numerics"
     shrunk = Case.from_dict(rec["case"])
-    assert shrunk.h_q == 2 and len(shrunk.q_lens) == 2 and rec["case_size"] == M.case_size(shrunk) <= 2 * 2 * 2 and not rec["shrink_capped"]
+    assert shrunk.h_q == 2 and len(shrunk.q_lens) == 2 and rec["case_size"] == K.case_size(shrunk) <= 2 * 2 * 2 and not rec["shrink_capped"]
     assert [k["name"] for k in rec["kinds"]] == ["numerics_dense", "numerics_thd"] and rec["first_failure_s"] is not None
     dense = rec["kinds"][0]  # searched in full before numerics_thd: every stratum its count
-    assert dense["examples"] == dense["planned"] == 8 * M.planned_examples("dev", M.KINDS[0]) and not dense["cut"]
-    assert flavor_of(shrunk.d_qk, shrunk.d_v) in M.flavors_for(MUTANTS[0])
+    assert dense["examples"] == dense["planned"] == 8 * S.planned_examples("dev", K.KINDS[0]) and not dense["cut"]
+    assert flavor_of(shrunk.d_qk, shrunk.d_v) in K.flavors_for(MUTANTS[0])
 
 
 CUDNN = "/site-packages/cudnn/sdpa/fwd/kernels/sm80/prefill_f16.py"  # a frame of the kernels under test
@@ -121,7 +127,7 @@ CUDNN = "/site-packages/cudnn/sdpa/fwd/kernels/sm80/prefill_f16.py"  # a frame o
 
 def test_crash_is_an_error_verdict():
     crash = _fails_on(lambda k, c: True, lambda *_: _raised_in(CUDNN, RuntimeError("kernel crashed")))
-    rec = M.run_mutant(MUTANTS[0], check=crash, kinds=("numerics_dense",), **FAST)
+    rec = S.run_mutant(MUTANTS[0], check=crash, kinds=("numerics_dense",), **FAST)
     assert rec["verdict"] == "error" and "RuntimeError: kernel crashed" in rec["summary"] and rec["first_case"]
 
 
@@ -136,7 +142,7 @@ def test_a_rejected_draw_is_no_verdict():
             reject()
         return Observation(kind.property, case, ratios={"o": 0.5})
 
-    rec = M.run_mutant(MUTANTS[0], check=rejecting, kinds=("numerics_dense",), **FAST)
+    rec = S.run_mutant(MUTANTS[0], check=rejecting, kinds=("numerics_dense",), **FAST)
     assert rec["verdict"] == "survived" and rec["error"] is None and rec["summary"] is None, rec
     assert rec["kinds"][0]["examples"] > 0
 
@@ -153,11 +159,11 @@ def test_an_exception_of_the_suites_own_code_is_a_harness_error():
     """A KeyError in conformance/ (a suite bug) must not count as a kill, nor
     a CUDA error's text there while the context works (tests/test_kill_verdicts.py:
     the rest); anything raised in the kernel's code is the mutant's crash."""
-    own = str(Path(M.__file__).parent / "ground" / "data.py")
-    assert M.crash_or_harness(_raised_in(own, KeyError("none"))) == "harness_error"
-    assert M.crash_or_harness(_raised_in(own, RuntimeError("CUDA error: an illegal memory access was encountered"))) == "harness_error"
-    assert M.crash_or_harness(_raised_in(CUDNN, ValueError("x"))) == "error"
-    rec = M.run_mutant(MUTANTS[0], check=_fails_on(lambda k, c: True, lambda *_: _raised_in(own, KeyError("rope"))), kinds=("numerics_dense",), **FAST)
+    own = str(Path(F.__file__).parents[1] / "ground" / "data.py")
+    assert F.crash_or_harness(_raised_in(own, KeyError("none"))) == "harness_error"
+    assert F.crash_or_harness(_raised_in(own, RuntimeError("CUDA error: an illegal memory access was encountered"))) == "harness_error"
+    assert F.crash_or_harness(_raised_in(CUDNN, ValueError("x"))) == "error"
+    rec = S.run_mutant(MUTANTS[0], check=_fails_on(lambda k, c: True, lambda *_: _raised_in(own, KeyError("rope"))), kinds=("numerics_dense",), **FAST)
     assert rec["verdict"] == "harness_error" and "KeyError" in rec["summary"]
 
 
@@ -196,27 +202,27 @@ PADDED_Q = findings.parse(
 
 def test_known_findings_excuse_exactly_what_they_describe():
     xfailed = lambda k, c, a: Observation(k.property, c, outcome="xfailed", findings=["f"])  # noqa: E731
-    rec = M.run_mutant(MUTANTS[0], check=xfailed, kinds=("numerics_dense",), **FAST)
+    rec = S.run_mutant(MUTANTS[0], check=xfailed, kinds=("numerics_dense",), **FAST)
     assert rec["verdict"] == "survived" and rec["kinds"][0]["excused"] == rec["kinds"][0]["examples"] > 0
     ci = dict(FAST, profile="ci")  # derandomized: padded Q rows are drawn
     with findings.applied(PADDED_Q):
-        rec = M.run_mutant(MUTANTS[0], check=_nan_rows(live_too=False), kinds=("padding_poison",), **ci)
+        rec = S.run_mutant(MUTANTS[0], check=_nan_rows(live_too=False), kinds=("padding_poison",), **ci)
         assert rec["verdict"] == "survived" and rec["kinds"][0]["excused"] > 0
         # The same examples with NaN in a live row too: not what the finding describes.
-        rec = M.run_mutant(MUTANTS[0], check=_nan_rows(live_too=True), kinds=("padding_poison",), **ci)
+        rec = S.run_mutant(MUTANTS[0], check=_nan_rows(live_too=True), kinds=("padding_poison",), **ci)
         assert rec["verdict"] == "killed" and "live outputs" in rec["summary"]
     with findings.applied([]):
-        assert M.run_mutant(MUTANTS[0], check=_nan_rows(live_too=False), kinds=("padding_poison",), **ci)["verdict"] == "killed"
+        assert S.run_mutant(MUTANTS[0], check=_nan_rows(live_too=False), kinds=("padding_poison",), **ci)["verdict"] == "killed"
 
 
 def test_the_large_tier_is_searched_only_by_its_mutants():
-    large = [k.name for k in M.KINDS if k.examples == M.LARGE_BUDGET]
+    large = [k.name for k in K.KINDS if k.examples == C.LARGE_BUDGET]
     assert large == ["numerics_large_offsets", "sm90_numerics_large_offsets"]  # the sm90 one: tests/test_kill_sm90.py
     by_name = {m.name: m for m in MUTANTS}
-    assert "numerics_large_offsets" in [k.name for k in M.searched(by_name["kv_offset_int32"])]
-    assert not set(large) & {k.name for k in M.searched(by_name["bias_not_unscaled"])}
-    assert large[0] in {k.name for k in M.searched(M.CONTROL)}  # the pristine kernels get every search of their family
-    assert large[0] in {k.name for k in M.searched(by_name["bias_not_unscaled"], large, explicit=True)}
+    assert "numerics_large_offsets" in [k.name for k in K.searched(by_name["kv_offset_int32"])]
+    assert not set(large) & {k.name for k in K.searched(by_name["bias_not_unscaled"])}
+    assert large[0] in {k.name for k in K.searched(C.CONTROL)}  # the pristine kernels get every search of their family
+    assert large[0] in {k.name for k in K.searched(by_name["bias_not_unscaled"], large, explicit=True)}
 
 
 QWEN_ONLY = Mutant("qwen_only", "bias", (Rewrite("d256", "a", "b"),), "tails_dense", "w")  # 2 strata per kind; run with no adapter
@@ -242,19 +248,19 @@ def test_verdicts_and_counts_do_not_depend_on_time(fails):
     def run(delay, cap):
         inner = _fails_on(fail)
         check = lambda k, c, a: time.sleep(delay) or inner(k, c, a)  # noqa: E731
-        return M.run_mutant(QWEN_ONLY, check=check, profile="ci", budget_s=cap, kinds=("numerics_dense", "tails_dense"), **NO_ADAPTER)
+        return S.run_mutant(QWEN_ONLY, check=check, profile="ci", budget_s=cap, kinds=("numerics_dense", "tails_dense"), **NO_ADAPTER)
 
     fast, slow = run(0.0, 600.0), run(0.003, 1e6)
     counts = lambda r: [(k["name"], k["examples"], k["planned"], k["cut"]) for k in r["kinds"]]  # noqa: E731
     assert fast["verdict"] == slow["verdict"] == ("killed" if fails else "survived") and fast["complete"] and slow["complete"]
     assert counts(fast) == counts(slow) and fast["case"] == slow["case"] and fast["killed_by"] == slow["killed_by"]
     first = fast["kinds"][0]
-    assert first["name"] == "tails_dense" and first["examples"] == first["planned"] == 2 * M.planned_examples(
-        "ci", M.KINDS[3]
+    assert first["name"] == "tails_dense" and first["examples"] == first["planned"] == 2 * S.planned_examples(
+        "ci", K.KINDS[3]
     )  # the expected killer first, in full
     if not fails:
-        assert [k["examples"] for k in fast["kinds"]] == [40, 80] and "tails_dense 40/40, numerics_dense 80/80" in M._progress_line(fast, 1, 1)
-    scaled = M.run_mutant(QWEN_ONLY, check=_fails_on(fail), profile="ci", examples_scale=2, kinds=("tails_dense",), **NO_ADAPTER)
+        assert [k["examples"] for k in fast["kinds"]] == [40, 80] and "tails_dense 40/40, numerics_dense 80/80" in P._progress_line(fast, 1, 1)
+    scaled = S.run_mutant(QWEN_ONLY, check=_fails_on(fail), profile="ci", examples_scale=2, kinds=("tails_dense",), **NO_ADAPTER)
     assert scaled["kinds"][0]["examples"] == scaled["kinds"][0]["planned"] == 2 * first["planned"]  # --examples-scale
 
 
@@ -263,23 +269,23 @@ def test_a_search_the_cap_stops_is_incomplete_not_survived():
     counts were drawn is 'incomplete', counted neither as survived nor as
     killed, and an incomplete control makes the run invalid."""
     slow = lambda k, c, a: time.sleep(0.05) or Observation(k.property, c)  # noqa: E731
-    rec = M.run_mutant(MUTANTS[0], check=slow, profile="dev", budget_s=0.3)
+    rec = S.run_mutant(MUTANTS[0], check=slow, profile="dev", budget_s=0.3)
     # Merged up to the first search the cap cut (the later ones are skipped, nothing drawn, and not listed).
     assert rec["verdict"] == "incomplete" and not rec["complete"] and len(rec["kinds"]) == 1 and rec["kinds"][-1]["cut"]
     assert rec["wall_s"] < 5 and all(k["examples"] < k["planned"] for k in rec["kinds"] if k["cut"])
-    t = M.tally([rec, _rec("k", "killed")])
+    t = T.tally([rec, _rec("k", "killed")])
     assert (t["incomplete"], t["survived"], t["counted"], t["kill_rate"]) == (1, 0, 1, 1.0)
-    assert M.exit_code(t, _rec("control", "survived"), goal=0.5) == 1  # elsewhere it might have been killed, or survived
+    assert T.exit_code(t, _rec("control", "survived"), goal=0.5) == 1  # elsewhere it might have been killed, or survived
     control = dict(rec, name="control")
-    assert "stopped by the cap" in M.control_problem(control) and M.exit_code(M.tally([_rec("k", "killed")]), control, goal=0.5) == 1
-    assert "incomplete" in M._progress_line(rec, 1, 1) and " cut" in M._progress_line(rec, 1, 1)
+    assert "stopped by the cap" in T.control_problem(control) and T.exit_code(T.tally([_rec("k", "killed")]), control, goal=0.5) == 1
+    assert "incomplete" in P._progress_line(rec, 1, 1) and " cut" in P._progress_line(rec, 1, 1)
 
 
 def test_worker_processes_report_verdicts(tmp_path):
     stale = Mutant("stale", "bias", (Rewrite("f16", "not in the file", "x"),), "numerics_dense", "w")
     opts = dict(profile="dev", budget_s=5, kinds=["numerics_dense"], findings=None, log_dir=str(tmp_path), threads=1)
     lines = []
-    (rec,) = M.run_all([stale], opts, jobs=1, progress=lines.append)
+    (rec,) = P.run_all([stale], opts, jobs=1, progress=lines.append)
     assert rec["verdict"] == "stale" and lines == ["[1/1] stale     stale (" + rec["error"] + ")"]
     assert (tmp_path / "stale.log").exists()
 
@@ -291,7 +297,7 @@ def _rec(name, verdict, **kw):
 
 CASE = Case(batch=2, h_q=2, s_q=3, s_kv=5)
 RECORDS = [
-    _rec("a", "killed", killed_by="numerics_dense", first_failure_s=3.5, case=CASE.to_dict(), case_size=M.case_size(CASE)),
+    _rec("a", "killed", killed_by="numerics_dense", first_failure_s=3.5, case=CASE.to_dict(), case_size=K.case_size(CASE)),
     _rec("b", "error", first_case=CASE.to_dict(), error="worker exited with code -11"),
     _rec("c", "survived", kinds=[{"name": "numerics_dense", "examples": 80, "planned": 80, "cut": False}]),
     _rec("d", "stale", error="matched 0 times"),
@@ -300,41 +306,41 @@ RECORDS = [
 
 
 def test_tally_and_exit_code():
-    t = M.tally(RECORDS)
+    t = T.tally(RECORDS)
     assert (t["killed"], t["error"], t["survived"], t["stale"], t["incomplete"], t["counted"]) == (1, 1, 1, 1, 1, 3)
-    assert t["kill_rate"] == pytest.approx(2 / 3) and M.case_size(CASE) == 60
+    assert t["kill_rate"] == pytest.approx(2 / 3) and K.case_size(CASE) == 60
     control = _rec("control", "survived")
-    assert M.exit_code(t, control, goal=0.6) == 1  # an incomplete mutant: not a complete measurement
-    t = M.tally(RECORDS[:4])
-    assert M.exit_code(t, control, goal=0.6) == 0 and M.exit_code(t, control, goal=0.9) == 1
-    assert M.exit_code(t, _rec("control", "killed", killed_by="padding_poison"), goal=0.1) == 1
-    assert M.exit_code(M.tally([RECORDS[3]]), control, goal=0.0) == 1  # nothing counted
+    assert T.exit_code(t, control, goal=0.6) == 1  # an incomplete mutant: not a complete measurement
+    t = T.tally(RECORDS[:4])
+    assert T.exit_code(t, control, goal=0.6) == 0 and T.exit_code(t, control, goal=0.9) == 1
+    assert T.exit_code(t, _rec("control", "killed", killed_by="padding_poison"), goal=0.1) == 1
+    assert T.exit_code(T.tally([RECORDS[3]]), control, goal=0.0) == 1  # nothing counted
     assert (
         "67% = (killed 1 + error 1) / (killed 1 + error 1 + survived 1) = 2/3; excluded (no verdict): 0 pristine_fails, "
         "0 compile_error, 0 infra, 0 harness_error, 0 short, 1 incomplete, 1 stale; goal 90%"
-    ) in M.kill_rate_line(M.tally(RECORDS), 0.9)
+    ) in T.kill_rate_line(T.tally(RECORDS), 0.9)
 
 
 def test_markdown_table():
     run = dict(profile="ci", examples_scale=1.0, budget_s=3600, jobs=16, goal=0.9, wall_s=400, gpu="NVIDIA H200", mode="sm80 code on sm_90")
-    doc = {"run": run, "control": _rec("control", "survived"), "mutants": RECORDS, "tally": M.tally(RECORDS)}
-    md = M.render_markdown(doc)
-    assert "| " + " | ".join(M.COLUMNS) + " |" in md and "INVALID" not in md and "example counts x1 " in md and "cap 3600 s per mutant" in md
+    doc = {"run": run, "control": _rec("control", "survived"), "mutants": RECORDS, "tally": T.tally(RECORDS)}
+    md = T.render_markdown(doc)
+    assert "| " + " | ".join(T.COLUMNS) + " |" in md and "INVALID" not in md and "example counts x1 " in md and "cap 3600 s per mutant" in md
     assert "| a | bias | f16 | killed | numerics_dense | numerics_dense | 3.5 | 60 | dense B=2 S=3x5 bshd fp16 H=2/1 D=64 mask=none seed=0 | - |" in md
     assert "| c | bias | f16 | survived | - | numerics_dense | - | - | - | numerics_dense 80/80 |" in md and "| d | bias | f16 | stale |" in md
     assert "| e | bias | f16 | incomplete | - | numerics_dense | - | - | - | numerics_dense 15/80 cut |" in md
     doc["control"] = _rec("control", "killed", killed_by="padding_poison", summary="NaN", case_text="B=1")
-    assert "**INVALID RUN**: the control (no rewrites) failed padding_poison on B=1: NaN" in M.render_markdown(doc)
+    assert "**INVALID RUN**: the control (no rewrites) failed padding_poison on B=1: NaN" in T.render_markdown(doc)
     doc["control"] = RECORDS[4] | {"name": "control"}
     assert (
         "**INVALID RUN**: the control's search was stopped by the cap (--budget-s) before its example counts (numerics_dense 15/80 cut)"
-        in M.render_markdown(doc)
+        in T.render_markdown(doc)
     )
 
 
 # --------------------------------------------------------------------- CLI
 def _main(argv, capsys):
-    code = M.main(M.parser().parse_args(argv))
+    code = CLI.main(CLI.parser().parse_args(argv))
     out = capsys.readouterr()
     return code, out.out, out.err
 
@@ -345,7 +351,7 @@ def test_list_checks_the_catalogue(capsys, monkeypatch):
     assert out.count("sm90: --family sm90 on a Hopper GPU)") == len(catalogue.SM90_MUTANTS)
     code, out, _ = _main(["--list", "--family", "sm80"], capsys)
     assert code == 0 and f"{len(MUTANTS)} mutants, 0 stale" in out and "sm90_" not in out
-    monkeypatch.setattr(M, "MUTANTS", MUTANTS + (Mutant("gone", "bias", (Rewrite("d256", "no such text", "x"),), "numerics_dense", "w"),))
+    monkeypatch.setattr(C, "MUTANTS", MUTANTS + (Mutant("gone", "bias", (Rewrite("d256", "no such text", "x"),), "numerics_dense", "w"),))
     code, out, _ = _main(["--list", "--only", "gone,lse_in_log2_units"], capsys)
     assert code == 1 and "STALE" in out and "2 mutants, 1 stale" in out
 
@@ -377,10 +383,10 @@ def test_without_a_gpu_exit_2(capsys):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
     code, _, err = _main(["--only", "lse_in_log2_units"], capsys)
-    assert code == 2 and M.NO_GPU in err and "Hopper" not in err
+    assert code == 2 and NO_GPU in err and "Hopper" not in err
     for family in ("sm90", "all"):
         code, _, err = _main(["--family", family], capsys)
-        assert code == 2 and M.NO_GPU in err and "need a Hopper GPU (SM 9.0)" in err
+        assert code == 2 and NO_GPU in err and "need a Hopper GPU (SM 9.0)" in err
 
 
 def test_node_ids_name_the_collected_tests(tmp_path):
@@ -415,7 +421,7 @@ def test_node_ids_name_the_collected_tests(tmp_path):
     from properties.metamorphic import DENSE_RELATIONS, THD_RELATIONS
     from strategies.pools import FLAVOR_ENVELOPES
 
-    assert [k.name for k in M.KINDS] == [
+    assert [k.name for k in K.KINDS] == [
         "numerics_dense",
         "numerics_thd",
         "tails_thd_noinit",
@@ -438,9 +444,9 @@ def test_node_ids_name_the_collected_tests(tmp_path):
         "sm90_compile_reuse_dense",
         "sm90_numerics_large_offsets",
     ]
-    for kind in M.KINDS:
+    for kind in K.KINDS:
         if kind.family_name == "sm90":  # one test each (the compile entry's parameter)
-            assert M.node_id(kind, Case(family="sm90")) in collected, M.node_id(kind, Case(family="sm90"))
+            assert K.node_id(kind, Case(family="sm90")) in collected, K.node_id(kind, Case(family="sm90"))
             continue
         drawn_axes = [a for a in kind.family.axes if a.role == TRANSFORM]
         for flavor, (dq, dv) in FLAVOR_ENVELOPES.items():
@@ -448,7 +454,7 @@ def test_node_ids_name_the_collected_tests(tmp_path):
                 for combo in itertools.product(*(a.values for a in drawn_axes)):
                     drawn = {arg: v for a, vals in zip(drawn_axes, combo) for arg, v in zip(a.args, vals)}
                     case = Case(d_qk=dq, d_v=dv, dtype=dtype)
-                    assert flavor_of(case.d_qk, case.d_v) == flavor and M.node_id(kind, case, drawn) in collected, M.node_id(kind, case, drawn)
+                    assert flavor_of(case.d_qk, case.d_v) == flavor and K.node_id(kind, case, drawn) in collected, K.node_id(kind, case, drawn)
 
 
 # ------------------------------------------------------------ compile tier
@@ -477,7 +483,7 @@ def test_a_mutant_meets_its_expected_killer_first():
     left, instead of after ~20 others."""
     by_name = {m.name: m for m in MUTANTS}
     for name in ("thd_neighbour_key", "bias_not_unscaled"):
-        kinds = [k.name for k in M.searched(by_name[name])]
+        kinds = [k.name for k in K.searched(by_name[name])]
         assert kinds[0] == by_name[name].expected_killer and sorted(kinds) == sorted(set(kinds)), kinds
 
 
@@ -487,22 +493,22 @@ def test_every_search_runs_to_its_count_under_one_cap(monkeypatch):
     its planned count; a fast search passes nothing on, a slow one takes
     nothing from the others."""
     m = {m.name: m for m in MUTANTS}["bias_not_unscaled"]
-    chosen = M.searched(m)[:5]
+    chosen = K.searched(m)[:5]
     calls, clock = [], [0.0]
-    monkeypatch.setattr(M.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(S.time, "perf_counter", lambda: clock[0])
 
     def fake_search(kind, adapter, flavors, *, profile, until, t0, check, stratum=None, scale=1.0):
         calls.append((kind.name, until))
         clock[0] += 1.0
-        n = M.planned_examples(profile, kind, scale)
-        return M._Search(examples=n, planned=n)
+        n = S.planned_examples(profile, kind, scale)
+        return S._Search(examples=n, planned=n)
 
-    monkeypatch.setattr(M, "search", fake_search)
+    monkeypatch.setattr(S, "search", fake_search)
     rec = {"expected_killer": m.expected_killer, "kinds": [], "complete": True, "verdict": "survived"}
-    M._search_kinds(rec, chosen, None, M.flavors_for(m), profile="ci", deadline=100.0, t0=0.0, check=None, scale=3)
+    S._search_kinds(rec, chosen, None, K.flavors_for(m), profile="ci", deadline=100.0, t0=0.0, check=None, scale=3)
     assert chosen[0].name == m.expected_killer and {until for _, until in calls} == {100.0} and rec["verdict"] == "survived"
     for k, kind in zip(rec["kinds"], chosen):
-        assert k["examples"] == k["planned"] == 3 * M.planned_examples("ci", kind) * len(M.search_strata(kind, M.flavors_for(m))), k
+        assert k["examples"] == k["planned"] == 3 * S.planned_examples("ci", kind) * len(S.search_strata(kind, K.flavors_for(m))), k
 
 
 def test_a_kind_is_searched_per_stratum_as_the_gate_tests_it(monkeypatch):
@@ -510,26 +516,26 @@ def test_a_kind_is_searched_per_stratum_as_the_gate_tests_it(monkeypatch):
     restricted to it, each one test's examples), over qwen alone 2; a family
     without a stratum axis is one search over the flavors; a kill in one
     stratum ends the kind."""
-    kinds = {k.name: k for k in M.KINDS}
+    kinds = {k.name: k for k in K.KINDS}
     every, qwen = ("gptoss", "llama", "dsv3", "qwen"), ("qwen",)
-    assert len(M.search_strata(kinds["numerics_dense"], every)) == 8
-    assert M.search_strata(kinds["numerics_dense"], qwen) == [("qwen", "float16"), ("qwen", "bfloat16")]
-    assert all(M.gate_tests(k) >= 1 for k in M.KINDS)
+    assert len(S.search_strata(kinds["numerics_dense"], every)) == 8
+    assert S.search_strata(kinds["numerics_dense"], qwen) == [("qwen", "float16"), ("qwen", "bfloat16")]
+    assert all(S.gate_tests(k) >= 1 for k in K.KINDS)
     calls = []
 
     def fake_search(kind, adapter, flavors, *, profile, until, t0, check, stratum=None, scale=1.0):
         calls.append(stratum)
-        s = M._Search(examples=3)
+        s = S._Search(examples=3)
         if stratum == ("llama", "bfloat16"):
             from ground.case import Case
 
             s.first = s.last = (Case(), RuntimeError("boom"), 1.0)
         return s
 
-    monkeypatch.setattr(M, "search", fake_search)
+    monkeypatch.setattr(S, "search", fake_search)
     rec = {"expected_killer": "numerics_dense", "kinds": [], "complete": True, "verdict": "survived"}
-    M._search_kinds(rec, [kinds["numerics_dense"]], None, every, profile="ci", deadline=1e9, t0=0.0, check=None)
-    assert calls == M.search_strata(kinds["numerics_dense"], every)[: calls.index(("llama", "bfloat16")) + 1]
+    S._search_kinds(rec, [kinds["numerics_dense"]], None, every, profile="ci", deadline=1e9, t0=0.0, check=None)
+    assert calls == S.search_strata(kinds["numerics_dense"], every)[: calls.index(("llama", "bfloat16")) + 1]
     assert rec["kinds"][0]["examples"] == 3 * len(calls) and rec["kinds"][0]["failed"] and rec["killed_by"] == "numerics_dense"
 
 
@@ -540,11 +546,11 @@ def test_each_strata_search_draws_its_own_sequence():
     in gptoss-fp16 and gptoss-bf16 differ, and each is the same run to run."""
     import time
 
-    kind = {k.name: k for k in M.KINDS}["numerics_dense"]
+    kind = {k.name: k for k in K.KINDS}["numerics_dense"]
 
     def rows(stratum):
         seen = []
-        M.search(kind, None, ("gptoss",), profile="ci", until=time.perf_counter() + 1e9, t0=0.0, check=lambda k, c, a: seen.append(c), stratum=stratum)
+        S.search(kind, None, ("gptoss",), profile="ci", until=time.perf_counter() + 1e9, t0=0.0, check=lambda k, c, a: seen.append(c), stratum=stratum)
         return [(c.s_q, c.s_kv, c.batch, c.h_q) for c in seen]
 
     a, b = rows(("gptoss", "float16")), rows(("gptoss", "bfloat16"))
@@ -569,7 +575,7 @@ def test_the_ci_search_reaches_the_rows_the_rope_mutant_fails_on():
             raise PropertyFailure(kind.property, case, "keys past the first KV tile rotated with tile-local positions")
         return Observation(kind.property, case)
 
-    rec = M.run_mutant(rope, check=fails_where_the_mutant_does, profile="ci", kinds=(rope.expected_killer,), **NO_ADAPTER)
+    rec = S.run_mutant(rope, check=fails_where_the_mutant_does, profile="ci", kinds=(rope.expected_killer,), **NO_ADAPTER)
     assert rec["verdict"] == "killed" and rec["killed_by"] == rope.expected_killer
     assert rec["kinds"][0]["examples"] <= 40, rec["kinds"][0]  # within one stratum's base count (10 on 2026-12-03)
 
@@ -613,6 +619,6 @@ def test_the_ci_search_reaches_contended_relays():
             raise PropertyFailure(kind.property, case, "dQ atomics of one q tile in another order")
         return Observation(kind.property, case)
 
-    rec = M.run_mutant(relay, check=fails_where_the_race_can_show, profile="ci", kinds=(relay.expected_killer,), **NO_ADAPTER)
+    rec = S.run_mutant(relay, check=fails_where_the_race_can_show, profile="ci", kinds=(relay.expected_killer,), **NO_ADAPTER)
     assert rec["verdict"] == "killed" and rec["killed_by"] == relay.expected_killer == "backward_thd"
     assert rec["kinds"][0]["examples"] <= 10, rec["kinds"][0]

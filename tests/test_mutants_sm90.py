@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance import kill_rate as M
+from conformance.kill import kinds as K
 from conformance.kill_sm90 import PENDING
 from ground.case import Case
 from kernels import mutants as catalogue
@@ -49,7 +49,7 @@ def test_sm90_catalogue_is_well_formed():
     assert all(m.family == "sm90" for m in SM90_MUTANTS) and all(m.family == "sm80" for m in MUTANTS)
     assert set(REQUIRED_SM90_CLASSES) <= {m.bug_class for m in SM90_MUTANTS} <= set(catalogue.BUG_CLASSES)
     for m in SM90_MUTANTS:
-        assert m.rewrites and m.why.strip() and m.scope.strip() and (m.expected_killer in M.KIND_NAMES or m.expected_killer in PENDING), m.name
+        assert m.rewrites and m.why.strip() and m.scope.strip() and (m.expected_killer in K.KIND_NAMES or m.expected_killer in PENDING), m.name
         assert m.expected_killer.startswith("sm90_"), m.name  # an sm90 kind: the SM80 kinds never run the sm90 kernels
         assert set(m.targets) <= set(SM90_TARGETS) and all(rw.pattern != rw.replacement for rw in m.rewrites), m.name
         probe = Case(**m.probe)

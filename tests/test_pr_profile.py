@@ -127,14 +127,15 @@ def test_fewest_drops_a_row_that_adds_no_value():
 
 
 def test_the_kill_harness_searches_what_pr_runs_over_its_rows():
-    from conformance import kill_rate as M
+    from conformance.kill import kinds as K
+    from conformance.kill import search as S
 
-    by_name = {k.name: k for k in M.KINDS}
-    assert len(M.profile_strata(by_name["numerics_dense"], FLAVORS, "pr")) == len(STRATA)
-    assert M.profile_strata(by_name["backward_dense"], FLAVORS, "pr") == [("gptoss", "float16"), ("llama", "bfloat16")]
-    assert M.profile_strata(next(k for k in M.KINDS if k.name.startswith("metamorphic_dense")), FLAVORS, "pr") == []
-    assert M.profile_strata(next(k for k in M.KINDS if k.name.startswith("metamorphic_dense")), FLAVORS, "ci")
-    with M._geometry_of("pr"):
+    by_name = {k.name: k for k in K.KINDS}
+    assert len(S.profile_strata(by_name["numerics_dense"], FLAVORS, "pr")) == len(STRATA)
+    assert S.profile_strata(by_name["backward_dense"], FLAVORS, "pr") == [("gptoss", "float16"), ("llama", "bfloat16")]
+    assert S.profile_strata(next(k for k in K.KINDS if k.name.startswith("metamorphic_dense")), FLAVORS, "pr") == []
+    assert S.profile_strata(next(k for k in K.KINDS if k.name.startswith("metamorphic_dense")), FLAVORS, "ci")
+    with S._geometry_of("pr"):
         assert geometry.mode() == "few"
     assert geometry.mode() != "few"
 

@@ -274,7 +274,7 @@ def main(argv=None) -> int:
             print(f"--profile {args.profile!r}: expected one of {', '.join(MAX_EXAMPLES)}", file=sys.stderr)
             return 2
     if args.mutant:
-        from conformance.kill_rate import flavors_for
+        from conformance.kill.kinds import flavors_for
         from kernels.mutants import by_name
 
         if args.emulate:

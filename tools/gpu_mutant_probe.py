@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main() -> int:
-    from conformance.kill_rate import KINDS
+    from conformance.kill.kinds import KINDS
     from ground.case import Case
     from ground.outcome import PropertyFailure
     from kernels.mutants import MUTANTS
