@@ -356,6 +356,25 @@ def test_list_checks_the_catalogue(capsys, monkeypatch):
     assert code == 1 and "STALE" in out and "2 mutants, 1 stale" in out
 
 
+def test_plan_prints_what_a_run_searches_without_a_gpu(capsys):
+    """--plan: each control's and mutant's searches and planned examples (the
+    control's per kind), the total their sum, --examples-scale applied; the
+    same counts a run's workers draw (search.planned_examples per unit)."""
+    code, out, _ = _main(["--plan", "--family", "all", "--only", "control,control_sm90,lse_in_log2_units", "--examples-scale", "0.5"], capsys)
+    assert code == 0
+    opts = CLI._validate(CLI.parser().parse_args(["--family", "all", "--only", "control,control_sm90,lse_in_log2_units"]))
+    want = {}
+    for m in opts["controls"] + opts["mutants"]:
+        units = P.mutant_units(m, opts)
+        want[m.name] = (len(units), sum(S.planned_examples(opts["profile"], k, 0.5) for k, _ in units))
+    assert set(want) == {"control", "control_sm90", "lse_in_log2_units"}
+    rows = {line.split()[0]: line for line in out.splitlines() if line.split() and line.split()[0] in want}
+    for name, (n_units, n_examples) in want.items():
+        assert f"{n_units} searches {n_examples:>8,} examples" in rows[name], rows[name]
+    assert "numerics_dense " in rows["control"] and "sm90_numerics_dense " in rows["control_sm90"] and ":" not in rows["lse_in_log2_units"]
+    assert f"3 runs, profile ci x0.5: at most {sum(n for _, n in want.values()):,} examples" in out
+
+
 @pytest.mark.parametrize(
     "argv",
     [

@@ -4,6 +4,7 @@
     python -m conformance.kill_rate --only control --examples-scale 10   (a long control search, over every job)
     python -m conformance.kill_rate --family sm90                (a Hopper GPU: the sm90 catalogue)
     python -m conformance.kill_rate --list                       (any machine)
+    python -m conformance.kill_rate --plan --only control --profile nightly --examples-scale 0.4   (any machine)
 
 Every mutant of ``kernels.mutants.MUTANTS`` (and the control: no rewrites)
 runs in its own process on ``PreparedAdapter(rewrites=...)`` (with more
@@ -89,6 +90,7 @@ from conformance.kill.resume import (
     write_partial,
     write_reports,
 )
+from conformance.kill.search import planned_examples
 from conformance.kill.tally import exit_code, invalidated, kill_rate_line, run_problem, tally
 from conformance.kill_sm90 import PENDING
 from ground.families import DEFAULT_FAMILY, FAMILY_NAMES
@@ -98,6 +100,12 @@ from kernels.mutants import Mutant
 
 
 def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p.add_argument(
+        "--plan",
+        action="store_true",
+        help="print what the run would search, launching nothing (no GPU needed): per mutant and control its searches (kind x stratum) "
+        "and the examples they plan, per kind for the controls",
+    )
     p.add_argument(
         "--list", action="store_true", help="print the catalogue and check every rewrite applies exactly once (no GPU needed); exit 1 if one is stale"
     )
@@ -253,6 +261,24 @@ def list_catalogue(mutants: Sequence[Mutant], out=print) -> int:
     return 1 if stale else 0
 
 
+def plan_catalogue(v: dict, scale: float, out=print) -> int:
+    """What a run of ``v`` (``_validate``'s) at ``--examples-scale scale`` searches:
+    each control's and mutant's units and planned examples (a kill ends its
+    mutant's search at its first failure, so a mutant's count is its most)."""
+    total = 0
+    for m in v["controls"] + v["mutants"]:
+        units = mutant_units(m, v)
+        per_kind: dict = {}
+        for kind, _ in units:
+            per_kind[kind.name] = per_kind.get(kind.name, 0) + planned_examples(v["profile"], kind, scale)
+        n = sum(per_kind.values())
+        total += n
+        kinds = f": {', '.join(f'{k} {c:,}' for k, c in per_kind.items())}" if m.bug_class == "control" else ""
+        out(f"{m.name:<32} {len(units):>4} searches {n:>8,} examples{kinds}")
+    out(f"{len(v['controls']) + len(v['mutants'])} runs, profile {v['profile']} x{scale:g}: at most {total:,} examples (each control's all drawn)")
+    return 0
+
+
 def _interrupted(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -269,6 +295,8 @@ def main(args) -> int:
                 raise Usage(f"--kernels-source: {e}") from None
         if args.list:
             return list_catalogue(v["mutants"])
+        if args.plan:
+            return plan_catalogue(v, args.examples_scale)
         import torch
 
         capability = torch.cuda.get_device_capability() if torch.cuda.is_available() else None
