@@ -476,6 +476,16 @@ THD_PAD_FREE = 1 << 14
 THD_BUCKET_KEYS = 1 << 16
 
 
+def seq_as_batch(x: torch.Tensor) -> torch.Tensor:
+    """One THD sequence's packed rows (T, H, D) as a batch of one (1, H, T, D)."""
+    return x.permute(1, 0, 2).unsqueeze(0)
+
+
+def batch_as_seq(x: torch.Tensor) -> torch.Tensor:
+    """A batch of one (1, H, T, D) back to packed rows (T, H, D)."""
+    return x[0].permute(1, 0, 2)
+
+
 def thd_buckets(q_lens: Sequence[int], kv_lens: Sequence[int]) -> list:
     """The sequences with a Q row, as lists of indices, one dense reference call each."""
     area = lambda n, m: n * max(m, 1)  # noqa: E731  a sequence without keys still has rows

@@ -47,7 +47,7 @@ import torch
 
 from ground.phases import timed
 
-from .attention import Internals, attention, mask_args
+from .attention import Internals, attention, batch_as_seq, mask_args, seq_as_batch
 
 GRADS = ("dq", "dk", "dv", "dbias", "dsink")
 
@@ -171,21 +171,19 @@ def backward_for_case(case, tensors, do: torch.Tensor, *, extra: Optional[Extra]
     cu_q, cu_kv = case.cu_seqlens("q"), case.cu_seqlens("kv")
     for name in ("dq", "dk", "dv") + (("dsink",) if case.sinks else ()):
         slot(name)
-    as_bhsd = lambda x: x.permute(1, 0, 2).unsqueeze(0)  # noqa: E731  (T,H,D) -> (1,H,T,D)
-    as_thd = lambda x: x[0].permute(1, 0, 2)  # noqa: E731
     for s in range(case.n_seq):
         q0, q1, k0, k1 = cu_q[s], cu_q[s + 1], cu_kv[s], cu_kv[s + 1]
         if q1 == q0:
             continue
-        o_s = None if o is None else as_bhsd(o[q0:q1])
+        o_s = None if o is None else seq_as_batch(o[q0:q1])
         lse_s = None if lse is None else lse[:, q0:q1].unsqueeze(0)
-        got = one(as_bhsd(tensors.q[q0:q1]), as_bhsd(tensors.k[k0:k1]), as_bhsd(tensors.v[k0:k1]), as_bhsd(do[q0:q1]), o_s, lse_s)
+        got = one(seq_as_batch(tensors.q[q0:q1]), seq_as_batch(tensors.k[k0:k1]), seq_as_batch(tensors.v[k0:k1]), seq_as_batch(do[q0:q1]), o_s, lse_s)
         for key, x in got.items():
             name = key.split(":")[-1]
             if name == "dsink":
                 slot(key).add_(x)
             elif name == "dq":
-                slot(key)[q0:q1] = as_thd(x)
+                slot(key)[q0:q1] = batch_as_seq(x)
             else:
-                slot(key)[k0:k1] = as_thd(x)
+                slot(key)[k0:k1] = batch_as_seq(x)
     return out

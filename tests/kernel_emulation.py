@@ -32,7 +32,7 @@ import torch
 from ground.data import TORCH_DTYPES
 from ground.tolerances import LANE_TERMS, MMA_K, RESCALE_LOG2, TILE_N
 from reference import masks
-from reference.attention import mask_args
+from reference.attention import batch_as_seq, mask_args, seq_as_batch
 
 F32, F64 = torch.float32, torch.float64
 LOG2E = math.log2(math.e)
@@ -316,7 +316,6 @@ def emulate_case(case, tensors, arith: Arith = Arith(), plant: Plant = Plant()) 
     # The offsets as the kernel reads them: from the cu_seqlens buffers, in their dtype.
     read = (lambda t: t.view(torch.int32)[: t.shape[0]].tolist()) if plant.prefix_as_int32 else (lambda t: t.tolist())  # noqa: E731
     cu_q, cu_kv = read(tensors.cu_q), read(tensors.cu_kv)
-    as_bhsd = lambda x: x.permute(1, 0, 2).unsqueeze(0)  # noqa: E731
     for s in range(case.n_seq):
         q0, q1, k0, k1 = cu_q[s], cu_q[s + 1], cu_kv[s], cu_kv[s + 1]
         if q1 == q0:
@@ -325,8 +324,8 @@ def emulate_case(case, tensors, arith: Arith = Arith(), plant: Plant = Plant()) 
         if plant.neighbour_v_min_keys and s > 0 and k1 - k0 >= plant.neighbour_v_min_keys:
             v[0] = tensors.v[k0 - 1]
         lead = k0 % TILE_N if plant.absolute_kv_tiles else 0
-        os_, ls_ = emulate_attention(as_bhsd(tensors.q[q0:q1]), as_bhsd(tensors.k[k0:k1]), as_bhsd(v), lead=lead, **common)
-        o[q0:q1] = os_[0].permute(1, 0, 2)
+        os_, ls_ = emulate_attention(seq_as_batch(tensors.q[q0:q1]), seq_as_batch(tensors.k[k0:k1]), seq_as_batch(v), lead=lead, **common)
+        o[q0:q1] = batch_as_seq(os_)
         lse[:, q0:q1] = ls_[0]
     return _noisy((o, lse), plant)
 
@@ -502,18 +501,22 @@ def _emulate_thd(case, inputs, o, lse, do, plant: BwdPlant, launch: int):
     }
     if inputs.sinks is not None:
         out["dsink"] = torch.zeros((case.h_q,), dtype=torch.float32)
-    as_bhsd = lambda x: x.permute(1, 0, 2).unsqueeze(0)  # noqa: E731  (T,H,D) -> (1,H,T,D)
-    as_thd = lambda x: x[0].permute(1, 0, 2)  # noqa: E731
     for s in range(case.n_seq):
         q0, q1, k0, k1 = cu_q[s], cu_q[s + 1], cu_kv[s], cu_kv[s + 1]
         if q1 == q0:
             continue
         one = SimpleNamespace(
-            q=as_bhsd(inputs.q[q0:q1]), k=as_bhsd(inputs.k[k0:k1]), v=as_bhsd(inputs.v[k0:k1]), bias=None, sinks=inputs.sinks, seq_q_lens=None, seq_kv_lens=None
+            q=seq_as_batch(inputs.q[q0:q1]),
+            k=seq_as_batch(inputs.k[k0:k1]),
+            v=seq_as_batch(inputs.v[k0:k1]),
+            bias=None,
+            sinks=inputs.sinks,
+            seq_q_lens=None,
+            seq_kv_lens=None,
         )
-        got = _emulate_dense(case, one, as_bhsd(o[q0:q1]), lse[:, q0:q1].unsqueeze(0), as_bhsd(do[q0:q1]), plant, launch)
-        out["dq"][q0:q1] = as_thd(got["dq"])
-        out["dk"][k0:k1], out["dv"][k0:k1] = as_thd(got["dk"]), as_thd(got["dv"])
+        got = _emulate_dense(case, one, seq_as_batch(o[q0:q1]), lse[:, q0:q1].unsqueeze(0), seq_as_batch(do[q0:q1]), plant, launch)
+        out["dq"][q0:q1] = batch_as_seq(got["dq"])
+        out["dk"][k0:k1], out["dv"][k0:k1] = batch_as_seq(got["dk"]), batch_as_seq(got["dv"])
         if "dsink" in got:
             out["dsink"] += got["dsink"]
     return out

@@ -51,13 +51,21 @@ CASES = [
 ]
 
 
+# THD packs: the emulated backward per sequence (a sequence with no Q row, one with no key, GQA, sinks, windows).
+THD_CASES = [
+    _bwd(layout="thd", batch=2, q_lens=(65, 1), kv_lens=(3, 0), q_base=5, kv_base=8, q_slack=8, kv_slack=6),
+    _bwd(layout="thd", batch=3, q_lens=(40, 0, 70), kv_lens=(90, 5, 64), h_q=4, h_kv=2, causal=True, bottom_right=True, sinks=True),
+    _bwd(layout="thd", batch=2, q_lens=(33, 12), kv_lens=(20, 40), dtype="bfloat16", window_left=8, causal=True, scale=0.3),
+]
+
+
 def backward(case, bwd=BwdPlant()):
     with on_cpu():
         return bwd_prop.check_backward(case, EmulatedBackward(bwd=bwd))
 
 
 @pytest.mark.parametrize("source", ["reference", "kernel"])
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.describe())
+@pytest.mark.parametrize("case", CASES + THD_CASES, ids=lambda c: c.describe())
 def test_emulated_backward_is_within_the_model(case, source):
     obs = backward(case.replace(inputs_from=source))
     assert obs.outcome == "passed" and obs.ratios and all(r <= 1.0 for r in obs.ratios.values()), obs.ratios
@@ -81,33 +89,6 @@ POWER = [
     (BwdPlant(dbias_per_batch=True), CASES[9], "dbias"),
     (BwdPlant(dbias_scaled=True), CASES[10], "dbias"),
     (BwdPlant(dq_relay_drop=True), CASES[0], "dq"),
-]
-
-
-@pytest.mark.parametrize("plant,case,quantity", POWER, ids=lambda x: repr(x)[:60] if isinstance(x, BwdPlant) else None)
-def test_every_planted_backward_bug_fails(plant, case, quantity):
-    with pytest.raises(PropertyFailure) as e:
-        backward(case, plant)
-    named = {e.value.detail.get("quantity")} | {f.detail.get("quantity") for f in getattr(e.value, "failures", [])}
-    assert quantity in named, e.value.summary
-
-
-# THD packs: the emulated backward per sequence (a sequence with no Q row, one with no key, GQA, sinks, windows).
-THD_CASES = [
-    _bwd(layout="thd", batch=2, q_lens=(65, 1), kv_lens=(3, 0), q_base=5, kv_base=8, q_slack=8, kv_slack=6),
-    _bwd(layout="thd", batch=3, q_lens=(40, 0, 70), kv_lens=(90, 5, 64), h_q=4, h_kv=2, causal=True, bottom_right=True, sinks=True),
-    _bwd(layout="thd", batch=2, q_lens=(33, 12), kv_lens=(20, 40), dtype="bfloat16", window_left=8, causal=True, scale=0.3),
-]
-
-
-@pytest.mark.parametrize("source", ["reference", "kernel"])
-@pytest.mark.parametrize("case", THD_CASES, ids=lambda c: c.describe())
-def test_emulated_thd_backward_is_within_the_model(case, source):
-    obs = backward(case.replace(inputs_from=source))
-    assert obs.outcome == "passed" and obs.ratios and all(r <= 1.0 for r in obs.ratios.values()), obs.ratios
-
-
-THD_POWER = [
     (BwdPlant(gqa_one_head=True), THD_CASES[1], "dk"),
     (BwdPlant(mask_off=True), THD_CASES[1], "dq"),
     (BwdPlant(dsink_log2=True), THD_CASES[1], "dsink"),
@@ -115,8 +96,8 @@ THD_POWER = [
 ]
 
 
-@pytest.mark.parametrize("plant,case,quantity", THD_POWER, ids=lambda x: repr(x)[:60] if isinstance(x, BwdPlant) else None)
-def test_every_planted_bug_fails_the_thd_backward(plant, case, quantity):
+@pytest.mark.parametrize("plant,case,quantity", POWER, ids=lambda x: repr(x)[:60] if isinstance(x, BwdPlant) else None)
+def test_every_planted_backward_bug_fails(plant, case, quantity):
     with pytest.raises(PropertyFailure) as e:
         backward(case, plant)
     named = {e.value.detail.get("quantity")} | {f.detail.get("quantity") for f in getattr(e.value, "failures", [])}
