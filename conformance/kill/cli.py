@@ -90,7 +90,7 @@ from conformance.kill.resume import (
     write_partial,
     write_reports,
 )
-from conformance.kill.search import planned_examples
+from conformance.kill.search import planned_by_kind
 from conformance.kill.tally import exit_code, invalidated, kill_rate_line, run_problem, tally
 from conformance.kill_sm90 import PENDING
 from ground.families import DEFAULT_FAMILY, FAMILY_NAMES
@@ -268,9 +268,7 @@ def plan_catalogue(v: dict, scale: float, out=print) -> int:
     total = 0
     for m in v["controls"] + v["mutants"]:
         units = mutant_units(m, v)
-        per_kind: dict = {}
-        for kind, _ in units:
-            per_kind[kind.name] = per_kind.get(kind.name, 0) + planned_examples(v["profile"], kind, scale)
+        per_kind = planned_by_kind(units, v["profile"], scale)
         n = sum(per_kind.values())
         total += n
         kinds = f": {', '.join(f'{k} {c:,}' for k, c in per_kind.items())}" if m.bug_class == "control" else ""

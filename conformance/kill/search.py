@@ -10,7 +10,7 @@ import unittest
 import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from conformance.kill.catalogue import CAP_S, CONTROLS, adapter_for
 from conformance.kill.failures import KILLS, failure_verdict
@@ -333,6 +333,15 @@ def short(r: dict) -> bool:
     return not r["failure"] and not r["cut"] and r["examples"] < r["planned"]
 
 
+def planned_by_kind(units, profile: str, scale: float = 1.0) -> Dict[str, int]:
+    """Each kind's planned examples over ``units`` (kind, stratum): its count per
+    stratum (``planned_examples``) summed over its strata, in the units' order."""
+    out: Dict[str, int] = {}
+    for kind, _ in units:
+        out[kind.name] = out.get(kind.name, 0) + planned_examples(profile, kind, scale)
+    return out
+
+
 def merge_units(rec: dict, units, results: dict, *, profile: str, scale: float = 1.0) -> None:
     """Fill ``rec`` (its ``kinds``, ``complete`` and verdict) from the units'
     results (index -> ``unit_result``), as one process searching them in
@@ -343,6 +352,7 @@ def merge_units(rec: dict, units, results: dict, *, profile: str, scale: float =
     killed earlier); else ``short`` where a unit drew fewer examples than
     planned, ``survived`` where every unit drew its count."""
     end = min([i for i, r in results.items() if r.get("failure") or r["cut"]], default=None)
+    planned = planned_by_kind(units, profile, scale)
     for kind in dict.fromkeys(k for k, _ in units):
         mine = [i for i, (k, _) in enumerate(units) if k is kind]
         done = [results[i] for i in mine if end is None or i <= end]
@@ -354,7 +364,7 @@ def merge_units(rec: dict, units, results: dict, *, profile: str, scale: float =
             {
                 "name": kind.name,
                 "examples": sum(r["examples"] for r in done),
-                "planned": planned_examples(profile, kind, scale) * len(mine),
+                "planned": planned[kind.name],
                 "shrinks": sum(r["shrinks"] for r in done),
                 "excused": sum(r["excused"] for r in done),
                 "cut": cut,
