@@ -556,6 +556,15 @@ def test_resume_refuses_another_source_findings_selection_environment_or_suite(t
         RS.resumed_records(partial, run | {key: "now"}, [])
 
 
+def test_resume_goes_on_on_another_card_of_the_same_arch_only(tmp_path):
+    """The card's name is recorded, not compared: the same sm_XX artifacts run on it, and counts (not speed) set a verdict."""
+    run = {k: None for k in RS.RESUME_KEYS} | {"arch": "sm_90", "gpu": "NVIDIA H100 80GB HBM3"}
+    partial = _partial(tmp_path, run)
+    assert RS.resumed_records(partial, run | {"gpu": "NVIDIA H200"}, [])[0] == {}
+    with pytest.raises(RS.Usage, match="was made with arch='sm_90', this run has 'sm_80'"):
+        RS.resumed_records(partial, run | {"arch": "sm_80"}, [])
+
+
 def test_a_changed_later_rewrite_is_not_kept(tmp_path):
     import dataclasses
 

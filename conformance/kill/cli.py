@@ -346,6 +346,8 @@ def main(args) -> int:
         "environment": {name: os.environ.get(name) for name in RESUME_ENV},
         "suite": suite_revision(),
         "gpu": env.gpu,
+        # What the compiled code runs on: a resumed search may go on on another card of the same arch.
+        "arch": env.live_arch,
         # The families' modes ("native sm90"), not the SM80 code's alone.
         "mode": family_select.mode(tuple(v["families"]), env.capability) if v["families"] != (DEFAULT_FAMILY,) else env.mode,
         "versions": env.versions,

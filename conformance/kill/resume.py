@@ -36,7 +36,7 @@ RESUME_KEYS = (
     "kernels_source",
     "environment",
     "suite",
-    "gpu",
+    "arch",  # not the card's name: the same sm_XX artifacts, and example counts (not speed) set a verdict
     "versions",
 )
 RESUME_ENV = ("SDPA_GEOMETRY", "SDPA_PLANT_REFERENCE_BUG")  # read by the strategies and the reference in every worker
