@@ -576,11 +576,38 @@ def test_a_changed_later_rewrite_is_not_kept(tmp_path):
     assert list(RS.resumed_records(partial, {}, [m])[0]) == [m.name] and RS.resumed_records(partial, {}, [edited])[0] == {}
 
 
+def test_the_suite_revision_is_the_packages_content_not_a_commit(tmp_path):
+    """The same code resumes on any checkout of it: committed or left
+    uncommitted, on another commit; any change to a package file (or a new
+    one) is another revision, a change outside the packages is not."""
+    import subprocess
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", *args], check=True, capture_output=True)
+
+    (tmp_path / "conformance").mkdir()
+    (tmp_path / "conformance" / "a.py").write_text("x = 1\n")
+    (tmp_path / "README.md").write_text("r\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "one")
+    first = RS.suite_revision(tmp_path)
+    (tmp_path / "README.md").write_text("r2\n")
+    git("commit", "-qam", "two")
+    assert RS.suite_revision(tmp_path) == first and len(first) == 16
+    (tmp_path / "conformance" / "a.py").write_text("x = 2\n")
+    changed = RS.suite_revision(tmp_path)
+    git("commit", "-qam", "three")
+    assert changed != first and RS.suite_revision(tmp_path) == changed
+    (tmp_path / "conformance" / "b.py").write_text("")
+    assert RS.suite_revision(tmp_path) not in (first, changed)
+
+
 def test_the_suite_revision_tolerates_no_git(monkeypatch):
     import subprocess
 
     rev = RS.suite_revision()
-    assert rev is None or len(rev.split("+")[0]) == 40
+    assert rev is None or len(rev) == 16
 
     def no_git(*a, **kw):
         raise FileNotFoundError("git")

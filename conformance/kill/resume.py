@@ -58,30 +58,32 @@ def file_digest(path) -> Optional[str]:
         return None
 
 
-def suite_revision() -> Optional[str]:
-    """The suite's commit (``git rev-parse HEAD``) with a digest of its uncommitted
-    changes to the suite's packages (tracked and untracked files); None without git."""
+def suite_revision(root: Optional[Path] = None) -> Optional[str]:
+    """A digest of the suite's packages as they are on disk: every file there
+    that git tracks or would track, committed or not, by path and bytes.
+    Content, not a commit: the same code on another checkout (another commit,
+    or the same changes left uncommitted) gives the same digest, so a search
+    resumes wherever its code is the same. None without git."""
     from properties.watchdog import SUITE_PACKAGES
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[2] if root is None else Path(root)
     packages = [Path(p).name for p in SUITE_PACKAGES]
-
-    def git(*args) -> str:
-        done = subprocess.run(["git", "--no-optional-locks", "-C", str(root), *args], capture_output=True, text=True, timeout=60)
-        if done.returncode:
-            raise OSError(done.stderr.strip())
-        return done.stdout
-
     try:
-        head = git("rev-parse", "HEAD").strip()
-        changes = git("diff", "HEAD", "--", *packages)
-        new = git("ls-files", "--others", "--exclude-standard", "--", *packages).split()
+        done = subprocess.run(
+            ["git", "--no-optional-locks", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", *packages],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
-    digest = hashlib.sha256(changes.encode())
-    for name in sorted(new):
-        digest.update(name.encode() + b"\0" + ((root / name).read_bytes() if (root / name).is_file() else b""))
-    return head if not changes and not new else f"{head}+{digest.hexdigest()[:12]}"
+    if done.returncode:
+        return None
+    digest = hashlib.sha256()
+    for name in sorted(set(done.stdout.split("\0")) - {""}):
+        if (root / name).is_file():  # a tracked file deleted on disk is gone from the code
+            digest.update(name.encode() + b"\0" + (root / name).read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
 
 
 def resumed_records(
