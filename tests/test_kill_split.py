@@ -8,6 +8,7 @@ process (``run_share`` in a chosen order) and, once, spawned for real."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pytest
@@ -134,7 +135,7 @@ def test_two_failing_shares_give_the_first_failure_in_search_order():
         return survive(kind, case, adapter)
 
     units = P.mutant_units(C.CONTROL, {"kinds": TWO_KINDS, "profile": "ci"})
-    assert [(k.name, st) for k, st in units[7:9]] == [("numerics_dense", ("qwen", "bfloat16")), ("tails_dense", ("gptoss", "float16"))]
+    assert [(u.kind.name, u.stratum) for u in units[7:9]] == [("numerics_dense", ("qwen", "bfloat16")), ("tails_dense", ("gptoss", "float16"))]
     one = _one(C.CONTROL, fails, kinds=TWO_KINDS)
     assert one["killed_by"] == "numerics_dense" and "planted early" in one["summary"]
     later_first, started = _split(C.CONTROL, [0] * 8 + [1] * 8, fails, kinds=TWO_KINDS, order=[1, 0])
@@ -281,8 +282,8 @@ def _unit_results(mutant, check, *, kinds, upto: int) -> dict:
     import math
 
     units, out = P.mutant_units(mutant, {"kinds": kinds, "profile": "ci"}), {}
-    for i, (kind, stratum) in enumerate(units[:upto]):
-        one = S.search(kind, None, K.flavors_for(mutant), profile="ci", until=math.inf, t0=0.0, check=check, stratum=stratum)
+    for i, u in enumerate(units[:upto]):
+        one = S.search(u.kind, None, K.flavors_for(mutant), profile="ci", until=math.inf, t0=0.0, check=check, stratum=u.stratum, part=u.part, parts=u.parts)
         out[i] = S.unit_result(one, 0.0)
         if one.first is not None:
             break
@@ -329,3 +330,38 @@ def test_only_control_runs_the_control_alone(capsys):
     control = S.base_record(C.CONTROL)
     assert T.exit_code(T.tally([]), [control], goal=0.9) == 0 and "the control alone" in T.kill_rate_line(T.tally([]), 0.9)
     assert T.exit_code(T.tally([]), [control | {"verdict": "incomplete"}], goal=0.9) == 1
+
+
+def test_a_long_stratum_is_searched_in_parts_of_seeds_of_their_own():
+    """No pr, ci or dev count needs parts (their searches are the ones the
+    catalogue's verdicts were measured with); the controls at 10x ci (nightly
+    x0.4) search every stratum in parts of at most PART_EXAMPLES that add up
+    to its count, each part with a seed of its own, labelled apart for --resume."""
+    import math
+
+    from conformance.kill.resume import unit_label
+
+    assert all(S.planned_examples(p, k) <= S.PART_EXAMPLES for p in ("pr", "ci", "dev") for k in K.KINDS)
+    for control in C.CONTROLS.values():
+        opts = {"kinds": K.KIND_NAMES, "profile": "nightly", "examples_scale": 0.4}
+        units = P.mutant_units(control, opts)
+        assert units and all(S.unit_planned("nightly", u, 0.4) <= S.PART_EXAMPLES for u in units)
+        per_stratum = {u.kind.name: S.planned_examples("nightly", u.kind, 0.4) * len({v.stratum for v in units if v.kind is u.kind}) for u in units}
+        assert S.planned_by_kind(units, "nightly", 0.4) == per_stratum
+        assert len({json.dumps(unit_label(u)) for u in units}) == len(units)
+    assert max(u.parts for u in P.mutant_units(C.CONTROLS["sm90"], opts)) == 4  # sm90_numerics_dense: 400 in 4 parts of 100
+
+    kind, stratum = K.KINDS[K.KIND_NAMES.index("numerics_dense")], ("qwen", "float16")
+    drawn = {}
+
+    def record(part):
+        def check(kind, case, adapter):
+            drawn.setdefault(part, []).append(case)
+
+        return check
+
+    for part in range(2):
+        one = S.search(kind, None, ("qwen",), profile="ci", until=math.inf, t0=0.0, check=record(part), stratum=stratum, scale=2.75, part=part, parts=2)
+        assert one.examples == one.planned == S.unit_planned("ci", S.Unit(kind, stratum, part, 2), 2.75) == 55
+    shared = set(drawn[0]) & set(drawn[1])
+    assert len(shared) <= 2, shared  # Hypothesis begins every search at its simplest draws; the rest are the part's own

@@ -365,14 +365,18 @@ def test_plan_prints_what_a_run_searches_without_a_gpu(capsys):
     opts = CLI._validate(CLI.parser().parse_args(["--family", "all", "--only", "control,control_sm90,lse_in_log2_units"]))
     want = {}
     for m in opts["controls"] + opts["mutants"]:
-        units = P.mutant_units(m, opts)
-        want[m.name] = (len(units), sum(S.planned_examples(opts["profile"], k, 0.5) for k, _ in units))
+        units = P.mutant_units(m, opts | {"examples_scale": 0.5})
+        want[m.name] = (len(units), sum(S.unit_planned(opts["profile"], u, 0.5) for u in units))
     assert set(want) == {"control", "control_sm90", "lse_in_log2_units"}
     rows = {line.split()[0]: line for line in out.splitlines() if line.split() and line.split()[0] in want}
     for name, (n_units, n_examples) in want.items():
         assert f"{n_units} searches {n_examples:>8,} examples" in rows[name], rows[name]
     assert "numerics_dense " in rows["control"] and "sm90_numerics_dense " in rows["control_sm90"] and ":" not in rows["lse_in_log2_units"]
     assert f"3 runs, profile ci x0.5: at most {sum(n for _, n in want.values()):,} examples" in out
+    # A long run's strata in parts (search.PART_EXAMPLES): counted at the run's scale, as its workers search them.
+    code, out, _ = _main(["--plan", "--family", "sm90", "--only", "control_sm90", "--profile", "nightly", "--examples-scale", "0.4"], capsys)
+    units = P.mutant_units(C.CONTROLS["sm90"], opts | {"profile": "nightly", "examples_scale": 0.4})
+    assert code == 0 and len(units) == 12 and f"{'control_sm90':<32} {len(units):>4} searches {1140:>8,} examples" in out, out
 
 
 @pytest.mark.parametrize(
@@ -516,10 +520,10 @@ def test_every_search_runs_to_its_count_under_one_cap(monkeypatch):
     calls, clock = [], [0.0]
     monkeypatch.setattr(S.time, "perf_counter", lambda: clock[0])
 
-    def fake_search(kind, adapter, flavors, *, profile, until, t0, check, stratum=None, scale=1.0):
+    def fake_search(kind, adapter, flavors, *, profile, until, t0, check, stratum=None, scale=1.0, part=0, parts=1):
         calls.append((kind.name, until))
         clock[0] += 1.0
-        n = S.planned_examples(profile, kind, scale)
+        n = S.unit_planned(profile, S.Unit(kind, stratum, part, parts), scale)
         return S._Search(examples=n, planned=n)
 
     monkeypatch.setattr(S, "search", fake_search)
@@ -542,7 +546,7 @@ def test_a_kind_is_searched_per_stratum_as_the_gate_tests_it(monkeypatch):
     assert all(S.gate_tests(k) >= 1 for k in K.KINDS)
     calls = []
 
-    def fake_search(kind, adapter, flavors, *, profile, until, t0, check, stratum=None, scale=1.0):
+    def fake_search(kind, adapter, flavors, *, profile, until, t0, check, stratum=None, scale=1.0, part=0, parts=1):
         calls.append(stratum)
         s = S._Search(examples=3)
         if stratum == ("llama", "bfloat16"):

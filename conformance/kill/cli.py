@@ -23,7 +23,8 @@ fails; Hypothesis shrinks the failing case within its own count limits
 kind is searched as a ci run tests it: one search per stratum of the
 mutant's flavors (``search_strata``), each drawing exactly the kind's
 example count (``planned_examples``: the profile's count for the kind times
-its transform values, ``gate_tests``, times ``--examples-scale``). Example
+its transform values, ``gate_tests``, times ``--examples-scale``; past
+``PART_EXAMPLES``, in parts of seeds of their own). Example
 counts, never time, decide how much is searched, so a verdict means the same
 on every machine and at every ``--jobs``. ``--budget-s`` is only a safety
 cap on a mutant's wall clock (searching and shrinking); the table says per
@@ -103,7 +104,7 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument(
         "--plan",
         action="store_true",
-        help="print what the run would search, launching nothing (no GPU needed): per mutant and control its searches (kind x stratum) "
+        help="print what the run would search, launching nothing (no GPU needed): per mutant and control its searches (kind x stratum x part) "
         "and the examples they plan, per kind for the controls",
     )
     p.add_argument(
@@ -267,7 +268,7 @@ def plan_catalogue(v: dict, scale: float, out=print) -> int:
     mutant's search at its first failure, so a mutant's count is its most)."""
     total = 0
     for m in v["controls"] + v["mutants"]:
-        units = mutant_units(m, v)
+        units = mutant_units(m, v | {"examples_scale": scale})
         per_kind = planned_by_kind(units, v["profile"], scale)
         n = sum(per_kind.values())
         total += n

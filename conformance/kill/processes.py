@@ -14,7 +14,7 @@ from conformance import inflight as flight
 from conformance.kill.catalogue import CONTROL, GRACE_S
 from conformance.kill.kinds import flavors_for, searched
 from conformance.kill.replay import HANG_REPLAY_S, HANG_S, REPLAY_S, _replay_fresh, _signal_name
-from conformance.kill.search import base_record, failure_fields, first_failing, merge_units, planned_examples, search_units
+from conformance.kill.search import base_record, failure_fields, first_failing, merge_units, search_units, unit_planned
 from conformance.kill.worker import _worker
 from conformance.large_lock import LargeTierLock
 from ground.case import Case
@@ -37,7 +37,9 @@ def plan_shares(work: Sequence[float], units: Sequence[int], jobs: int) -> List[
 
 def mutant_units(mutant: Mutant, opts: dict) -> list:
     """A mutant's units as a worker of ``opts`` searches them."""
-    return search_units(searched(mutant, opts["kinds"], explicit=opts.get("explicit", False)), flavors_for(mutant), opts["profile"])
+    return search_units(
+        searched(mutant, opts["kinds"], explicit=opts.get("explicit", False)), flavors_for(mutant), opts["profile"], opts.get("examples_scale", 1.0)
+    )
 
 
 def share_plan(mutants: Sequence[Mutant], opts: dict, jobs: int) -> Tuple[dict, dict]:
@@ -51,7 +53,7 @@ def _work(units, opts: dict) -> float:
     """The planned work of ``units``: examples weighed by the property's seconds (conformance.schedule)."""
     from conformance.schedule import weight_of
 
-    return sum(planned_examples(opts["profile"], k, opts.get("examples_scale", 1.0)) * weight_of(k.property) for k, _ in units)
+    return sum(unit_planned(opts["profile"], u, opts.get("examples_scale", 1.0)) * weight_of(u.kind.property) for u in units)
 
 
 # The catalogue fields of a record (base_record) that a mutant with no search result keeps
@@ -249,7 +251,7 @@ def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print, on
         failure = failure_fields(verdict, summary, time.time() - run.born, case, case)
         if pristine is not None:
             failure.update(pristine=pristine, mutant_verdict="error")
-        planned = planned_examples(opts["profile"], kind, opts.get("examples_scale", 1.0))
+        planned = unit_planned(opts["profile"], run.units[i], opts.get("examples_scale", 1.0))
         run.results[i] = dict(
             examples=got["example"], planned=planned, shrinks=0, excused=0, cut=False, shrink_capped=False, seconds=0.0, failure=failure, abandoned=False
         )
@@ -295,7 +297,7 @@ def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print, on
             pass
 
     def spawn(run: _Running, share: int, shares: int, budget_s: float, tasks=None) -> None:
-        specs = [(k.name, st) for k, st in run.units]
+        specs = [(u.kind.name, *u[1:]) for u in run.units]
         p = ctx.Process(
             target=_worker,
             args=(run.mutant, specs, opts | {"budget_s": budget_s}, share, shares, tasks or [run.tasks], out, run.stop, run.large, run.born),

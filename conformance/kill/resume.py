@@ -122,9 +122,8 @@ def resumed_records(
 
 
 def unit_label(unit) -> list:
-    """A unit (kind, stratum) as the partial report names it: [kind name, stratum or None]."""
-    kind, stratum = unit
-    return [kind.name, list(stratum) if stratum else None]
+    """A unit as the partial report names it: [kind name, stratum or None], then [part, parts] where its stratum has parts."""
+    return [unit.kind.name, list(unit.stratum) if unit.stratum else None] + ([unit.part, unit.parts] if unit.parts > 1 else [])
 
 
 def write_partial(path: Path, run: dict, records: Dict[str, dict], wall_s: float, units: Optional[dict] = None) -> None:

@@ -1,5 +1,5 @@
 """One mutant's searches (the mutant harness): each kind's Hypothesis
-search per stratum (a unit), its planned example count, the record a
+search per stratum, or per part of a stratum's (a unit), its planned example count, the record a
 mutant's units merge into, and ``run_mutant`` (every unit in this process)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import unittest
 import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from conformance.kill.catalogue import CAP_S, CONTROLS, adapter_for
 from conformance.kill.failures import KILLS, failure_verdict
@@ -70,12 +70,36 @@ def planned_examples(profile: str, kind: Kind, scale: float = 1.0) -> int:
     return max(1, round(per_test * gate_tests(kind) * scale))
 
 
-def _settings(profile: str, kind: Kind, scale: float = 1.0):
+# A stratum's search of more than PART_EXAMPLES examples is made as parts of
+# at most that many, each a Hypothesis search of its own seed: a long run's
+# units then each fit one call of a time-limited machine (--resume keeps
+# whole units) and spread over its processes. No ci, pr or dev count reaches
+# it (tests/test_kill_split.py), so their searches stay one part each.
+PART_EXAMPLES = 100
+
+
+class Unit(NamedTuple):
+    """One Hypothesis search of a mutant: ``kind`` in ``stratum`` (None: the
+    family has no stratum axis), part ``part`` of the stratum's ``parts``."""
+
+    kind: Kind
+    stratum: Optional[Tuple[str, str]]
+    part: int = 0
+    parts: int = 1
+
+
+def unit_planned(profile: str, unit: Unit, scale: float = 1.0) -> int:
+    """The examples ``unit`` draws: its part of its stratum's ``planned_examples`` (the first parts one more where it does not divide)."""
+    total = planned_examples(profile, unit.kind, scale)
+    return total // unit.parts + (unit.part < total % unit.parts)
+
+
+def _settings(profile: str, examples: int):
     from hypothesis import HealthCheck, Verbosity, settings
 
     return settings(
         settings.get_profile(profile),
-        max_examples=planned_examples(profile, kind, scale),
+        max_examples=examples,
         database=None,
         deadline=None,
         report_multiple_bugs=False,
@@ -87,7 +111,7 @@ def _settings(profile: str, kind: Kind, scale: float = 1.0):
 @dataclass
 class _Search:
     examples: int = 0  # checked before the first failure (drawn)
-    planned: int = 0  # the count the search was to draw (planned_examples per stratum)
+    planned: int = 0  # the count the search was to draw (unit_planned)
     shrinks: int = 0  # checked after it (Hypothesis shrinking)
     excused: int = 0  # xfailed observations: every failed check excused by a known finding
     cut: bool = False  # the cap stopped it before Hypothesis ended it by its count
@@ -97,10 +121,22 @@ class _Search:
 
 
 def search(
-    kind: Kind, adapter, flavors, *, profile: str, until: float, t0: float, check=check_property, stratum: Optional[Tuple[str, str]] = None, scale: float = 1.0
+    kind: Kind,
+    adapter,
+    flavors,
+    *,
+    profile: str,
+    until: float,
+    t0: float,
+    check=check_property,
+    stratum: Optional[Tuple[str, str]] = None,
+    scale: float = 1.0,
+    part: int = 0,
+    parts: int = 1,
 ) -> _Search:
     """One Hypothesis search of ``kind`` (in ``stratum``: one (flavor, dtype),
-    as one pytest test; None: over ``flavors``): ``planned_examples`` draws,
+    as one pytest test; None: over ``flavors``; part ``part`` of ``parts``):
+    ``unit_planned`` draws,
     unless a failure is seen (then Hypothesis shrinks it, within its own
     count limits and the cap: the failure found so far is kept) or the clock
     passes ``until``, the safety cap (then the search is ``cut``: it checks
@@ -114,7 +150,7 @@ def search(
     from properties import recorder
 
     recorder.set_test(None)  # a search starts as a test does: no failure of an earlier search turns its refusals into rejections
-    state = _Search(planned=planned_examples(profile, kind, scale))
+    state = _Search(planned=unit_planned(profile, Unit(kind, stratum, part, parts), scale))
     if time.perf_counter() > until:  # past the cap: skip, do not draw a single example
         state.cut = True
         return state
@@ -123,11 +159,13 @@ def search(
 
     # A derandomized profile seeds a search from its function, the same for every
     # stratum (pytest's parameters of one test draw different sequences): each
-    # stratum's search gets a seed of its own, fixed by the kind and stratum.
-    salt = seed(zlib.crc32(f"{kind.name}[{stratum[0]}-{stratum[1]}]".encode())) if stratum else (lambda f: f)
+    # stratum's search gets a seed of its own, fixed by the kind and stratum, and
+    # each later part of it one fixed by its index too (the first part's is the stratum's).
+    label = kind.name + (f"[{stratum[0]}-{stratum[1]}]" if stratum else "") + (f"#part{part}" if part else "")
+    salt = seed(zlib.crc32(label.encode())) if stratum or part else (lambda f: f)
 
     @salt
-    @_settings(profile, kind, scale)
+    @_settings(profile, state.planned)
     @given(data=st.data())
     def probe(data):
         drawn, case = data.draw(strategy, label="case")  # always: a draw-less example confuses Hypothesis
@@ -263,13 +301,18 @@ def confirmation(mutant: Mutant, check, adapter_factory=None, fresh: Optional[di
     return lambda kind: lambda cases: pristine_failure(kind, cases, pristine, check, fresh)
 
 
-def search_units(chosen, flavors, profile: str) -> List[Tuple[Kind, Optional[Tuple[str, str]]]]:
+def search_units(chosen, flavors, profile: str, scale: float = 1.0) -> List[Unit]:
     """The searches of a mutant, in the order one process makes them: each
     kind of ``chosen`` in order, each of its strata the profile runs (a kind
-    whose test the profile does not run has none: properties.matrix.PROFILE_TESTS).
-    A unit is one Hypothesis search, its count, seed and settings its own
-    (``search``): the unit a mutant's searches are split by over processes."""
-    return [(kind, stratum) for kind in chosen for stratum in profile_strata(kind, flavors, profile)]
+    whose test the profile does not run has none: properties.matrix.PROFILE_TESTS),
+    each part of it (PART_EXAMPLES). A unit is one Hypothesis search, its
+    count, seed and settings its own (``search``): the unit a mutant's
+    searches are split by over processes."""
+    units = []
+    for kind in chosen:
+        parts = -(-planned_examples(profile, kind, scale) // PART_EXAMPLES)
+        units += [Unit(kind, stratum, part, parts) for stratum in profile_strata(kind, flavors, profile) for part in range(parts)]
+    return units
 
 
 def unit_result(s: _Search, seconds: float, confirm=None) -> dict:
@@ -334,11 +377,11 @@ def short(r: dict) -> bool:
 
 
 def planned_by_kind(units, profile: str, scale: float = 1.0) -> Dict[str, int]:
-    """Each kind's planned examples over ``units`` (kind, stratum): its count per
-    stratum (``planned_examples``) summed over its strata, in the units' order."""
+    """Each kind's planned examples over ``units``: its units' counts
+    (``unit_planned``; a stratum's parts add up to its count) summed, in the units' order."""
     out: Dict[str, int] = {}
-    for kind, _ in units:
-        out[kind.name] = out.get(kind.name, 0) + planned_examples(profile, kind, scale)
+    for u in units:
+        out[u.kind.name] = out.get(u.kind.name, 0) + unit_planned(profile, u, scale)
     return out
 
 
@@ -353,8 +396,8 @@ def merge_units(rec: dict, units, results: dict, *, profile: str, scale: float =
     planned, ``survived`` where every unit drew its count."""
     end = min([i for i, r in results.items() if r.get("failure") or r["cut"]], default=None)
     planned = planned_by_kind(units, profile, scale)
-    for kind in dict.fromkeys(k for k, _ in units):
-        mine = [i for i, (k, _) in enumerate(units) if k is kind]
+    for kind in dict.fromkeys(u.kind for u in units):
+        mine = [i for i, u in enumerate(units) if u.kind is kind]
         done = [results[i] for i in mine if end is None or i <= end]
         if not done:
             break
@@ -369,7 +412,8 @@ def merge_units(rec: dict, units, results: dict, *, profile: str, scale: float =
                 "excused": sum(r["excused"] for r in done),
                 "cut": cut,
                 "short": any(short(r) for r in done),
-                "strata": len(mine),
+                "strata": len({units[i].stratum for i in mine}),
+                "searches": len(mine),
                 "seconds": round(sum(r["seconds"] for r in done), 1),
                 "failed": failure is not None,
             }
@@ -392,12 +436,14 @@ def _search_kinds(rec: dict, chosen, adapter, flavors, *, profile, deadline, t0,
     ``infra`` (out of memory) is searched once more. Fills ``rec`` with the
     verdict (``merge_units``). ``confirm(kind)``: the kill confirmation of
     ``unit_result`` for a unit of ``kind``."""
-    units, results = search_units(chosen, flavors, profile), {}
-    for i, (kind, stratum) in enumerate(units):
+    units, results = search_units(chosen, flavors, profile, scale), {}
+    for i, u in enumerate(units):
         for _ in range(2):
             now = time.perf_counter()
-            one = search(kind, adapter, flavors, profile=profile, until=deadline, t0=t0, check=check, stratum=stratum, scale=scale)
-            results[i] = unit_result(one, time.perf_counter() - now, confirm and confirm(kind))
+            one = search(
+                u.kind, adapter, flavors, profile=profile, until=deadline, t0=t0, check=check, stratum=u.stratum, scale=scale, part=u.part, parts=u.parts
+            )
+            results[i] = unit_result(one, time.perf_counter() - now, confirm and confirm(u.kind))
             if (results[i]["failure"] or {}).get("verdict") != "infra":
                 break
         if one.first is not None:

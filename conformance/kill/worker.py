@@ -15,7 +15,7 @@ from conformance.kill.catalogue import LARGE_BUDGET, adapter_for
 from conformance.kill.failures import out_of_memory
 from conformance.kill.kinds import KINDS, check_property, flavors_for
 from conformance.kill.replay import HANG_S, _setup
-from conformance.kill.search import confirmation, search, unit_result
+from conformance.kill.search import Unit, confirmation, search, unit_result
 from kernels.mutants import Mutant
 from properties import watchdog
 
@@ -61,7 +61,7 @@ def run_share(
         if stop.value < i:
             continue
         report("start", i)
-        kind, stratum = units[i]
+        kind = units[i].kind
 
         def gated(kind, case, adapter, i=i):
             if stop.value < i:
@@ -76,7 +76,10 @@ def run_share(
 
         now = time.perf_counter()
         with _holding(large if kind.examples == LARGE_BUDGET else None, deadline):  # a kill's pristine replay too
-            one = search(kind, adapter, flavors, profile=profile, until=deadline, t0=t0, check=gated, stratum=stratum, scale=scale)
+            u = units[i]
+            one = search(
+                kind, adapter, flavors, profile=profile, until=deadline, t0=t0, check=gated, stratum=u.stratum, scale=scale, part=u.part, parts=u.parts
+            )
             res = unit_result(one, time.perf_counter() - now, confirm and confirm(kind)) | {"abandoned": stop.value < i}
         if res["failure"] and res["failure"]["verdict"] != "infra" and not res["abandoned"]:
             stop.value = min(stop.value, i)
@@ -115,7 +118,7 @@ def _holding(lock, deadline: float):
 
 def _worker(mutant: Mutant, specs, opts: dict, share: int, shares: int, tasks, out, stop, large, born: float) -> None:
     """Process entry: one share of a mutant (``specs``: its units as (kind
-    name, stratum); ``tasks``: queues of unit indices, each taken from until
+    name, stratum, part, parts)); ``tasks``: queues of unit indices, each taken from until
     its None, in turn), output to its log, messages to ``out``: ("start" |
     "unit" | "stale" | "harness" | "done", mutant, share, unit index, payload)."""
     log = Path(opts["log_dir"]) / (f"{mutant.name}.log" if shares == 1 else f"{mutant.name}.{share}.log")
@@ -133,7 +136,7 @@ def _worker(mutant: Mutant, specs, opts: dict, share: int, shares: int, tasks, o
 
         _setup(opts)
         by_name = {k.name: k for k in KINDS}
-        units = [(by_name[name], stratum) for name, stratum in specs]
+        units = [Unit(by_name[name], *rest) for name, *rest in specs]
         t0 = time.perf_counter() - (time.time() - born)  # first_failure_s: from the mutant's start
         try:
             adapter = adapter_for(mutant, opts.get("adapter_factory"))
