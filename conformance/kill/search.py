@@ -72,7 +72,7 @@ def planned_examples(profile: str, kind: Kind, scale: float = 1.0) -> int:
 
 # A stratum's search of more than PART_EXAMPLES examples is made as parts of
 # at most that many, each a Hypothesis search of its own seed: a long run's
-# units then each fit one call of a time-limited machine (--resume keeps
+# units then each fit one job with a time limit (--resume keeps
 # whole units) and spread over its processes. No ci, pr or dev count reaches
 # it (tests/test_kill_split.py), so their searches stay one part each.
 PART_EXAMPLES = 100
