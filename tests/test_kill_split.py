@@ -283,7 +283,7 @@ def _unit_results(mutant, check, *, kinds, upto: int) -> dict:
 
     units, out = P.mutant_units(mutant, {"kinds": kinds, "profile": "ci"}), {}
     for i, u in enumerate(units[:upto]):
-        one = S.search(u.kind, None, K.flavors_for(mutant), profile="ci", until=math.inf, t0=0.0, check=check, stratum=u.stratum, part=u.part, parts=u.parts)
+        one = S.search(u, None, K.flavors_for(mutant), profile="ci", until=math.inf, t0=0.0, check=check)
         out[i] = S.unit_result(one, 0.0)
         if one.first is not None:
             break
@@ -361,7 +361,7 @@ def test_a_long_stratum_is_searched_in_parts_of_seeds_of_their_own():
         return check
 
     for part in range(2):
-        one = S.search(kind, None, ("qwen",), profile="ci", until=math.inf, t0=0.0, check=record(part), stratum=stratum, scale=2.75, part=part, parts=2)
+        one = S.search(S.Unit(kind, stratum, part, 2), None, ("qwen",), profile="ci", until=math.inf, t0=0.0, check=record(part), scale=2.75)
         assert one.examples == one.planned == S.unit_planned("ci", S.Unit(kind, stratum, part, 2), 2.75) == 55
     shared = set(drawn[0]) & set(drawn[1])
     assert len(shared) <= 2, shared  # Hypothesis begins every search at its simplest draws; the rest are the part's own

@@ -533,7 +533,7 @@ def test_the_search_steers_by_target_only_where_the_test_does(monkeypatch):
             seen.append(repr(case))
             return Observation(k.property, case, ratios={"o": ratio_of(case)})
 
-        S.search(kind, None, K.flavors_for(C.CONTROL), profile="ci", until=time.perf_counter() + 600, t0=0.0, check=check, stratum=("gptoss", "float16"))
+        S.search(S.Unit(kind, ("gptoss", "float16")), None, K.flavors_for(C.CONTROL), profile="ci", until=time.perf_counter() + 600, t0=0.0, check=check)
         return seen
 
     tails = KINDS["tails_dense"]

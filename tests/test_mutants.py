@@ -520,10 +520,10 @@ def test_every_search_runs_to_its_count_under_one_cap(monkeypatch):
     calls, clock = [], [0.0]
     monkeypatch.setattr(S.time, "perf_counter", lambda: clock[0])
 
-    def fake_search(kind, adapter, flavors, *, profile, until, t0, check, stratum=None, scale=1.0, part=0, parts=1):
-        calls.append((kind.name, until))
+    def fake_search(unit, adapter, flavors, *, profile, until, t0, check, scale=1.0):
+        calls.append((unit.kind.name, until))
         clock[0] += 1.0
-        n = S.unit_planned(profile, S.Unit(kind, stratum, part, parts), scale)
+        n = S.unit_planned(profile, unit, scale)
         return S._Search(examples=n, planned=n)
 
     monkeypatch.setattr(S, "search", fake_search)
@@ -546,7 +546,8 @@ def test_a_kind_is_searched_per_stratum_as_the_gate_tests_it(monkeypatch):
     assert all(S.gate_tests(k) >= 1 for k in K.KINDS)
     calls = []
 
-    def fake_search(kind, adapter, flavors, *, profile, until, t0, check, stratum=None, scale=1.0, part=0, parts=1):
+    def fake_search(unit, adapter, flavors, *, profile, until, t0, check, scale=1.0):
+        stratum = unit.stratum
         calls.append(stratum)
         s = S._Search(examples=3)
         if stratum == ("llama", "bfloat16"):
@@ -573,7 +574,7 @@ def test_each_strata_search_draws_its_own_sequence():
 
     def rows(stratum):
         seen = []
-        S.search(kind, None, ("gptoss",), profile="ci", until=time.perf_counter() + 1e9, t0=0.0, check=lambda k, c, a: seen.append(c), stratum=stratum)
+        S.search(S.Unit(kind, stratum), None, ("gptoss",), profile="ci", until=time.perf_counter() + 1e9, t0=0.0, check=lambda k, c, a: seen.append(c))
         return [(c.s_q, c.s_kv, c.batch, c.h_q) for c in seen]
 
     a, b = rows(("gptoss", "float16")), rows(("gptoss", "bfloat16"))

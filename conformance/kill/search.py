@@ -120,24 +120,10 @@ class _Search:
     last: Optional[tuple] = None  # the shrunk one: Hypothesis replays it last
 
 
-def search(
-    kind: Kind,
-    adapter,
-    flavors,
-    *,
-    profile: str,
-    until: float,
-    t0: float,
-    check=check_property,
-    stratum: Optional[Tuple[str, str]] = None,
-    scale: float = 1.0,
-    part: int = 0,
-    parts: int = 1,
-) -> _Search:
-    """One Hypothesis search of ``kind`` (in ``stratum``: one (flavor, dtype),
-    as one pytest test; None: over ``flavors``; part ``part`` of ``parts``):
-    ``unit_planned`` draws,
-    unless a failure is seen (then Hypothesis shrinks it, within its own
+def search(unit: Unit, adapter, flavors, *, profile: str, until: float, t0: float, check=check_property, scale: float = 1.0) -> _Search:
+    """One Hypothesis search, ``unit``: its kind in its stratum (one (flavor,
+    dtype), as one pytest test; None: over ``flavors``), its part of it;
+    ``unit_planned`` draws, unless a failure is seen (then Hypothesis shrinks it, within its own
     count limits and the cap: the failure found so far is kept) or the clock
     passes ``until``, the safety cap (then the search is ``cut``: it checks
     nothing more)."""
@@ -150,7 +136,8 @@ def search(
     from properties import recorder
 
     recorder.set_test(None)  # a search starts as a test does: no failure of an earlier search turns its refusals into rejections
-    state = _Search(planned=unit_planned(profile, Unit(kind, stratum, part, parts), scale))
+    kind, stratum, part = unit.kind, unit.stratum, unit.part
+    state = _Search(planned=unit_planned(profile, unit, scale))
     if time.perf_counter() > until:  # past the cap: skip, do not draw a single example
         state.cut = True
         return state
@@ -440,9 +427,7 @@ def _search_kinds(rec: dict, chosen, adapter, flavors, *, profile, deadline, t0,
     for i, u in enumerate(units):
         for _ in range(2):
             now = time.perf_counter()
-            one = search(
-                u.kind, adapter, flavors, profile=profile, until=deadline, t0=t0, check=check, stratum=u.stratum, scale=scale, part=u.part, parts=u.parts
-            )
+            one = search(u, adapter, flavors, profile=profile, until=deadline, t0=t0, check=check, scale=scale)
             results[i] = unit_result(one, time.perf_counter() - now, confirm and confirm(u.kind))
             if (results[i]["failure"] or {}).get("verdict") != "infra":
                 break

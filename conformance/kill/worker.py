@@ -61,7 +61,8 @@ def run_share(
         if stop.value < i:
             continue
         report("start", i)
-        kind = units[i].kind
+        unit = units[i]
+        kind = unit.kind
 
         def gated(kind, case, adapter, i=i):
             if stop.value < i:
@@ -76,10 +77,7 @@ def run_share(
 
         now = time.perf_counter()
         with _holding(large if kind.examples == LARGE_BUDGET else None, deadline):  # a kill's pristine replay too
-            u = units[i]
-            one = search(
-                kind, adapter, flavors, profile=profile, until=deadline, t0=t0, check=gated, stratum=u.stratum, scale=scale, part=u.part, parts=u.parts
-            )
+            one = search(unit, adapter, flavors, profile=profile, until=deadline, t0=t0, check=gated, scale=scale)
             res = unit_result(one, time.perf_counter() - now, confirm and confirm(kind)) | {"abandoned": stop.value < i}
         if res["failure"] and res["failure"]["verdict"] != "infra" and not res["abandoned"]:
             stop.value = min(stop.value, i)
