@@ -486,6 +486,15 @@ def batch_as_seq(x: torch.Tensor) -> torch.Tensor:
     return x[0].permute(1, 0, 2)
 
 
+def sequence_spans(cu_q: Sequence[int], cu_kv: Sequence[int], n_seq: int):
+    """(s, q0, q1, k0, k1) of each packed sequence s with a Q row, from its
+    offsets: its rows [q0, q1) and keys [k0, k1). One with no Q row has
+    nothing to compute (its keys' gradients stay as the caller made them)."""
+    for s in range(n_seq):
+        if cu_q[s + 1] > cu_q[s]:
+            yield s, cu_q[s], cu_q[s + 1], cu_kv[s], cu_kv[s + 1]
+
+
 def thd_buckets(q_lens: Sequence[int], kv_lens: Sequence[int]) -> list:
     """The sequences with a Q row, as lists of indices, one dense reference call each."""
     area = lambda n, m: n * max(m, 1)  # noqa: E731  a sequence without keys still has rows

@@ -47,7 +47,7 @@ import torch
 
 from ground.phases import timed
 
-from .attention import Internals, attention, batch_as_seq, mask_args, seq_as_batch
+from .attention import Internals, attention, batch_as_seq, mask_args, seq_as_batch, sequence_spans
 
 GRADS = ("dq", "dk", "dv", "dbias", "dsink")
 
@@ -171,10 +171,7 @@ def backward_for_case(case, tensors, do: torch.Tensor, *, extra: Optional[Extra]
     cu_q, cu_kv = case.cu_seqlens("q"), case.cu_seqlens("kv")
     for name in ("dq", "dk", "dv") + (("dsink",) if case.sinks else ()):
         slot(name)
-    for s in range(case.n_seq):
-        q0, q1, k0, k1 = cu_q[s], cu_q[s + 1], cu_kv[s], cu_kv[s + 1]
-        if q1 == q0:
-            continue
+    for _, q0, q1, k0, k1 in sequence_spans(cu_q, cu_kv, case.n_seq):
         o_s = None if o is None else seq_as_batch(o[q0:q1])
         lse_s = None if lse is None else lse[:, q0:q1].unsqueeze(0)
         got = one(seq_as_batch(tensors.q[q0:q1]), seq_as_batch(tensors.k[k0:k1]), seq_as_batch(tensors.v[k0:k1]), seq_as_batch(do[q0:q1]), o_s, lse_s)

@@ -32,7 +32,7 @@ import torch
 from ground.data import TORCH_DTYPES
 from ground.tolerances import LANE_TERMS, MMA_K, RESCALE_LOG2, TILE_N
 from reference import masks
-from reference.attention import batch_as_seq, mask_args, seq_as_batch
+from reference.attention import batch_as_seq, mask_args, seq_as_batch, sequence_spans
 
 F32, F64 = torch.float32, torch.float64
 LOG2E = math.log2(math.e)
@@ -316,10 +316,7 @@ def emulate_case(case, tensors, arith: Arith = Arith(), plant: Plant = Plant()) 
     # The offsets as the kernel reads them: from the cu_seqlens buffers, in their dtype.
     read = (lambda t: t.view(torch.int32)[: t.shape[0]].tolist()) if plant.prefix_as_int32 else (lambda t: t.tolist())  # noqa: E731
     cu_q, cu_kv = read(tensors.cu_q), read(tensors.cu_kv)
-    for s in range(case.n_seq):
-        q0, q1, k0, k1 = cu_q[s], cu_q[s + 1], cu_kv[s], cu_kv[s + 1]
-        if q1 == q0:
-            continue
+    for s, q0, q1, k0, k1 in sequence_spans(cu_q, cu_kv, case.n_seq):
         v = tensors.v[k0:k1].clone()
         if plant.neighbour_v_min_keys and s > 0 and k1 - k0 >= plant.neighbour_v_min_keys:
             v[0] = tensors.v[k0 - 1]
@@ -501,10 +498,7 @@ def _emulate_thd(case, inputs, o, lse, do, plant: BwdPlant, launch: int):
     }
     if inputs.sinks is not None:
         out["dsink"] = torch.zeros((case.h_q,), dtype=torch.float32)
-    for s in range(case.n_seq):
-        q0, q1, k0, k1 = cu_q[s], cu_q[s + 1], cu_kv[s], cu_kv[s + 1]
-        if q1 == q0:
-            continue
+    for _, q0, q1, k0, k1 in sequence_spans(cu_q, cu_kv, case.n_seq):
         one = SimpleNamespace(
             q=seq_as_batch(inputs.q[q0:q1]),
             k=seq_as_batch(inputs.k[k0:k1]),
