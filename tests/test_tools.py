@@ -94,6 +94,25 @@ def test_count_model_ops_counts_the_judging_of_each_judged_test(capsys):
             assert k.ops > 0 and k.syncs <= (2 if "numerics" in name else 1), (name, case.describe(), k.ops, k.syncs)
 
 
+def test_count_model_ops_counts_the_bytes_each_launching_op_writes():
+    """tools/count_model_ops.py's OpCount: a launching op's outputs are its
+    bytes written (an add of 100 float64 values: 800); a view writes none."""
+    import sys
+
+    import torch
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        tool = importlib.import_module("count_model_ops")
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    x = torch.zeros(100, dtype=torch.float64)
+    with tool.OpCount() as k:
+        x.view(10, 10)
+        x + 1
+    assert (k.ops, k.syncs, k.written) == (1, 0, 800)
+
+
 def test_store_durations_keeps_the_tests_that_ran(tmp_path):
     """tools/store_durations.py reads a run's shards as the report does: each test that ran, by node id."""
     import json

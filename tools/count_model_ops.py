@@ -14,7 +14,11 @@ arithmetic, sets what these small shapes cost; a host sync (``.item()``,
 counts are the same on any device, so they are measured here on the CPU,
 with a ``TorchDispatchMode``, over the Cases the ``ci`` profile draws for the
 numerics tests (derandomized: the Cases a GPU run judges), SM80 and sm90.
-``--by-function`` adds the ops per example of the functions that make most.
+Each launching op's outputs are counted as its bytes written: on a GPU
+these small float64 ops are bound by their launches unless their bytes
+(read about as much again) take longer than a launch at the device's memory
+bandwidth. ``--by-function`` adds the ops and the bytes per example of the
+functions that make most.
 ``--judging`` counts instead what one example's judging makes (the checks
 inside ``judge.collecting()``: guard bands, exact values, error ratios, the
 deferred verdicts' read), for the numerics and tails tests of the SM80
@@ -46,8 +50,10 @@ class OpCount(TorchDispatchMode):
     def __init__(self, by_function: bool = False):
         super().__init__()
         self.ops = self.syncs = 0
+        self.written = 0  # bytes the launching ops write (their outputs): what memory-bound ops cost on a GPU
         self.by_function = by_function
         self.functions: Counter = Counter()
+        self.function_bytes: Counter = Counter()
 
     def __enter__(self):
         # A CPU tensor's tolist() never reaches the dispatcher; on a GPU it is a copy to the host.
@@ -69,13 +75,27 @@ class OpCount(TorchDispatchMode):
         name = str(func)
         if name in SYNCS:
             self.syncs += 1
-        elif not func.is_view and name not in NO_LAUNCH:
+        out = func(*args, **(kwargs or {}))
+        if name not in SYNCS and not func.is_view and name not in NO_LAUNCH:
             self.ops += 1
+            written = sum(t.numel() * t.element_size() for t in _tensors(out))
+            self.written += written
             if self.by_function:
                 ours = [f for f in traceback.extract_stack(limit=16) if f.filename.startswith(str(ROOT)) and "/tools/" not in f.filename]
                 if ours:
-                    self.functions[f"{Path(ours[-1].filename).relative_to(ROOT)}:{ours[-1].name}"] += 1
-        return func(*args, **(kwargs or {}))
+                    where = f"{Path(ours[-1].filename).relative_to(ROOT)}:{ours[-1].name}"
+                    self.functions[where] += 1
+                    self.function_bytes[where] += written
+        return out
+
+
+def _tensors(out) -> list:
+    """The tensors an op returned (one, or a tuple/list of them)."""
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)):
+        return [t for t in out if isinstance(t, torch.Tensor)]
+    return []
 
 
 def cases_of(examples: int) -> dict:
@@ -152,18 +172,21 @@ def main(argv=None) -> int:
         p.error("--examples must be at least 1")
     if args.judging:
         sys.path.insert(0, str(ROOT))  # the stand-in lives in tests/
-    print("| test | examples | ops per example: mean | median | max | host syncs per example |")
-    print("|---|---|---|---|---|---|")
+    print("| test | examples | ops per example: mean | median | max | host syncs per example | MB written per example: mean | max |")
+    print("|---|---|---|---|---|---|---|---|")
     drawn = judging_cases_of(args.examples) if args.judging else cases_of(args.examples)
     for name, cases in drawn.items():
         counted = [count_judging(name, c, args.by_function) if args.judging else count(c, args.by_function) for c in cases]
         ops = sorted(k.ops for k in counted)
         n = len(ops)
         syncs = sum(k.syncs for k in counted) / n
-        print(f"| {name} | {n} | {sum(ops) / n:,.0f} | {ops[n // 2]:,} | {ops[-1]:,} | {syncs:.1f} |", flush=True)
+        mb = [k.written / 1e6 for k in counted]
+        print(f"| {name} | {n} | {sum(ops) / n:,.0f} | {ops[n // 2]:,} | {ops[-1]:,} | {syncs:.1f} | {sum(mb) / n:,.1f} | {max(mb):,.1f} |", flush=True)
         if args.by_function:
             total = sum((k.functions for k in counted), Counter())
-            print("  " + ", ".join(f"{f} {c / n:,.0f}" for f, c in total.most_common(8)))
+            print("  ops: " + ", ".join(f"{f} {c / n:,.0f}" for f, c in total.most_common(8)))
+            written = sum((k.function_bytes for k in counted), Counter())
+            print("  MB written: " + ", ".join(f"{f} {b / n / 1e6:,.1f}" for f, b in written.most_common(8)))
     return 0
 
 
