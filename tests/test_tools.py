@@ -17,6 +17,17 @@ OURS = ("ground", "kernels", "properties", "reference", "strategies", "conforman
 TOOLS = sorted((ROOT / "tools").glob("*.py"))
 
 
+def tool_module(name: str):
+    """tools/<name>.py imported as a module (tools/ is no package: on the path for the import only)."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+
+
 def unresolved(source: str) -> list:
     """(module, name) pairs of ``source``'s imports from our packages that do not resolve."""
     missing = []
@@ -78,13 +89,8 @@ def test_count_model_ops_counts_the_judging_of_each_judged_test(capsys):
     each example's judging reads the device in the fewest syncs it needs
     (numerics: the error ratios, then the deferred verdicts; tails: the
     verdicts)."""
-    import sys
 
-    sys.path.insert(0, str(ROOT / "tools"))
-    try:
-        tool = importlib.import_module("count_model_ops")
-    finally:
-        sys.path.remove(str(ROOT / "tools"))
+    tool = tool_module("count_model_ops")
     assert tool.main(["--judging", "--examples", "1"]) == 0
     rows = [line.split("|")[1].strip() for line in capsys.readouterr().out.splitlines() if line.startswith("| test_")]
     assert sorted(rows) == sorted(tool.JUDGED)
@@ -97,15 +103,10 @@ def test_count_model_ops_counts_the_judging_of_each_judged_test(capsys):
 def test_count_model_ops_counts_the_bytes_each_launching_op_writes():
     """tools/count_model_ops.py's OpCount: a launching op's outputs are its
     bytes written (an add of 100 float64 values: 800); a view writes none."""
-    import sys
 
     import torch
 
-    sys.path.insert(0, str(ROOT / "tools"))
-    try:
-        tool = importlib.import_module("count_model_ops")
-    finally:
-        sys.path.remove(str(ROOT / "tools"))
+    tool = tool_module("count_model_ops")
     x = torch.zeros(100, dtype=torch.float64)
     with tool.OpCount() as k:
         x.view(10, 10)
@@ -116,13 +117,8 @@ def test_count_model_ops_counts_the_bytes_each_launching_op_writes():
 def test_store_durations_keeps_the_tests_that_ran(tmp_path):
     """tools/store_durations.py reads a run's shards as the report does: each test that ran, by node id."""
     import json
-    import sys
 
-    sys.path.insert(0, str(ROOT / "tools"))
-    try:
-        import store_durations
-    finally:
-        sys.path.remove(str(ROOT / "tools"))
+    store_durations = tool_module("store_durations")
     shard = tmp_path / "shards" / "run-a" / "gw0.jsonl"
     shard.parent.mkdir(parents=True)
     records = [
@@ -139,15 +135,10 @@ def test_screen_backward_judges_a_profiles_draws_and_reports_a_wrong_backward(mo
     emulated backward; with the mask off when P is recomputed (a planted bug)
     those the mask reaches are reported as failures, not passed."""
     import functools
-    import sys
 
     from tests import kernel_emulation
 
-    sys.path.insert(0, str(ROOT / "tools"))
-    try:
-        tool = importlib.import_module("screen_backward")
-    finally:
-        sys.path.remove(str(ROOT / "tools"))
+    tool = tool_module("screen_backward")
     job = dict(profile="ci", test="test_backward_thd", first=8, every=1, part=0, parts=2)  # draws 0, 2, 4, 6
     clean = tool._judge(job)
     assert clean["judged"] >= 2 and not clean["failures"] and clean["worst"], clean
