@@ -90,6 +90,9 @@ GRAD_QUANTITIES = ("dq", "dk", "dv", "dbias", "dsink")
 # stale in a run whose padded Cases happened to draw no bias or no sinks.
 PRODUCED_WHEN = {"dbias": lambda c: c.bias is not None and not c.is_thd, "dsink": lambda c: c.sinks}
 ACCEPTED = "accepted"  # the ``observed`` outcome of a call that returned normally
+# Checks that judge a NaN mask (torch.isnan of an output) against none: a failing element is NaN by
+# definition and the judge sees booleans, so ``nan = true`` (a bound to NaN values) would excuse nothing.
+NAN_MASK_CHECKS = frozenset({"no nan"})
 
 
 # ------------------------------------------------------------------ regions
@@ -526,6 +529,8 @@ def _entry(where: str, entry: dict, source: str, checks: Checks) -> Finding:
             raise FindingsError(f"{where}: key {key!r} must be true or false")
     if nan and (kind not in (ROWS, PLAIN) or quantity is None):
         raise FindingsError(f"{where}: key 'nan': only a check of an output's values (with its quantity) can be bounded to NaN elements")
+    if nan and check in NAN_MASK_CHECKS:
+        raise FindingsError(f"{where}: key 'nan': check {check!r} judges a NaN mask, its failures are NaN already (nan = true would excuse nothing)")
     if race and kind not in (PLAIN,):
         raise FindingsError(f"{where}: key 'race': only a plain check (e.g. determinism's bitwise) can describe a race")
     # Specific by construction: a finding bounds what failed.

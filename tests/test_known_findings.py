@@ -511,6 +511,8 @@ def test_a_nan_leak_finding_excuses_nan_elements_only():
         ({"check": "launch", "observed": "ValueError", "quantity": "dq", "nan": True}, "key 'nan'"),
         ({"check": "no nan", "quantity": "dk", "region": "live_rows_of_padded_kv_entries"}, "key 'region'"),
         ({"check": "no nan", "quantity": "dq", "nan": "yes"}, "key 'nan' must be true or false"),
+        # "no nan" judges a NaN mask: its failures are NaN by definition and nan_only never holds (excuses nothing)
+        ({"check": "no nan", "quantity": "dbias", "nan": True}, "key 'nan': check 'no nan'"),
     ],
 )
 def test_gradient_bounds_are_refused_where_they_mean_nothing(extra, message):
