@@ -267,6 +267,20 @@ DERIVED: Dict[str, Tuple[Callable[[Case], Any], Callable[[Any], bool], str]] = {
         lambda v: isinstance(v, bool),
         "true/false",
     ),
+    # A bias broadcast over the batch sums every entry's dBias into the same cells (batch stride 0), so a
+    # NaN cell of one entry is a NaN in a cell another entry makes live (row 0, a key below its length):
+    # an entry with no Q row but keys (its D is read at a dead row) beside an entry with a Q row and keys;
+    "broadcast_dbias_empty_q_live": (
+        lambda c: _broadcast(c) and any(q == 0 and kv > 0 for q, kv in _lens(c)) and any(q > 0 and kv > 0 for q, kv in _lens(c)),
+        lambda v: isinstance(v, bool),
+        "true/false",
+    ),
+    # an entry with padded keys (NaN V rows past its length) beside an entry with a Q row and a longer length.
+    "broadcast_dbias_padded_kv_live": (
+        lambda c: _broadcast(c) and any(kv1 < kv2 for _, kv1 in _lens(c) for q2, kv2 in _lens(c) if q2 > 0),
+        lambda v: isinstance(v, bool),
+        "true/false",
+    ),
     # THD, one head, and the Stats the backward is handed (from its origin, cu_seqlens_q[0]) keeps a longer
     # stride on its size-1 dims: a compact Stats sliced past q_base > 0, or a head-padded one.
     "thd_one_head_stats_strided": (
@@ -287,6 +301,16 @@ DERIVED: Dict[str, Tuple[Callable[[Case], Any], Callable[[Any], bool], str]] = {
         "true/false",
     ),
 }
+
+
+def _broadcast(c: Case) -> bool:
+    """Dense, a bias broadcast over a batch of two or more entries."""
+    return not c.is_thd and c.bias is not None and c.bias_batch == 1 and c.batch > 1
+
+
+def _lens(c: Case):
+    """(seq_q_len, seq_kv_len) per dense batch entry."""
+    return list(zip(c.q_lengths(), c.kv_lengths()))
 
 
 def rope_table_overread(case: Case) -> bool:

@@ -544,3 +544,27 @@ def test_a_region_holds_the_rows_of_its_quantity_only():
         findings.parse({"finding": [{**entry, "quantity": "dq", "region": "kv_rows_of_empty_q_entries"}]}, checks=CHECKS)
     with pytest.raises(findings.FindingsError, match="holds Q rows, not the rows of 'dv'"):
         findings.parse({"finding": [{**entry, "quantity": "dv", "region": "live_rows_of_padded_kv_entries"}]}, checks=CHECKS)
+
+
+@pytest.mark.parametrize(
+    "fid,q,kv,bias_batch,selected",
+    [
+        # padded keys: the NaN at an entry's keys past its length reaches a cell only a longer entry with a Q row makes live
+        ("bwd-dense-padded-kv-nan-dbias-broadcast", (1, 1), (1, 2), 1, True),
+        ("bwd-dense-padded-kv-nan-dbias-broadcast", (1, 1, 1), (1, 1, 1), 1, False),  # equal lengths: every NaN cell dead
+        ("bwd-dense-padded-kv-nan-dbias-broadcast", (1, 0), (1, 2), 1, False),  # the longer entry has no Q row
+        ("bwd-dense-padded-kv-nan-dbias-broadcast", (1, 1), (1, 2), 2, False),  # a per-batch bias: cells of its own
+        # an entry with no Q row: its NaN at row 0 reaches cell (0, 0) when another entry has a Q row and a key
+        ("bwd-dense-empty-q-entry-nan-dbias-broadcast", (0, 1), (1, 1), 1, True),
+        ("bwd-dense-empty-q-entry-nan-dbias-broadcast", (0, 0), (1, 1), 1, False),  # no live cell at all
+        ("bwd-dense-empty-q-entry-nan-dbias-broadcast", (0, 1), (1, 0), 1, False),  # the entry with a Q row has no key
+        ("bwd-dense-empty-q-entry-nan-dbias-broadcast", (0, 1), (1, 1), 2, False),
+    ],
+)
+def test_a_broadcast_dbias_leak_is_selected_where_a_live_cell_takes_the_nan(fid, q, kv, bias_batch, selected):
+    """The two leaks under a bias broadcast over the batch fail "no nan" only
+    where a NaN cell of one entry is live for another: a finding selecting a
+    Case where that cannot happen would go stale on correct kernels (a ci
+    draw of three equal lengths did)."""
+    case = Case(batch=len(q), s_q=1, s_kv=max(kv), seq_q_lens=q, seq_kv_lens=kv, bias="float16", bias_batch=bias_batch, direction="bwd")
+    assert BY_ID[fid].exercised_by("backward_tails", case, "prepared", {"initialize_outputs": True}) is selected
