@@ -267,6 +267,13 @@ DERIVED: Dict[str, Tuple[Callable[[Case], Any], Callable[[Any], bool], str]] = {
         lambda v: isinstance(v, bool),
         "true/false",
     ),
+    # An entry with no Q row but keys puts NaN in its dBias cells (row 0, a key below its length): dead cells
+    # of its own under a per-batch bias; under a broadcast one, dead only past every Q-row entry's length.
+    "empty_q_dbias_nan_dead": (
+        lambda c: not c.is_thd and _empty_q_nan_dead(c),
+        lambda v: isinstance(v, bool),
+        "true/false",
+    ),
     # A bias broadcast over the batch sums every entry's dBias into the same cells (batch stride 0), so a
     # NaN cell of one entry is a NaN in a cell another entry makes live (row 0, a key below its length):
     # an entry with no Q row but keys (its D is read at a dead row) beside an entry with a Q row and keys;
@@ -311,6 +318,12 @@ def _broadcast(c: Case) -> bool:
 def _lens(c: Case):
     """(seq_q_len, seq_kv_len) per dense batch entry."""
     return list(zip(c.q_lengths(), c.kv_lengths()))
+
+
+def _empty_q_nan_dead(c: Case) -> bool:
+    """An entry with no Q row and keys has a NaN dBias cell (row 0, a key below its length) that no entry makes live."""
+    longest = max((kv for q, kv in _lens(c) if q > 0), default=0) if _broadcast(c) else 0
+    return any(q == 0 and kv > longest for q, kv in _lens(c))
 
 
 def rope_table_overread(case: Case) -> bool:

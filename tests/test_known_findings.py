@@ -559,12 +559,20 @@ def test_a_region_holds_the_rows_of_its_quantity_only():
         ("bwd-dense-empty-q-entry-nan-dbias-broadcast", (0, 0), (1, 1), 1, False),  # no live cell at all
         ("bwd-dense-empty-q-entry-nan-dbias-broadcast", (0, 1), (1, 0), 1, False),  # the entry with a Q row has no key
         ("bwd-dense-empty-q-entry-nan-dbias-broadcast", (0, 1), (1, 1), 2, False),
+        # its dead cells: its own under a per-batch bias; under a broadcast one, past every Q-row entry's length
+        ("bwd-dense-empty-q-entry-nan-dbias", (0,), (1,), 1, True),
+        ("bwd-dense-empty-q-entry-nan-dbias", (0, 1), (1, 1), 2, True),
+        ("bwd-dense-empty-q-entry-nan-dbias", (0, 1), (1, 1), 1, False),  # cell (0, 0) is live for entry 1
+        ("bwd-dense-empty-q-entry-nan-dbias", (0, 1), (2, 1), 1, True),  # cell (0, 1) is dead for both
+        ("bwd-dense-empty-q-entry-nan-dbias", (0, 0), (1, 1), 1, True),
+        ("bwd-dense-empty-q-entry-nan-dbias", (0, 1), (0, 1), 2, False),  # no key in the empty entry
     ],
 )
-def test_a_broadcast_dbias_leak_is_selected_where_a_live_cell_takes_the_nan(fid, q, kv, bias_batch, selected):
+def test_a_dbias_leak_is_selected_where_its_nan_cell_is_what_it_describes(fid, q, kv, bias_batch, selected):
     """The two leaks under a bias broadcast over the batch fail "no nan" only
-    where a NaN cell of one entry is live for another: a finding selecting a
-    Case where that cannot happen would go stale on correct kernels (a ci
-    draw of three equal lengths did)."""
+    where a NaN cell of one entry is live for another, the empty entry's
+    "capacity" only where its NaN cell is dead for every entry: a finding
+    selecting a Case where that cannot happen would go stale on correct
+    kernels (a ci draw of three equal lengths did)."""
     case = Case(batch=len(q), s_q=1, s_kv=max(kv), seq_q_lens=q, seq_kv_lens=kv, bias="float16", bias_batch=bias_batch, direction="bwd")
     assert BY_ID[fid].exercised_by("backward_tails", case, "prepared", {"initialize_outputs": True}) is selected
