@@ -119,6 +119,17 @@ def test_every_stratum_has_a_rope_row_whose_queries_see_past_the_first_kv_tile(f
     assert any(reaches(c) for c in (g.case(dtype) for g in geometry.dense_pool(flavor, dtype)) if c.rope and c.scale != 0)
 
 
+@pytest.mark.parametrize("flavor,dtype", STRATA)
+def test_the_rows_padded_on_both_sides_carry_both_bias_dtypes(flavor, dtype):
+    """The padding-poison test and the backward's dense tails draw only rows
+    padded on both sides; each stratum's hand rows among them carry a bias in
+    the I/O dtype and an fp32 one, so dead bias cells and dBias under padding
+    are judged in every stratum (with none there, 3 of 160 ci backward tails
+    draws had a bias)."""
+    both = [g.case(dtype) for g in geometry.hand_dense_pool(flavor, dtype) if g.pad_q and g.pad_kv]
+    assert {c.bias for c in both} >= {dtype, "float32"}, [c.bias for c in both]
+
+
 def test_pools_differ_across_strata():
     """The rotation spreads tile edges and window sizes over the strata."""
     lengths = {(c.s_q, c.s_kv) for f, d in STRATA for c in _stratum_cases(f, d)[0]}
