@@ -258,7 +258,7 @@ def failing_rows(case: Case, quantity: Optional[str], where) -> Optional[torch.T
 DERIVED: Dict[str, Tuple[Callable[[Case], Any], Callable[[Any], bool], str]] = {
     "off_envelope": (lambda c: off_envelope(c.d_qk, c.d_v), lambda v: isinstance(v, bool), "true/false"),
     "flavor": (lambda c: flavor_of(c.d_qk, c.d_v), lambda v: v in FLAVORS + ("none",), f"one of {', '.join(FLAVORS + ('none',))}"),
-    "bias_broadcast_over_batch": (lambda c: c.bias is not None and c.bias_batch == 1 and c.batch > 1, lambda v: isinstance(v, bool), "true/false"),
+    "bias_broadcast_over_batch": (lambda c: _broadcast(c), lambda v: isinstance(v, bool), "true/false"),
     # THD with a first cu_seqlens offset > 0 on either side.
     "thd_cu_offset": (lambda c: c.is_thd and bool(c.q_base or c.kv_base), lambda v: isinstance(v, bool), "true/false"),
     # Dense seq_q_lens with an entry of no query row that still has keys (its dK rows are defined).
@@ -278,13 +278,13 @@ DERIVED: Dict[str, Tuple[Callable[[Case], Any], Callable[[Any], bool], str]] = {
     # NaN cell of one entry is a NaN in a cell another entry makes live (row 0, a key below its length):
     # an entry with no Q row but keys (its D is read at a dead row) beside an entry with a Q row and keys;
     "broadcast_dbias_empty_q_live": (
-        lambda c: _broadcast(c) and any(q == 0 and kv > 0 for q, kv in _lens(c)) and any(q > 0 and kv > 0 for q, kv in _lens(c)),
+        lambda c: not c.is_thd and _broadcast(c) and any(q == 0 and kv > 0 for q, kv in _lens(c)) and any(q > 0 and kv > 0 for q, kv in _lens(c)),
         lambda v: isinstance(v, bool),
         "true/false",
     ),
     # an entry with padded keys (NaN V rows past its length) beside an entry with a Q row and a longer length.
     "broadcast_dbias_padded_kv_live": (
-        lambda c: _broadcast(c) and any(kv1 < kv2 for _, kv1 in _lens(c) for q2, kv2 in _lens(c) if q2 > 0),
+        lambda c: not c.is_thd and _broadcast(c) and any(kv1 < kv2 for _, kv1 in _lens(c) for q2, kv2 in _lens(c) if q2 > 0),
         lambda v: isinstance(v, bool),
         "true/false",
     ),
@@ -311,8 +311,8 @@ DERIVED: Dict[str, Tuple[Callable[[Case], Any], Callable[[Any], bool], str]] = {
 
 
 def _broadcast(c: Case) -> bool:
-    """Dense, a bias broadcast over a batch of two or more entries."""
-    return not c.is_thd and c.bias is not None and c.bias_batch == 1 and c.batch > 1
+    """A bias broadcast over a batch of two or more entries (one slice serves every entry)."""
+    return c.bias is not None and c.bias_batch == 1 and c.batch > 1
 
 
 def _lens(c: Case):
