@@ -72,11 +72,10 @@ class OpCount(TorchDispatchMode):
         return super().__exit__(*exc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = str(func)
+        name, out = str(func), func(*args, **(kwargs or {}))
         if name in SYNCS:
             self.syncs += 1
-        out = func(*args, **(kwargs or {}))
-        if name not in SYNCS and not func.is_view and name not in NO_LAUNCH:
+        elif not func.is_view and name not in NO_LAUNCH:
             self.ops += 1
             written = sum(t.numel() * t.element_size() for t in _tensors(out))
             self.written += written
