@@ -1,6 +1,6 @@
 """Does a mutant change the kernel on given Cases? (needs a CUDA GPU)
 
-    python3 tools/gpu_mutant_probe.py MUTANT [--pool-rope] [--case JSON ...]
+    python3 tools/gpu_mutant_probe.py MUTANT [--pool-rope] [--no-probe] [--case JSON ...]
 
 Runs the mutant's expected killer's property on its own probe Case (and on
 ``--case`` Cases, and with ``--pool-rope`` on every dense pool row with RoPE
@@ -32,10 +32,11 @@ def main() -> int:
     p.add_argument("--case", action="append", default=[], help="a Case as JSON (repeatable)")
     p.add_argument("--pool-rope", action="store_true", help="add the dense pool rows with RoPE past one KV tile")
     p.add_argument("--pristine-all", action="store_true", help="run the pristine kernels on every Case (default: the probe only)")
+    p.add_argument("--no-probe", action="store_true", help="leave out the mutant's probe Case: the first --case is the process's first launch")
     args = p.parse_args()
     mutant = {m.name: m for m in MUTANTS}[args.mutant]
     kind = {k.name: k for k in KINDS}[mutant.expected_killer]
-    cases = [Case(**mutant.probe)] + [Case(**json.loads(c)) for c in args.case]
+    cases = [Case(**mutant.probe)] * (not args.no_probe) + [Case(**json.loads(c)) for c in args.case]
     if args.pool_rope:
         from strategies import geometry
         from strategies.pools import TILE_N
@@ -46,7 +47,7 @@ def main() -> int:
     for i, case in enumerate(cases):
         verdicts = []
         for label, adapter in adapters.items():
-            if label == "pristine" and i and not args.pristine_all:
+            if label == "pristine" and (i or args.no_probe) and not args.pristine_all:
                 continue
             try:
                 kind.family.check(case, adapter, kind.fixed)
