@@ -36,8 +36,8 @@ def records(path: str) -> dict:
     return {r["name"]: r for r in controls + doc["mutants"]}
 
 
-def drew(r: dict) -> str:
-    """The killing (or last) kind's examples, as 'kind n/planned'; every kind's when it survived."""
+def brief(r: dict) -> str:
+    """A table cell's examples: the killing (or last) kind's 'kind n/planned'; every kind's summed when it survived."""
     kinds = r.get("kinds") or []
     if r["verdict"] in ("survived", "short"):
         total, planned = sum(k["examples"] for k in kinds), sum(k["planned"] for k in kinds)
@@ -47,7 +47,7 @@ def drew(r: dict) -> str:
 
 
 def cell(r: dict | None) -> str:
-    return "no record" if r is None else f"{r['verdict']}: {drew(r)}"
+    return "no record" if r is None else f"{r['verdict']}: {brief(r)}"
 
 
 def main() -> int:
@@ -57,6 +57,9 @@ def main() -> int:
     p.add_argument("--extra", action="append", default=[], help="a report whose records fill mutants A or B lack (repeatable)")
     p.add_argument("--table", action="store_true", help="print the markdown table of verdicts and examples")
     args = p.parse_args()
+    from conformance.kill.processes import drew  # every kind's drawn/planned, as the run's progress line prints it
+    from conformance.kill.tally import kill_rate_line, tally
+
     try:
         a, b = records(args.a), records(args.b)
         extra = [(Path(x).name, records(x)) for x in args.extra]
@@ -89,8 +92,6 @@ def main() -> int:
             print(f"  only in {'A' if n in a else 'B'}: {n}")
     for n, how in filled.items():
         print(f"  filled: {n} ({', '.join(how)})")
-    from conformance.kill.tally import kill_rate_line, tally
-
     for label, recs in (("A", a), ("B", b)):
         mutants = [r for n, r in recs.items() if not n.startswith("control")]
         print(f"{label}: {len(mutants)} mutants; {kill_rate_line(tally(mutants), 0.9)}")
