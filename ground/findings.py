@@ -263,7 +263,7 @@ DERIVED: Dict[str, Tuple[Callable[[Case], Any], Callable[[Any], bool], str]] = {
     "thd_cu_offset": (lambda c: c.is_thd and bool(c.q_base or c.kv_base), lambda v: isinstance(v, bool), "true/false"),
     # Dense seq_q_lens with an entry of no query row that still has keys (its dK rows are defined).
     "empty_q_entry_with_keys": (
-        lambda c: not c.is_thd and c.seq_q_lens is not None and any(q == 0 and kv > 0 for q, kv in zip(c.seq_q_lens, c.kv_lengths())),
+        lambda c: not c.is_thd and c.seq_q_lens is not None and _empty_q_with_keys(c),
         lambda v: isinstance(v, bool),
         "true/false",
     ),
@@ -278,7 +278,7 @@ DERIVED: Dict[str, Tuple[Callable[[Case], Any], Callable[[Any], bool], str]] = {
     # NaN cell of one entry is a NaN in a cell another entry makes live (row 0, a key below its length):
     # an entry with no Q row but keys (its D is read at a dead row) beside an entry with a Q row and keys;
     "broadcast_dbias_empty_q_live": (
-        lambda c: not c.is_thd and _broadcast(c) and any(q == 0 and kv > 0 for q, kv in _lens(c)) and any(q > 0 and kv > 0 for q, kv in _lens(c)),
+        lambda c: not c.is_thd and _broadcast(c) and _empty_q_with_keys(c) and any(q > 0 and kv > 0 for q, kv in _lens(c)),
         lambda v: isinstance(v, bool),
         "true/false",
     ),
@@ -318,6 +318,11 @@ def _broadcast(c: Case) -> bool:
 def _lens(c: Case):
     """(seq_q_len, seq_kv_len) per dense batch entry."""
     return list(zip(c.q_lengths(), c.kv_lengths()))
+
+
+def _empty_q_with_keys(c: Case) -> bool:
+    """A dense batch entry with no Q row but keys (its dK/dV rows are defined, its dBias row 0 is not)."""
+    return any(q == 0 and kv > 0 for q, kv in _lens(c))
 
 
 def _empty_q_nan_dead(c: Case) -> bool:
