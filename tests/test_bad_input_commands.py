@@ -36,6 +36,7 @@ def test_mutants_with_a_missing_kernels_source_exits_2(tmp_path, capsys, listing
         (["--budget-s", "inf"], "--budget-s inf: expected"),
         (["--budget-s", "0"], "--budget-s 0: expected"),
         (["--examples-scale", "-1"], "--examples-scale -1: expected"),
+        (["--max-shrinks", "-1"], "--max-shrinks -1: expected"),
         (["--goal", "1.5"], "--goal 1.5: expected"),
         (["--profile", "nope"], "--profile 'nope': not a registered Hypothesis profile"),
     ],

@@ -89,6 +89,7 @@ def test_a_cut_run_resumes_where_it_stopped(machine, tmp_path, capsys):
         (("--examples-scale", "2"), "examples_scale"),
         (("--profile", "pr"), "profile"),
         (("--properties", "numerics_dense"), "kinds"),
+        (("--max-shrinks", "5"), "max_shrinks"),
     ],
 )
 def test_resume_refuses_a_partial_report_of_other_options(machine, tmp_path, capsys, extra, field):

@@ -122,6 +122,21 @@ def test_failure_kills_and_is_shrunk():
     assert flavor_of(shrunk.d_qk, shrunk.d_v) in K.flavors_for(MUTANTS[0])
 
 
+def test_max_shrinks_bounds_shrinking_by_count_not_the_verdict():
+    """--max-shrinks: after N shrink candidates the search checks nothing more
+    and the smallest failure so far stands; the verdict, its killer and the
+    examples drawn are the unbounded search's (fixed when the failure is found)."""
+    check = _fails_on(lambda k, c: k.name == "numerics_thd" and c.h_q > 1 and len(c.q_lens) > 1)
+    full = S.run_mutant(MUTANTS[0], check=check, **FAST)
+    for n in (0, 3):
+        rec = S.run_mutant(MUTANTS[0], check=check, max_shrinks=n, **FAST)
+        assert (rec["verdict"], rec["killed_by"], rec["kinds"][-1]["examples"]) == (full["verdict"], full["killed_by"], full["kinds"][-1]["examples"])
+        # shrinks: the candidates checked, and Hypothesis' last replay of the failure
+        assert rec["shrink_capped"] and rec["kinds"][-1]["shrinks"] <= n + 1 < full["kinds"][-1]["shrinks"]
+        assert K.case_size(Case.from_dict(rec["case"])) >= full["case_size"]
+    assert Case.from_dict(S.run_mutant(MUTANTS[0], check=check, max_shrinks=0, **FAST)["case"]) == Case.from_dict(full["first_case"])
+
+
 CUDNN = "/site-packages/cudnn/sdpa/fwd/kernels/sm80/prefill_f16.py"  # a frame of the kernels under test
 
 
@@ -520,7 +535,7 @@ def test_every_search_runs_to_its_count_under_one_cap(monkeypatch):
     calls, clock = [], [0.0]
     monkeypatch.setattr(S.time, "perf_counter", lambda: clock[0])
 
-    def fake_search(unit, adapter, flavors, *, profile, until, t0, check, scale=1.0):
+    def fake_search(unit, adapter, flavors, *, profile, until, t0, check, scale=1.0, max_shrinks=None):
         calls.append((unit.kind.name, until))
         clock[0] += 1.0
         n = S.unit_planned(profile, unit, scale)
@@ -546,7 +561,7 @@ def test_a_kind_is_searched_per_stratum_as_the_gate_tests_it(monkeypatch):
     assert all(S.gate_tests(k) >= 1 for k in K.KINDS)
     calls = []
 
-    def fake_search(unit, adapter, flavors, *, profile, until, t0, check, scale=1.0):
+    def fake_search(unit, adapter, flavors, *, profile, until, t0, check, scale=1.0, max_shrinks=None):
         stratum = unit.stratum
         calls.append(stratum)
         s = S._Search(examples=3)

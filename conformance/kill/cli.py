@@ -148,6 +148,15 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help=f"safety cap on one mutant's wall clock, searching and shrinking; example counts, not time, decide what is searched, and a search "
         f"the cap stops is 'incomplete', never 'survived' (default: {CAP_S:g})",
     )
+    p.add_argument(
+        "--max-shrinks",
+        type=int,
+        default=None,
+        metavar="N",
+        help="shrink candidates a search may check after its first failure (default: Hypothesis' own limits). The verdict, its killer and "
+        "the examples drawn are fixed when the failure is found; shrinking only makes its case smaller, and a mutant whose every "
+        "candidate recompiles spends seconds on each",
+    )
     p.add_argument("--goal", type=float, default=0.9, help="kill rate for exit status 0 (default: 0.9)")
     p.add_argument("--report-dir", default=DEFAULT_REPORT_DIR, help=f"where mutants.json/.md and the worker logs go (default: ./{DEFAULT_REPORT_DIR})")
     p.add_argument("--known-findings", metavar="FILE", default=None, help=f"known findings file (default: {FINDINGS_FILE} of the repository, if present)")
@@ -191,6 +200,7 @@ def _validate(args) -> dict:
     for option, value, ok, expected in (
         ("--jobs", args.jobs, args.jobs >= 1, "a number of processes >= 1"),
         ("--budget-s", args.budget_s, 0 < args.budget_s < math.inf, "a finite number of seconds > 0"),
+        ("--max-shrinks", args.max_shrinks, args.max_shrinks is None or args.max_shrinks >= 0, "a count >= 0"),
         ("--examples-scale", args.examples_scale, 0 < args.examples_scale < math.inf, "a finite factor > 0"),
         ("--goal", args.goal, 0 <= args.goal <= 1, "a kill rate from 0 to 1"),
     ):
@@ -318,6 +328,7 @@ def main(args) -> int:
     opts = {
         "profile": v["profile"],
         "budget_s": args.budget_s,
+        "max_shrinks": args.max_shrinks,
         "examples_scale": args.examples_scale,
         "kinds": v["kinds"],
         "explicit": v["explicit"],
@@ -329,7 +340,7 @@ def main(args) -> int:
     controls = v["controls"]
     print(
         f"{len(v['mutants'])} mutants + {len(controls)} control{'s' if len(controls) > 1 else ''} (family {', '.join(v['families'])}), {args.jobs} jobs, profile {v['profile']} example counts x{args.examples_scale:g}, "
-        f"cap {args.budget_s:g} s each, kinds {', '.join(v['kinds'])}"
+        f"cap {args.budget_s:g} s each{'' if args.max_shrinks is None else f', at most {args.max_shrinks} shrinks a search'}, kinds {', '.join(v['kinds'])}"
     )
     everyone = controls + v["mutants"]
     run = {
@@ -337,6 +348,7 @@ def main(args) -> int:
         "profile": v["profile"],
         "examples_scale": args.examples_scale,
         "budget_s": args.budget_s,
+        "max_shrinks": args.max_shrinks,
         "jobs": args.jobs,
         "goal": args.goal,
         "kinds": v["kinds"],

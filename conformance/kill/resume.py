@@ -31,6 +31,7 @@ RESUME_KEYS = (
     "explicit",
     "jobs",
     "budget_s",
+    "max_shrinks",
     "known_findings",
     "findings_digest",
     "kernels_source",

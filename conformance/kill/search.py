@@ -115,18 +115,31 @@ class _Search:
     shrinks: int = 0  # checked after it (Hypothesis shrinking)
     excused: int = 0  # xfailed observations: every failed check excused by a known finding
     cut: bool = False  # the cap stopped it before Hypothesis ended it by its count
-    shrink_capped: bool = False  # the cap, not Hypothesis' count limits, ended shrinking
+    shrink_capped: bool = False  # the cap or max_shrinks, not Hypothesis' own limits, ended shrinking
     first: Optional[tuple] = None  # (case, failure, seconds since the mutant started)
     last: Optional[tuple] = None  # the shrunk one: Hypothesis replays it last
 
 
-def search(unit: Unit, adapter, flavors, *, profile: str, until: float, t0: float, check=check_property, scale: float = 1.0) -> _Search:
+def search(
+    unit: Unit,
+    adapter,
+    flavors,
+    *,
+    profile: str,
+    until: float,
+    t0: float,
+    check=check_property,
+    scale: float = 1.0,
+    max_shrinks: Optional[int] = None,
+) -> _Search:
     """One Hypothesis search, ``unit``: its kind in its stratum (one (flavor,
     dtype), as one pytest test; None: over ``flavors``), its part of it;
     ``unit_planned`` draws, unless a failure is seen (then Hypothesis shrinks it, within its own
     count limits and the cap: the failure found so far is kept) or the clock
     passes ``until``, the safety cap (then the search is ``cut``: it checks
-    nothing more)."""
+    nothing more). ``max_shrinks``: the shrink candidates a failure found may
+    check (None: Hypothesis' own limits); past it, or past the cap, shrinking
+    checks nothing more (``shrink_capped``), and the smallest failure so far stands."""
     from hypothesis import given, reject, seed, target
     from hypothesis import strategies as st
     from hypothesis.control import current_build_context
@@ -159,9 +172,10 @@ def search(unit: Unit, adapter, flavors, *, profile: str, until: float, t0: floa
         if state.first is None and time.perf_counter() > until:
             state.cut = True
             return
-        if state.first is not None and time.perf_counter() > until and not current_build_context().is_final:
-            # Past the cap with a failure found (shrinking it, or the generate phase's target optimiser
-            # ending its climb): nothing more is checked; Hypothesis' last replay of the failure still runs.
+        spent = time.perf_counter() > until or (max_shrinks is not None and state.shrinks >= max_shrinks)
+        if state.first is not None and spent and not current_build_context().is_final:
+            # Past the cap or the shrink count with a failure found (shrinking it, or the generate phase's target
+            # optimiser ending its climb): nothing more is checked; Hypothesis' last replay of the failure still runs.
             state.shrink_capped = True
             reject()
         if state.first is None:
@@ -248,6 +262,7 @@ def run_mutant(
     check=check_property,
     adapter_factory=None,
     fresh: Optional[dict] = None,
+    max_shrinks: Optional[int] = None,
 ) -> dict:
     """Run one mutant through the property kinds (the expected killer first);
     returns its verdict record. Each kind draws its planned example count per
@@ -266,7 +281,20 @@ def run_mutant(
         return rec | {"verdict": "stale", "error": str(e), "wall_s": round(time.perf_counter() - t0, 1)}
     chosen = searched(mutant, kinds, explicit=explicit)
     confirm = confirmation(mutant, check, adapter_factory, fresh)
-    _search_kinds(rec, chosen, adapter, flavors_for(mutant), profile=profile, deadline=t0 + budget_s, t0=t0, check=check, scale=examples_scale, confirm=confirm)
+    flavors = flavors_for(mutant)
+    _search_kinds(
+        rec,
+        chosen,
+        adapter,
+        flavors,
+        profile=profile,
+        deadline=t0 + budget_s,
+        t0=t0,
+        check=check,
+        scale=examples_scale,
+        confirm=confirm,
+        max_shrinks=max_shrinks,
+    )
     rec["wall_s"] = round(time.perf_counter() - t0, 1)
     return rec
 
@@ -416,7 +444,7 @@ def merge_units(rec: dict, units, results: dict, *, profile: str, scale: float =
         rec["verdict"] = "short"
 
 
-def _search_kinds(rec: dict, chosen, adapter, flavors, *, profile, deadline, t0, check, scale: float = 1.0, confirm=None) -> None:
+def _search_kinds(rec: dict, chosen, adapter, flavors, *, profile, deadline, t0, check, scale: float = 1.0, confirm=None, max_shrinks=None) -> None:
     """Search each kind in order, every stratum its planned count, until one
     fails or the clock passes ``deadline`` (the cap: the kinds and strata
     left are recorded as cut, with nothing drawn). A unit whose failure is
@@ -427,7 +455,7 @@ def _search_kinds(rec: dict, chosen, adapter, flavors, *, profile, deadline, t0,
     for i, u in enumerate(units):
         for _ in range(2):
             now = time.perf_counter()
-            one = search(u, adapter, flavors, profile=profile, until=deadline, t0=t0, check=check, scale=scale)
+            one = search(u, adapter, flavors, profile=profile, until=deadline, t0=t0, check=check, scale=scale, max_shrinks=max_shrinks)
             results[i] = unit_result(one, time.perf_counter() - now, confirm and confirm(u.kind))
             if (results[i]["failure"] or {}).get("verdict") != "infra":
                 break

@@ -115,13 +115,14 @@ def render_markdown(doc: dict) -> str:
     split = f" (searches split over processes: {', '.join(f'{name} {n}' for name, n in shares.items())})" if shares else ""
     split += f", resumed: {run['resumed']} records from earlier calls (--resume)" if run.get("resumed") else ""
     controls = doc.get("controls") or ([doc["control"]] if doc.get("control") else [])
+    shrinks = "" if run.get("max_shrinks") is None else f", at most {run['max_shrinks']} shrinks a search"
     problem = run_problem(controls, doc["mutants"])
     valid = invalidated if problem else dict
     lines = [
         "# Mutants",
         "",
         f"profile `{run['profile']}`, example counts x{run.get('examples_scale', 1):g} (per kind and stratum: the verdicts mean the same on "
-        f"every machine), cap {run['budget_s']:g} s per mutant, {run['jobs']} jobs{split}, {run['wall_s']} s wall; {run.get('gpu') or 'no GPU'} ({run.get('mode') or '-'})",
+        f"every machine), cap {run['budget_s']:g} s per mutant{shrinks}, {run['jobs']} jobs{split}, {run['wall_s']} s wall; {run.get('gpu') or 'no GPU'} ({run.get('mode') or '-'})",
         "",
     ]
     lines += [f"**INVALID RUN**: {problem}", ""] if problem else []  # first: no rate stands above it
@@ -132,7 +133,7 @@ def render_markdown(doc: dict) -> str:
     for r in controls + doc["mutants"]:
         case = r.get("first_case") if r["verdict"] == "error" else r.get("case")
         text = Case.from_dict(case).describe() if case else (r.get("error") or "-")
-        text += " (shrinking stopped by the cap)" if r.get("shrink_capped") else ""
+        text += " (shrinking stopped by the cap or --max-shrinks)" if r.get("shrink_capped") else ""
         cells = (
             r["name"],
             r.get("bug_class", "-"),

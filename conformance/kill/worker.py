@@ -36,6 +36,7 @@ def run_share(
     large=None,
     confirm=None,
     inflight=None,
+    max_shrinks=None,
 ) -> None:
     """One process's share of a mutant's units (``search_units``): ``take()``
     gives the next unit's index (None: no more), each searched exactly as one
@@ -77,7 +78,7 @@ def run_share(
 
         now = time.perf_counter()
         with _holding(large if kind.examples == LARGE_BUDGET else None, deadline):  # a kill's pristine replay too
-            one = search(unit, adapter, flavors, profile=profile, until=deadline, t0=t0, check=gated, scale=scale)
+            one = search(unit, adapter, flavors, profile=profile, until=deadline, t0=t0, check=gated, scale=scale, max_shrinks=max_shrinks)
             res = unit_result(one, time.perf_counter() - now, confirm and confirm(kind)) | {"abandoned": stop.value < i}
         if res["failure"] and res["failure"]["verdict"] != "infra" and not res["abandoned"]:
             stop.value = min(stop.value, i)
@@ -159,6 +160,7 @@ def _worker(mutant: Mutant, specs, opts: dict, share: int, shares: int, tasks, o
             large=large,
             confirm=confirmation(mutant, check, opts.get("adapter_factory"), opts),
             inflight=flight.recorder(flight.path(opts["log_dir"], mutant.name, share)),
+            max_shrinks=opts.get("max_shrinks"),
         )
     except BaseException as e:  # noqa: BLE001 - outside any property call (or a refusal): the harness, not the mutant
         traceback.print_exc()
