@@ -268,12 +268,14 @@ MUTANTS: Tuple[Mutant, ...] = (
         "compile_key",
         (
             Rewrite("host", "@lru_cache(maxsize=128)", "@lru_cache(maxsize=0)"),
-            Rewrite("host", "packed_init=_INIT_DIGEST,", "packed_init=_INIT_DIGEST + str(compile_thd_host.cache_info().misses),"),
+            Rewrite("host", "from functools import lru_cache\n", "from functools import lru_cache\nfrom itertools import count as _launches\n\n_LAUNCH = _launches()\n"),
+            Rewrite("host", "packed_init=_INIT_DIGEST,", "packed_init=_INIT_DIGEST + str(next(_LAUNCH)),"),
         ),
         "compile_reuse_thd",
         "A THD compile key that changes with every launch of the same head/mask contract, as one carrying the packed "
         "token totals T_q/T_kv does (the packed shapes entering the key): runtime-only changes recompile. "
-        "compile_thd_host never sees the totals, so the mutant keys on its call count and disables its lru.",
+        "compile_thd_host never sees the totals, so the mutant keys on a launch counter of its module (not the lru's "
+        "statistics, which the cache_clear before each compile_reuse call resets) and disables its lru.",
         THD,
         scope="host only: compile_thd_host serves both templates",
     ),

@@ -39,6 +39,20 @@ def test_compile_reuse_catches_a_compile_key_with_per_call_state():
         check_compile_reuse(case, PreparedAdapter(rewrites=(per_call_key,)), launch=False)
 
 
+@pytest.mark.compile
+def test_compile_reuse_kills_the_catalogues_per_launch_key(tmp_path, monkeypatch):
+    """thd_key_per_launch keys on a launch counter of the host module: the
+    cache_clear before each compile_reuse call (its verdict a function of the
+    Case) cannot reset it, as it did the lru's miss count the mutant once used."""
+    from kernels.mutants import by_name
+    from kernels.prepared import PreparedAdapter
+
+    monkeypatch.setenv("CUDNN_FRONTEND_COMPILED_CACHE", str(tmp_path / "compiled"))
+    mutant = by_name("thd_key_per_launch")
+    with pytest.raises(PropertyFailure, match="counters over budget|asked the compiled cache"):
+        check_compile_reuse(Case(**mutant.probe), PreparedAdapter(rewrites=mutant.rewrites), launch=False)
+
+
 # Planted in both probe processes: the on-disk entry's key carries the process
 # id, as a key holding a temp path, an address or a load counter would.
 PER_PROCESS_DISK_KEY = """
