@@ -723,3 +723,21 @@ def test_an_invalid_run_gives_no_rate(machine, tmp_path, capsys):
     assert doc["valid"] is False and doc["tally"]["kill_rate"] is None and doc["tally"]["killed"] == 1
     md = (tmp_path / "report" / "mutants.md").read_text()
     assert md.index("**INVALID RUN**") < md.index("kill rate: n/a") and "100%" not in md
+
+
+def test_a_first_failure_of_another_kind_stays_in_the_record():
+    """The verdict is the shrunk failure's; the first failing example's own
+    verdict and summary are kept beside it, and the table says when they
+    differ (a first failure that was the machine's, not the mutant's)."""
+    first, shrunk = Case(batch=1), Case(batch=2)
+    s = S._Search(examples=1, planned=20, shrinks=5)
+    s.first = (first, RuntimeError("cudaErrorLaunchTimeout"), 1.0)
+    s.last = (shrunk, PropertyFailure("numerics", shrunk, "planted"), 9.0)
+    failure = S.unit_result(s, 10.0)["failure"]
+    assert (failure["verdict"], failure["first_verdict"]) == ("killed", F.failure_verdict(s.first[1]))
+    assert failure["first_summary"] == "RuntimeError: cudaErrorLaunchTimeout" and failure["first_case"] == first.to_dict()
+    rec = S.base_record(MUTANTS[0]) | failure | {"killed_by": "numerics_dense"}
+    assert f"(first failure: {failure['first_verdict']}, RuntimeError: cudaErrorLaunchTimeout)" in T.render_markdown(_doc([rec]))
+    s.first = (first, PropertyFailure("numerics", first, "planted"), 1.0)
+    same = S.base_record(MUTANTS[0]) | S.unit_result(s, 10.0)["failure"]
+    assert same["first_verdict"] == "killed" and "(first failure:" not in T.render_markdown(_doc([same]))

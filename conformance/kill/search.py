@@ -353,14 +353,22 @@ def unit_result(s: _Search, seconds: float, confirm=None) -> dict:
         verdict = failure_verdict(failure)
         judged = isinstance(failure, PropertyFailure)
         failing = getattr(failure, "case", None)
-        summary = failure.summary if judged else f"{type(failure).__name__}: {str(failure)[:300]}"
-        res["failure"] = failure_fields(verdict, summary, s.first[2], case, s.first[0], failing if judged and failing != case else None)
+        res["failure"] = failure_fields(verdict, _summary(failure), s.first[2], case, s.first[0], failing if judged and failing != case else None)
+        # The verdict is the shrunk failure's; the first one's is kept beside it, so a first failure of
+        # another kind (the machine's, or a flake) shows in the record instead of vanishing in the shrink.
+        res["failure"].update(first_verdict=failure_verdict(s.first[1]), first_summary=_summary(s.first[1]))
         if verdict in KILLS and confirm is not None:
             pristine = confirm(list(dict.fromkeys((case, s.first[0]))))
             if pristine is not None:
                 unknown = pristine.get("unknown")
                 res["failure"].update(verdict="harness_error" if unknown else "pristine_fails", pristine=pristine, mutant_verdict=verdict)
     return res
+
+
+def _summary(failure: BaseException) -> str:
+    from ground.outcome import PropertyFailure
+
+    return failure.summary if isinstance(failure, PropertyFailure) else f"{type(failure).__name__}: {str(failure)[:300]}"
 
 
 def failure_fields(verdict: str, summary: str, seconds: float, case: Case, first: Case, failing: Optional[Case] = None) -> dict:

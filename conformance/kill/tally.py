@@ -134,6 +134,8 @@ def render_markdown(doc: dict) -> str:
         case = r.get("first_case") if r["verdict"] == "error" else r.get("case")
         text = Case.from_dict(case).describe() if case else (r.get("error") or "-")
         text += " (shrinking stopped by the cap or --max-shrinks)" if r.get("shrink_capped") else ""
+        if r.get("first_verdict") not in (None, r.get("mutant_verdict", r["verdict"])):  # the first failing example failed otherwise than the shrunk one
+            text += f" (first failure: {r['first_verdict']}, {(r.get('first_summary') or '')[:120]})"
         cells = (
             r["name"],
             r.get("bug_class", "-"),
