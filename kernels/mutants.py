@@ -268,7 +268,11 @@ MUTANTS: Tuple[Mutant, ...] = (
         "compile_key",
         (
             Rewrite("host", "@lru_cache(maxsize=128)", "@lru_cache(maxsize=0)"),
-            Rewrite("host", "from functools import lru_cache\n", "from functools import lru_cache\nfrom itertools import count as _launches\n\n_LAUNCH = _launches()\n"),
+            Rewrite(
+                "host",
+                "from functools import lru_cache\n",
+                "from functools import lru_cache\nfrom itertools import count as _launches\n\n_LAUNCH = _launches()\n",
+            ),
             Rewrite("host", "packed_init=_INIT_DIGEST,", "packed_init=_INIT_DIGEST + str(next(_LAUNCH)),"),
         ),
         "compile_reuse_thd",
