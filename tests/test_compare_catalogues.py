@@ -42,6 +42,17 @@ def test_a_different_killer_fails_and_extra_reports_fill_missing_records(tmp_pat
     assert "DIFFERENT VERDICT m1" in done.stdout and "filled: m2 (B from only-m2.json)" in done.stdout
 
 
+def test_extra_a_and_extra_b_fill_only_their_own_side(tmp_path):
+    a = _write(tmp_path / "a.json", [_record("m1", "killed", "backward_dense")])
+    b = _write(tmp_path / "b.json", [_record("m1", "killed", "backward_dense")])
+    only_a = _write(tmp_path / "m2-a.json", [_record("m2", "killed", "numerics_dense")])
+    only_b = _write(tmp_path / "m2-b.json", [_record("m2", "killed", "numerics_thd")])
+    done = _compare(a, b, "--extra-a", only_a, "--extra-b", only_b)
+    assert done.returncode == 1  # each side kept its own run's record, so the killers differ
+    assert "filled: m2 (A from m2-a.json, B from m2-b.json)" in done.stdout
+    assert "DIFFERENT VERDICT m2" in done.stdout
+
+
 def test_an_unreadable_report_exits_2(tmp_path):
     (tmp_path / "bad.json").write_text("{")
     done = _compare(str(tmp_path / "bad.json"), str(tmp_path / "missing.json"))

@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Two kill-rate runs of one catalogue side by side: the same verdicts?
 
-    python3 tools/compare_catalogues.py A B [--table] [--extra C ...]
+    python3 tools/compare_catalogues.py A B [--table] [--extra C ...] [--extra-a C] [--extra-b C]
 
 A and B are ``sdpa-conformance mutants`` reports: a finished run's
 ``mutants.json`` or a partial ``mutants.partial.json`` (either may be
 gzipped, as docs/searches keeps them). ``--extra`` adds reports whose records
 fill mutants that A or B lack: a run restricted to one mutant, its label the
-file's name. Prints, per mutant with a record in both, whether
+file's name; ``--extra-a`` and ``--extra-b`` fill only that side (a restricted
+run made with that side's options). Prints, per mutant with a record in both, whether
 the verdict, the killing kind and the examples each kind drew agree, and the
 mutants only one run has; ``--table`` prints the markdown table of verdicts
 and examples drawn as docs/measurements.md shows it. Exit 1 when a verdict
@@ -55,6 +56,8 @@ def main() -> int:
     p.add_argument("a")
     p.add_argument("b")
     p.add_argument("--extra", action="append", default=[], help="a report whose records fill mutants A or B lack (repeatable)")
+    p.add_argument("--extra-a", action="append", default=[], help="as --extra, for A only (repeatable)")
+    p.add_argument("--extra-b", action="append", default=[], help="as --extra, for B only (repeatable)")
     p.add_argument("--table", action="store_true", help="print the markdown table of verdicts and examples")
     args = p.parse_args()
     from conformance.kill.processes import drew  # every kind's drawn/planned, as the run's progress line prints it
@@ -62,13 +65,16 @@ def main() -> int:
 
     try:
         a, b = records(args.a), records(args.b)
-        extra = [(Path(x).name, records(x)) for x in args.extra]
+        sides = [(x, "AB") for x in args.extra] + [(x, "A") for x in args.extra_a] + [(x, "B") for x in args.extra_b]
+        extra = [(Path(x).name, on, records(x)) for x, on in sides]
     except (OSError, ValueError, KeyError) as e:
         print(f"compare_catalogues: cannot read a report: {e}", file=sys.stderr)
         return 2
     filled = {}
-    for label, recs in extra:
+    for label, on, recs in extra:
         for side, mine in (("A", a), ("B", b)):
+            if side not in on:
+                continue
             for name, r in recs.items():
                 if name not in mine and not name.startswith("control"):
                     mine[name] = r
