@@ -2,9 +2,8 @@
 
 Each check runs a real property against a deliberately broken piece of the
 kernels under test, on the CPU: a validator that accepts everything, and a
-THD host whose compile key changes with every call (like the catalogue's
-``thd_key_per_launch``, which the GPU mutant run kills through the lru'd
-launch path; compile_only bypasses that lru, so this key varies by itself).
+THD host whose compile key changes with every call (a clock in the key, and
+the catalogue's ``thd_key_per_launch``, a launch counter of the host module).
 On a GPU: an on-disk cache whose key differs in every process.
 """
 
