@@ -31,7 +31,10 @@ naming the findings; one failure that no finding excuses fails the example.
 
 Strictness. A finding is *exercised* by an example it selects on which the
 failure it describes can occur (its region holds rows of the Case); it is
-*reproduced* by an example where it excused a failure. At the end of a run a
+*reproduced* by an example where it excused a failure. An example on which
+an earlier entry that also selects it describes every failure this one does
+(``Finding.covers``) does not exercise it: the earlier entry is credited with
+any such failure, so the example cannot show this one. At the end of a run a
 finding that was exercised and never reproduced is *stale*: the run fails
 naming the entry and its line (the kernel changed: remove or fix the entry).
 A finding no example exercised (a subset or CPU-only run) is *not
@@ -453,6 +456,20 @@ class Finding:
             return rows is not None and bool(rows.any()) and not bool((rows & ~REGIONS[self.region].rows(failure.case)).any())
         return True  # a plain check, narrowed by its Case facts / rule (parse insists)
 
+    def covers(self, other: "Finding") -> bool:
+        """Every failure ``other`` excuses, this finding excuses too, on an
+        example both select: the same check, and a description no narrower
+        (any quantity or the same; NaN-only or not where ``other`` is; any
+        observed outcome or the same; any rows or the same region)."""
+        return (
+            not self.crash
+            and self.check == other.check
+            and self.quantity in (None, other.quantity)
+            and (not self.nan or other.nan)
+            and self.observed in (None, other.observed)
+            and self.region in (None, other.region)
+        )
+
     # -- steering (crash findings)
     def steered(self, case: Case) -> Case:
         """``case`` (one this crash finding selects) with its ``steer`` facts:
@@ -784,7 +801,10 @@ def judge(
             excused.append((failure, known))
         else:
             unexcused.append(failure)
-    exercised = [f.id for f in entries if f.exercised_by(property, case, entry, params)]
+    # A finding that an earlier one selecting this example covers is not exercised by it: any failure it
+    # describes is credited to the earlier one (the first that excuses it), so the example cannot show it.
+    selecting = [f for f in entries if f.selects(property, case, entry, params)]
+    exercised = [f.id for i, f in enumerate(selecting) if f.exercised_by(property, case, entry, params) and not any(g.covers(f) for g in selecting[:i])]
     for _, f in excused:  # an excused failure exercised its finding, whatever the region says
         if f.id not in exercised:
             exercised.append(f.id)

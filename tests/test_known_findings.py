@@ -576,3 +576,35 @@ def test_a_dbias_leak_is_selected_where_its_nan_cell_is_what_it_describes(fid, q
     kernels (a ci draw of three equal lengths did)."""
     case = Case(batch=len(q), s_q=1, s_kv=max(kv), seq_q_lens=q, seq_kv_lens=kv, bias="float16", bias_batch=bias_batch, direction="bwd")
     assert BY_ID[fid].exercised_by("backward_tails", case, "prepared", {"initialize_outputs": True}) is selected
+
+
+def test_a_finding_an_earlier_one_covers_is_not_exercised_where_both_select():
+    """A ci draw (two entries, seq_q_lens (0, 5), keys padded in both, a
+    per-batch bias) is selected by both dBias NaN findings: the padded-K/V one
+    comes first in the file and describes every failure the empty-Q-entry one
+    does (capacity, dBias, NaN only), so it takes the credit for the NaN cells
+    and the example cannot show the second. Counting it exercised made the
+    second stale on the unmodified kernels (an H100 ci gate). The case file
+    of the second (no padded key) exercises it alone."""
+    padded, empty = BY_ID["bwd-dense-padded-kv-nan-dbias"], BY_ID["bwd-dense-empty-q-entry-nan-dbias"]
+    assert padded.covers(empty) and not empty.covers(BY_ID["bwd-dense-empty-q-entry-nan-dk"])
+    case = Case(batch=2, s_q=64, s_kv=128, seq_q_lens=(0, 5), seq_kv_lens=(43, 12), bias="float16", bias_batch=2, direction="bwd")
+    params = {"initialize_outputs": True}
+    assert padded.selects("backward_tails", case, "prepared", params) and empty.exercised_by("backward_tails", case, "prepared", params)
+    where = torch.zeros(2, 2, 64, 128, dtype=torch.bool)
+    where[0, :, 0, :43] = True  # the empty entry's row 0 under its keys
+    got = torch.where(where, torch.tensor(float("nan")), torch.tensor(0.0))
+    with pytest.raises(PropertyFailure) as failed:
+        judge.exactly("backward_tails", case, "dbias", got, torch.zeros_like(got), where, "dbias dead cells", check="capacity")
+    assert empty.excuses(failed.value, "prepared", params)  # it does describe the failure, as the earlier one does
+    for failures in ([failed.value], []):  # the kernel as it is; one with the empty entry's read mended
+        verdict = findings.judge("backward_tails", case, failures, entry="prepared", params=params, entries=[padded, empty])
+        assert verdict.exercised == [padded.id]
+        assert [f.id for _, f in verdict.excused] == [padded.id] * len(failures)
+    run = [{"exercised": verdict.exercised, "findings": []}]
+    status = {e["id"]: e["status"] for e in findings.statuses([padded, empty], run)}
+    assert status[empty.id] == findings.NOT_EXERCISED
+    (own,) = [p for p in CASE_FILES if p.endswith("/bwd-dense-empty-q-entry-nan-dbias.json")]
+    own_case, doc = load_case_file(own)
+    verdict = findings.judge("backward_tails", own_case, [], entry=doc["adapter"], params=doc["params"], entries=[padded, empty])
+    assert verdict.exercised == [empty.id]
