@@ -6,7 +6,8 @@
 
 Each run is ``python -m pytest -n WORKERS <the properties> --hypothesis-profile=PROFILE``
 with its own report directory (``REPORT_DIR/run-<i>``); the summary is read
-back from that run's report.json. The CPU tier (tests marked ``cpu_tier``:
+back from that run's report.json. The last line is the gate's verdict (green,
+or red naming the runs that failed). The CPU tier (tests marked ``cpu_tier``:
 verdicts the same on every machine, which the CPU run judges) is left out
 (``--no-cpu-tier``) unless ``--cpu-tier``. Exit status: 0 when every run asked for
 ran and passed, else the first failing run's pytest status (1 a property
@@ -200,7 +201,7 @@ def run(args) -> int:
         refusal = Unsupported.machine(f"{NO_GPU}; the gate launches the kernels (run pytest for the CPU tiers)")
         print(f"sdpa-conformance gate: error: {refusal.usage()}", file=sys.stderr)
         return refusal.exit_status
-    began, status = time.monotonic(), 0
+    began, status, red = time.monotonic(), 0, []
     cache = args.compile_cache
     if args.cold:  # a fresh directory inside --compile-cache DIR (what DIR held before stays out of the run)
         parent = args.compile_cache or args.report_dir
@@ -225,6 +226,8 @@ def run(args) -> int:
             rc = 1
             print(f"run {i}: cut at --deadline")
         status = status or rc
+        if rc:
+            red.append(i)
         report = Path(args.report_dir) / f"run-{i}" / "report.json"
         if not report.is_file():  # a run cut short leaves its shards: render them
             subprocess.run([sys.executable, "-m", "conformance.cli", "report", str(report.parent)], cwd=ROOT, capture_output=True)
@@ -236,6 +239,9 @@ def run(args) -> int:
         # user waits for the process: its start-up and the report's rendering too.
         took = time.monotonic() - started
         print("\n".join(lines) + f"\n  pytest exit status {rc}; {took:.0f} s end to end (start-up, run, report)", flush=True)
+    # The gate's one verdict, last: a user reads the bottom line, not each run's status.
+    verdict = "green" if not red else "red: run " + ", ".join(map(str, red)) + " failed"
+    print(f"gate: {verdict}; {args.runs - len(red)} of {args.runs} run(s) passed (exit status {status})")
     return status
 
 

@@ -128,3 +128,20 @@ def test_runs_the_deadline_leaves_unstarted_fail_the_gate(monkeypatch, capsys, t
     monkeypatch.setattr(gate.subprocess, "run", lambda *a, **k: started.append(a))
     assert gate.run(_args("--runs", "3", "--deadline", "30", "--report-dir", str(tmp_path))) == 1
     assert not started and "0 of 3 run(s) ran before --deadline" in capsys.readouterr().out
+
+
+def test_the_last_line_is_the_gates_verdict(monkeypatch, capsys, tmp_path):
+    """Three runs, the second red: the gate ends with one line naming it, and exits with its status."""
+    rcs = iter([0, 1, 0])
+
+    class Done:
+        def __init__(self, cmd):
+            self.returncode = next(rcs) if "pytest" in cmd else 0
+
+    monkeypatch.setattr(gate, "_has_gpu", lambda: True)
+    monkeypatch.setattr(gate.subprocess, "run", lambda cmd, **k: Done(cmd))
+    assert gate.run(_args("--runs", "3", "--report-dir", str(tmp_path))) == 1
+    assert capsys.readouterr().out.rstrip().splitlines()[-1] == "gate: red: run 2 failed; 2 of 3 run(s) passed (exit status 1)"
+    rcs = iter([0])
+    assert gate.run(_args("--report-dir", str(tmp_path))) == 0
+    assert capsys.readouterr().out.rstrip().splitlines()[-1] == "gate: green; 1 of 1 run(s) passed (exit status 0)"
