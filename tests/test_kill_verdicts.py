@@ -342,6 +342,35 @@ def test_a_hang_on_the_pristine_kernels_too_is_pristine_fails(tmp_path, monkeypa
     assert rec["verdict"] == "pristine_fails" and "hung" in rec["pristine"], rec
 
 
+def hangs_on_the_mutant(kind, case, adapter):
+    if adapter.rewrites:
+        time.sleep(3600)
+    return survive(kind, case, adapter)
+
+
+def test_several_hangs_of_one_mutant_replay_the_first_units_only(tmp_path, monkeypatch):
+    """Spawned for real: four shares of one mutant hang together, one per
+    unit. The lowest unit's hang is judged first (its replays: the mutant's,
+    then the pristine kernels'), it settles the verdict, and the three later
+    units' Cases are not replayed: each replay waits up to HANG_REPLAY_S, one
+    at a time, so four hangs cost a run four of them (a GPU run's mutant
+    needed more than one 600 s call for its record)."""
+    monkeypatch.setattr(P, "HANG_REPLAY_S", 12.0)
+    replays = []
+    real = P._replay_fresh
+
+    def counted(kind, cases, opts, mutant=None, **kw):
+        replays.append((kind.name, mutant is not None))
+        return real(kind, cases, opts, mutant, **kw)
+
+    monkeypatch.setattr(P, "_replay_fresh", counted)
+    opts = _opts(tmp_path, hangs_on_the_mutant, hang_s=2.0, kinds=["tails_dense", "numerics_dense"])
+    assert len(P.mutant_units(QWEN_ONLY, opts)) == 4
+    (rec,) = P.run_all([QWEN_ONLY], opts, jobs=4, progress=lambda line: None)
+    assert rec["verdict"] == "error" and rec["killed_by"] == "tails_dense" and "a hung kernel" in rec["summary"], rec
+    assert replays == [("tails_dense", True), ("tails_dense", False)], replays
+
+
 # ------------------------------------------------------- 4. refusals while shrinking
 def test_a_refusal_while_shrinking_keeps_the_kill():
     """Once a failure is found, a candidate shrinking tries that the adapter

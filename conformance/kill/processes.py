@@ -160,7 +160,10 @@ def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print, on
     ``crashed``), is searched once more in a fresh process (its cap: what is
     left of the mutant's), and ``infra`` if that fails the same way.
     A share whose example runs past ``hang_s`` (HANG_S) ends itself
-    (watchdog.EXIT_HANG) and its Case is judged as a crash's (``hung``). A
+    (watchdog.EXIT_HANG) and its Case is judged as a crash's (``hung``).
+    Deaths are judged in search order, each after the shares on lower units
+    are done with them, and one past a unit that already failed is not
+    replayed (``waits``, ``moot``): its verdict could not change. A
     share still alive past the cap (--budget-s: searching and shrinking) +
     GRACE_S is killed: ``incomplete`` (a slow search, each example under the
     hang bound). A share that exits without a result is a ``harness_error``.
@@ -227,6 +230,30 @@ def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print, on
         bound = opts.get("hang_s", HANG_S)
         how = f"the example ran past {bound:g} s launching this Case, and past {HANG_REPLAY_S:g} s alone in a fresh process (a hung kernel)"
         return in_flight_death(run, share, i, how, lambda again: "hung" in again, HANG_REPLAY_S)
+
+    def in_flight_unit(run: _Running, share: int) -> Optional[int]:
+        """The unit a share was searching: its last "start", else its flight record's (written before a launch)."""
+        i = run.current.get(share)
+        if i is None:
+            got = flight.read(flight.path(opts["log_dir"], run.mutant.name, share))
+            i = None if got is None else got["unit"]
+        return i
+
+    def waits(run: _Running, share: int) -> bool:
+        """A dead share whose unit comes after one another share is still searching: a failure there may
+        settle the verdict, making this death's replays (up to HANG_REPLAY_S each, one at a time) moot."""
+        i = in_flight_unit(run, share)
+        return i is not None and any(j is not None and j < i for s, j in run.current.items() if s != share and s not in run.finished)
+
+    def moot(run: _Running, share: int) -> bool:
+        """A dead share whose unit comes after a unit that already failed: no verdict waits on it (the first
+        failure in search order wins), so its Case is not replayed."""
+        i = in_flight_unit(run, share)
+        if i is None or i <= run.stop.value:
+            return False
+        run.current.pop(share, None)
+        run.finished.add(share)
+        return True
 
     def in_flight_death(run: _Running, share: int, i: Optional[int], how: str, recurs, timeout: float) -> bool:
         """The share's recorded Case of unit ``i`` replayed on the mutant's
@@ -333,16 +360,19 @@ def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print, on
         except queue_mod.Empty:
             pass
         for name, run in list(running.items()):
-            for share, p in list(run.procs.items()):
+            # Deaths in search order: the lowest unit's may settle the verdict and spare the later ones' replays.
+            for share, p in sorted(run.procs.items(), key=lambda sp: (run.current.get(sp[0]) is None, run.current.get(sp[0]) or 0)):
                 if share in run.finished or (p.is_alive() and time.time() - run.born <= limit):
                     continue
                 overdue = p.is_alive()
+                if not overdue and p.exitcode and waits(run, share):
+                    continue  # judged once the lower units' shares are done with them
                 if overdue:
                     p.kill()
                 p.join(timeout=5)
                 time.sleep(0.2)
                 drain()  # a message may have landed just before it exited
-                if share in run.finished:
+                if share in run.finished or (not overdue and p.exitcode and moot(run, share)):
                     continue
                 unit = run.current.get(share)
                 if overdue:
