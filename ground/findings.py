@@ -459,16 +459,13 @@ class Finding:
     def covers(self, other: "Finding") -> bool:
         """Every failure ``other`` excuses, this finding excuses too, on an
         example both select: the same check, and a description no narrower
-        (any quantity or the same; NaN-only or not where ``other`` is; any
-        observed outcome or the same; any rows or the same region)."""
-        return (
-            not self.crash
-            and self.check == other.check
-            and self.quantity in (None, other.quantity)
-            and (not self.nan or other.nan)
-            and self.observed in (None, other.observed)
-            and self.region in (None, other.region)
+        (any quantity or the same; NaN-only or not where ``other`` is; then,
+        as ``excuses`` reads them, any outcome and rows, or the same
+        observed outcome, or the same region)."""
+        same_bound = (self.observed is None and self.region is None) or (
+            self.observed == other.observed if self.observed is not None else other.observed is None and self.region == other.region
         )
+        return not self.crash and self.check == other.check and self.quantity in (None, other.quantity) and (not self.nan or other.nan) and same_bound
 
     # -- steering (crash findings)
     def steered(self, case: Case) -> Case:

@@ -608,3 +608,24 @@ def test_a_finding_an_earlier_one_covers_is_not_exercised_where_both_select():
     own_case, doc = load_case_file(own)
     verdict = findings.judge("backward_tails", own_case, [], entry=doc["adapter"], params=doc["params"], entries=[padded, empty])
     assert verdict.exercised == [empty.id]
+
+
+@pytest.mark.parametrize(
+    "wide,narrow,covers",
+    [
+        ({}, {"region": "padded_q_rows"}, True),  # any rows covers a region
+        ({"region": "padded_q_rows"}, {}, False),
+        ({"region": "padded_q_rows"}, {"region": "padded_q_rows"}, True),
+        ({"quantity": None}, {"quantity": "lse"}, True),
+        ({"quantity": "lse"}, {}, False),  # the base is about O
+        ({"check": "capacity"}, {}, False),
+        ({}, {"nan": True}, True),
+        ({"nan": True}, {}, False),
+        ({"observed": "accepted"}, {"observed": "accepted"}, True),
+        ({"observed": "accepted"}, {"observed": "ValueError"}, False),
+        ({"region": "padded_q_rows"}, {"observed": "accepted"}, False),  # an outcome finding is not bounded by rows
+    ],
+)
+def test_covers_reads_a_description_as_excuses_does(wide, narrow, covers):
+    base = findings.Finding(id="x", reason="r", property="tails", check="no nan", quantity="o")
+    assert dataclasses.replace(base, **wide).covers(dataclasses.replace(base, id="y", **narrow)) is covers
