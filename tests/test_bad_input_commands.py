@@ -37,6 +37,8 @@ def test_mutants_with_a_missing_kernels_source_exits_2(tmp_path, capsys, listing
         (["--budget-s", "0"], "--budget-s 0: expected"),
         (["--examples-scale", "-1"], "--examples-scale -1: expected"),
         (["--max-shrinks", "-1"], "--max-shrinks -1: expected"),
+        (["--hang-s", "0"], "--hang-s 0: expected"),
+        (["--hang-s", "inf"], "--hang-s inf: expected"),
         (["--goal", "1.5"], "--goal 1.5: expected"),
         (["--profile", "nope"], "--profile 'nope': not a registered Hypothesis profile"),
     ],

@@ -90,6 +90,7 @@ def test_a_cut_run_resumes_where_it_stopped(machine, tmp_path, capsys):
         (("--profile", "pr"), "profile"),
         (("--properties", "numerics_dense"), "kinds"),
         (("--max-shrinks", "5"), "max_shrinks"),
+        (("--hang-s", "120"), "hang_s"),
     ],
 )
 def test_resume_refuses_a_partial_report_of_other_options(machine, tmp_path, capsys, extra, field):
@@ -141,3 +142,25 @@ def test_a_mutant_cut_mid_search_resumes_its_searches(machine, tmp_path, capsys)
     (tmp_path / RS.PARTIAL).write_text(json.dumps(partial))
     _, _, units = RS.resumed_records(tmp_path / RS.PARTIAL, partial["run"], [C.CONTROL], opts)
     assert sorted(units["control"]) == [1, 2, 3, 4]
+
+
+def test_the_hang_bound_reaches_the_workers_and_the_header(monkeypatch, tmp_path, capsys):
+    """--hang-s is the bound each worker's watchdog gets (conformance.kill.worker reads opts["hang_s"]); the
+    header names it when it is not the default."""
+    stub_gpu(monkeypatch)
+    seen = []
+
+    def run_all(mutants, opts, jobs, progress=print, on_record=None, done_units=None, on_unit=None):
+        seen.append(opts["hang_s"])
+        return [_record(m, "survived") for m in mutants]
+
+    monkeypatch.setattr(CLI, "run_all", run_all)
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        _main(tmp_path, "--hang-s", "120")
+        assert "hang bound 120 s" in capsys.readouterr().out
+        _main(tmp_path)
+        assert "hang bound" not in capsys.readouterr().out
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert seen == [120.0, P.HANG_S]

@@ -34,7 +34,7 @@ kill is ``killed`` (a PropertyFailure) or ``error`` (an exception the
 mutated kernels raised, a CUDA error that left the context dead, a death
 by a signal other than SIGKILL launching a Case that kills a fresh process
 on the mutant's kernels again: conformance.inflight, or an example past the
-hang bound, ``HANG_S``, whose Case runs past it again there), each
+hang bound, ``--hang-s`` (default ``HANG_S``), whose Case runs past ``HANG_REPLAY_S`` there), each
 replayed on the pristine kernels before it counts (``pristine_fails`` when
 it fails there too: a failure of the suite, which makes the run invalid);
 ``survived``: every search drew its planned count and nothing failed. No
@@ -79,6 +79,7 @@ from conformance.kill.catalogue import CAP_S, CONTROLS, DEFAULT_REPORT_DIR, FIND
 from conformance.kill.failures import NON_VERDICTS
 from conformance.kill.kinds import KIND_NAMES, KINDS, change_line
 from conformance.kill.processes import NO_VERDICT_WHY, mutant_units, run_all, share_plan
+from conformance.kill.replay import HANG_REPLAY_S, HANG_S
 from conformance.kill.resume import (
     PARTIAL,
     RESUME_ENV,
@@ -157,6 +158,15 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "the examples drawn are fixed when the failure is found; shrinking only makes its case smaller, and a mutant whose every "
         "candidate recompiles spends seconds on each",
     )
+    p.add_argument(
+        "--hang-s",
+        type=float,
+        default=HANG_S,
+        metavar="S",
+        help=f"an example still running after S seconds ends its worker, and its Case is replayed alone in a fresh process: a hang "
+        f"(an error of the mutant) only if it runs past {HANG_REPLAY_S:g} s there too and the pristine kernels pass it; a slow example "
+        f"that finishes there is searched again. So a bound below the slowest example costs time, not a wrong verdict (default: {HANG_S:g})",
+    )
     p.add_argument("--goal", type=float, default=0.9, help="kill rate for exit status 0 (default: 0.9)")
     p.add_argument("--report-dir", default=DEFAULT_REPORT_DIR, help=f"where mutants.json/.md and the worker logs go (default: ./{DEFAULT_REPORT_DIR})")
     p.add_argument("--known-findings", metavar="FILE", default=None, help=f"known findings file (default: {FINDINGS_FILE} of the repository, if present)")
@@ -201,6 +211,7 @@ def _validate(args) -> dict:
         ("--jobs", args.jobs, args.jobs >= 1, "a number of processes >= 1"),
         ("--budget-s", args.budget_s, 0 < args.budget_s < math.inf, "a finite number of seconds > 0"),
         ("--max-shrinks", args.max_shrinks, args.max_shrinks is None or args.max_shrinks >= 0, "a count >= 0"),
+        ("--hang-s", args.hang_s, 0 < args.hang_s < math.inf, "a finite number of seconds > 0"),
         ("--examples-scale", args.examples_scale, 0 < args.examples_scale < math.inf, "a finite factor > 0"),
         ("--goal", args.goal, 0 <= args.goal <= 1, "a kill rate from 0 to 1"),
     ):
@@ -329,6 +340,7 @@ def main(args) -> int:
         "profile": v["profile"],
         "budget_s": args.budget_s,
         "max_shrinks": args.max_shrinks,
+        "hang_s": args.hang_s,
         "examples_scale": args.examples_scale,
         "kinds": v["kinds"],
         "explicit": v["explicit"],
@@ -340,7 +352,8 @@ def main(args) -> int:
     controls = v["controls"]
     print(
         f"{len(v['mutants'])} mutants + {len(controls)} control{'s' if len(controls) > 1 else ''} (family {', '.join(v['families'])}), {args.jobs} jobs, profile {v['profile']} example counts x{args.examples_scale:g}, "
-        f"cap {args.budget_s:g} s each{'' if args.max_shrinks is None else f', at most {args.max_shrinks} shrinks a search'}, kinds {', '.join(v['kinds'])}"
+        f"cap {args.budget_s:g} s each{'' if args.max_shrinks is None else f', at most {args.max_shrinks} shrinks a search'}"
+        f"{'' if args.hang_s == HANG_S else f', hang bound {args.hang_s:g} s'}, kinds {', '.join(v['kinds'])}"
     )
     everyone = controls + v["mutants"]
     run = {
@@ -349,6 +362,7 @@ def main(args) -> int:
         "examples_scale": args.examples_scale,
         "budget_s": args.budget_s,
         "max_shrinks": args.max_shrinks,
+        "hang_s": args.hang_s,
         "jobs": args.jobs,
         "goal": args.goal,
         "kinds": v["kinds"],

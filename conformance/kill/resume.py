@@ -32,6 +32,7 @@ RESUME_KEYS = (
     "jobs",
     "budget_s",
     "max_shrinks",
+    "hang_s",
     "known_findings",
     "findings_digest",
     "kernels_source",
