@@ -249,11 +249,7 @@ def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print, on
         """A dead share whose unit comes after a unit that already failed: no verdict waits on it (the first
         failure in search order wins), so its Case is not replayed."""
         i = in_flight_unit(run, share)
-        if i is None or i <= run.stop.value:
-            return False
-        run.current.pop(share, None)
-        run.finished.add(share)
-        return True
+        return i is not None and i > run.stop.value
 
     def in_flight_death(run: _Running, share: int, i: Optional[int], how: str, recurs, timeout: float) -> bool:
         """The share's recorded Case of unit ``i`` replayed on the mutant's
@@ -372,7 +368,11 @@ def run_all(mutants: Sequence[Mutant], opts: dict, jobs: int, progress=print, on
                 p.join(timeout=5)
                 time.sleep(0.2)
                 drain()  # a message may have landed just before it exited
-                if share in run.finished or (not overdue and p.exitcode and moot(run, share)):
+                if share in run.finished:
+                    continue
+                if not overdue and p.exitcode and moot(run, share):
+                    run.current.pop(share, None)
+                    run.finished.add(share)
                     continue
                 unit = run.current.get(share)
                 if overdue:
