@@ -145,6 +145,8 @@ def check_compile_reuse(case: Case, adapter, *, launch: bool = True) -> Observat
         notes["why"] += " (the Case asked compile_cached for no keyed artifact)"
     if rule == "counters":
         notes[DELIBERATE_COMPILES] = COLD["fresh"]
+    elif not launch:  # the CPU tier's compile_only: sm_80 artifacts, no run key's work (as compile_distinct's)
+        notes[DELIBERATE_COMPILES] = COLD["sm80"]
 
     def judge_call(c: Case, made, what: str, most: int, budget: dict):
         delta, box = made

@@ -347,6 +347,7 @@ def test_compile_reuse_passes_a_case_whose_variants_ask_for_nothing_new(frontend
         assert obs.outcome == "passed" and obs.notes["rule"] == mode and obs.notes["case_requests"] == 1
         # the counters are the Case's own first call's: named by its key (compile_only: an sm_80 artifact)
         assert obs.notes["compile_key"] == named_key(THD_ONE, arch="sm_80") != named_key(THD_ONE)
+        assert obs.notes[DELIBERATE_COMPILES] == COLD["sm80"]  # the report counts them apart: a warm run makes them too
         assert obs.notes["new_requests"] == {
             "new data and addresses": 0,
             "new token totals": 0,
