@@ -424,8 +424,11 @@ class Finding:
     def exercised_by(self, property: str, case: Case, entry: Optional[str] = None, params: Optional[Mapping[str, Any]] = None) -> bool:
         """Selected, and the failure it describes can occur on this Case (its
         region has rows; a crash finding: selected is enough)."""
-        if not self.selects(property, case, entry, params):
-            return False
+        return self.selects(property, case, entry, params) and self.can_occur(case)
+
+    def can_occur(self, case: Case) -> bool:
+        """The failure it describes can occur on ``case`` (selection aside): its
+        quantity is produced and its region has rows; a crash finding: always."""
         if self.crash:
             return True
         if self.quantity in PRODUCED_WHEN and not PRODUCED_WHEN[self.quantity](case):
@@ -462,10 +465,13 @@ class Finding:
         (any quantity or the same; NaN-only or not where ``other`` is; then,
         as ``excuses`` reads them, any outcome and rows, or the same
         observed outcome, or the same region)."""
-        same_bound = (self.observed is None and self.region is None) or (
-            self.observed == other.observed if self.observed is not None else other.observed is None and self.region == other.region
-        )
-        return not self.crash and self.check == other.check and self.quantity in (None, other.quantity) and (not self.nan or other.nan) and same_bound
+        if self.crash or self.check != other.check or self.quantity not in (None, other.quantity) or (self.nan and not other.nan):
+            return False
+        if self.observed is not None:
+            return other.observed == self.observed
+        if self.region is not None:
+            return other.observed is None and other.region == self.region
+        return True
 
     # -- steering (crash findings)
     def steered(self, case: Case) -> Case:
@@ -801,7 +807,7 @@ def judge(
     # A finding that an earlier one selecting this example covers is not exercised by it: any failure it
     # describes is credited to the earlier one (the first that excuses it), so the example cannot show it.
     selecting = [f for f in entries if f.selects(property, case, entry, params)]
-    exercised = [f.id for i, f in enumerate(selecting) if f.exercised_by(property, case, entry, params) and not any(g.covers(f) for g in selecting[:i])]
+    exercised = [f.id for i, f in enumerate(selecting) if f.can_occur(case) and not any(g.covers(f) for g in selecting[:i])]
     for _, f in excused:  # an excused failure exercised its finding, whatever the region says
         if f.id not in exercised:
             exercised.append(f.id)

@@ -143,10 +143,8 @@ def check_compile_reuse(case: Case, adapter, *, launch: bool = True) -> Observat
         notes["compile_key"] = key  # the Observation's compile counters are the first call's: the Case's own key
     if rule == "counters" and recording:
         notes["why"] += " (the Case asked compile_cached for no keyed artifact)"
-    if rule == "counters":
-        notes[DELIBERATE_COMPILES] = COLD["fresh"]
-    elif not launch:  # the CPU tier's compile_only: sm_80 artifacts, no run key's work (as compile_distinct's)
-        notes[DELIBERATE_COMPILES] = COLD["sm80"]
+    if why := _deliberate(rule, launch):  # launch=False: the CPU tier's compile_only
+        notes[DELIBERATE_COMPILES] = why
 
     def judge_call(c: Case, made, what: str, most: int, budget: dict):
         delta, box = made
@@ -220,6 +218,12 @@ COLD = {
     "fresh": "compiled into a fresh, empty compiled cache on purpose",
     "sm80": "compile_only compiles for sm_80 whatever the live device: an artifact only an sm_80 device's launches could load",
 }
+
+
+def _deliberate(rule: str, live: bool) -> Optional[str]:
+    """Why a compile check's compiles are its own (the notes' DELIBERATE_COMPILES), or None where they
+    are the run's: a fresh private cache under the counters rule, else sm_80 artifacts unless compiled live."""
+    return COLD["fresh"] if rule == "counters" else None if live else COLD["sm80"]
 
 
 # One launch in a fresh process on the named adapter; prints its counters, then what
@@ -617,8 +621,8 @@ def check_compile_distinct(case: Case, adapter, *, fact: str) -> Observation:
             first = adapter.compile_only(base)
             second = adapter.compile_only(other)
     notes.update(rule=rule, why=DISTINCT_RULES[rule])
-    if rule == "counters" or not live:  # else the run's own artifacts: a warm run compiles nothing here
-        notes[DELIBERATE_COMPILES] = COLD["fresh" if rule == "counters" else "sm80"]
+    if why := _deliberate(rule, bool(live)):  # else the run's own artifacts: a warm run compiles nothing here
+        notes[DELIBERATE_COMPILES] = why
     was, now = f"{fact}={getattr(base, fact)!r}", f"{fact}={getattr(other, fact)!r}"
 
     def judged():
