@@ -354,7 +354,22 @@ def operand_error(q: torch.Tensor, k: torch.Tensor, q_unsure: Optional[torch.Ten
     return t.view(q.shape[0], q.shape[1], q.shape[2], s_kv)
 
 
-def dot_error(q: torch.Tensor, k: torch.Tensor, group: int) -> torch.Tensor:
+def _key_spans(vis: torch.Tensor, shape: tuple, block: int) -> list:
+    """Per block of ``block`` rows of ``dot_error``'s (B, Hkv, rows, SKV)
+    ``shape``: the keys [k0, k1) from the first any of its rows sees to the
+    last (k0 >= k1: none), from ``vis`` (B,H,SQ,SKV); one host read."""
+    b, h_kv, rows, s_kv = shape
+    seen = vis.reshape(shape).any(1).any(0)  # (rows, SKV)
+    idx = torch.arange(s_kv, device=vis.device)
+    ends = torch.stack((torch.where(seen, idx, s_kv).amin(-1), torch.where(seen, idx + 1, 0).amax(-1)), -1).tolist()
+    spans = []
+    for r0 in range(0, rows, block):
+        part = ends[r0 : r0 + block]
+        spans.append((min(e[0] for e in part), max(e[1] for e in part)))
+    return spans
+
+
+def dot_error(q: torch.Tensor, k: torch.Tensor, group: int, vis: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Bound on |fl_TC(q.k) - q.k| (raw score units) for every (row, key),
     step by k16 step, E accumulating the bound so far (which also coarsens
     every magnitude the grids are read from, so a grid is never finer than
@@ -370,7 +385,14 @@ def dot_error(q: torch.Tensor, k: torch.Tensor, group: int) -> torch.Tensor:
     one cumsum), the products and their pass maxima are computed for all
     steps at once, and Ga and G, which wait
     on nothing but C, are read in one call and carried together (the
-    ``pair`` axis: the first pass of 8 products, then the one pass of 16)."""
+    ``pair`` axis: the first pass of 8 products, then the one pass of 16).
+
+    ``vis`` (B,H,SQ,SKV), optional: the (row, key) pairs the caller reads.
+    When the rows take more than one block, each block computes only the
+    keys between the first and the last its rows see (``_key_spans``; the
+    others' bounds are 0). A causal or windowed mask and the padded rows of
+    a THD bucket leave many of a long call's pairs unread (about half under
+    a causal mask), and every k16 step's launches cost bytes per pair."""
     b, h_kv, s_kv, d = k.shape
     qg = q.reshape(b, h_kv, -1, d)
     rows = qg.shape[2]
@@ -384,10 +406,14 @@ def dot_error(q: torch.Tensor, k: torch.Tensor, group: int) -> torch.Tensor:
     k_halves = halves(k).transpose(-1, -2)
     k32 = k.abs().to(torch.float32).unflatten(-1, (steps, MMA_K))  # (b, h, keys, steps, 16)
     block = max(1, ROW_BLOCK // max(1, s_kv * steps * MMA_K))
-    for r0 in range(0, rows, block):
+    spans = _key_spans(vis, (b, h_kv, rows, s_kv), block) if vis is not None and rows > block else None
+    for i, r0 in enumerate(range(0, rows, block)):
+        k0, k1 = (0, s_kv) if spans is None else spans[i]
+        if k0 >= k1:
+            continue
         qb = qg[:, :, r0 : r0 + block]
         # sums[:, :, 2s] = C' (C + the first 8 products of step s), sums[:, :, 2s + 1] = D
-        sums = torch.cumsum(torch.matmul(halves(qb), k_halves), 2)
+        sums = torch.cumsum(torch.matmul(halves(qb), k_halves[..., k0:k1]), 2)
         mags = sums.abs()
         c_term = (sums[:, :, 1::2] != 0).to(q.dtype)  # C != 0: the accumulator is exact before the first step
         q32 = qb.abs().to(torch.float32).unflatten(-1, (steps, MMA_K))
@@ -395,25 +421,26 @@ def dot_error(q: torch.Tensor, k: torch.Tensor, group: int) -> torch.Tensor:
         # (16 bits) are exact in fp32, and so are their remainders against a power-of-two grid; with the
         # largest product of each pass of 8 (m1, m2), their max (m12) and the pair (m1, m12) that Ga and G
         # are read from, for every step at once: none of them waits on E
-        prods = q32[..., :, None, :, :] * k32[..., None, :, :, :]
+        prods = q32[..., :, None, :, :] * k32[:, :, None, k0:k1]
         m1s, m2s = prods.unflatten(-1, (2, TC_HALF)).amax(-1).to(q.dtype).unbind(-1)
         m12s = torch.maximum(m1s, m2s)
-        pairs = torch.stack((m1s, m12s))
-        err = torch.zeros(qb.shape[:3] + (s_kv,), dtype=q.dtype, device=q.device)
+        pairs, charged = torch.stack((m1s, m12s)), m12s > 0
+        err = torch.zeros(qb.shape[:3] + (k1 - k0,), dtype=q.dtype, device=q.device)
         for s in range(steps):
-            a, m2, m12 = prods[..., s, :], m2s[..., s], m12s[..., s]
+            a, m2 = prods[..., s, :], m2s[..., s]
             c = mags[:, :, 2 * s - 1] + err if s else err  # |C| + E
             pair = _grid(torch.maximum(c, pairs[..., s]))  # (Ga, G)
             r = torch.stack((_lost(a[..., :TC_HALF], pair[0]), _lost(a, pair[1])))
-            if s:
-                r = r + c_term[:, :, s - 1] * pair
-            r = r + _grid(mags[:, :, 2 * s : 2 * s + 2].movedim(2, 0) + err + r)  # + ulp(|C'|), + ulp(|D|)
+            if s:  # + the grid step of a nonzero C (0 or 1 times the grid: exact, so one fused launch)
+                r = r.addcmul(c_term[:, :, s - 1], pair)
+            ends = mags[:, :, 2 * s : 2 * s + 2].movedim(2, 0) + err  # (|C'|, |D|) + E
+            r = r + _grid(ends + r)  # + ulp(|C'|), + ulp(|D|)
             ea, one = r
-            gb = _grid(torch.maximum(mags[:, :, 2 * s] + err + ea, m2))
+            gb = _grid(torch.maximum(ends[0] + ea, m2))
             rb = _lost(a[..., TC_HALF:], gb) + gb
-            two = ea + rb + _grid(mags[:, :, 2 * s + 1] + err + ea + rb)
-            err = err + torch.where(m12 > 0, torch.maximum(one, two), 0.0)
-        out[:, :, r0 : r0 + block] = err
+            two = ea + rb + _grid(ends[1] + ea + rb)
+            err = err + torch.where(charged[..., s], torch.maximum(one, two), 0.0)
+        out[:, :, r0 : r0 + block, k0:k1] = err
     return out.view(q.shape[0], q.shape[1], q.shape[2], s_kv)
 
 
@@ -487,7 +514,7 @@ def kernel_bounds(it, dtype: str, *, parts: bool = False) -> Dict[str, torch.Ten
 
     # ---- logit error bound per key, natural-log units, but for the max subtraction (below)
     ks = abs(it.scale)
-    dot = torch.where(vis, ks * dot_error(it.q, it.k, g), zero) if ks else torch.zeros_like(z0)
+    dot = torch.where(vis, ks * dot_error(it.q, it.k, g, vis), zero) if ks else torch.zeros_like(z0)
     if ks and (it.q_unsure is not None or it.k_unsure is not None):  # RoPE's operands (ROPE_FP32_REL)
         dot = dot + torch.where(vis, ks * operand_error(it.q, it.k, it.q_unsure, it.k_unsure, g), zero)
     dz = dot + U32 * ((2 + has_bias) * z0.abs())
@@ -502,26 +529,33 @@ def kernel_bounds(it, dtype: str, *, parts: bool = False) -> Dict[str, torch.Ten
     y_tile = tile_max * LOG2E
     dz_max = _amax(dz) if s_kv else torch.zeros_like(m_k0)
     # What the walk reads that does not wait on it, for every tile at once: the max of the
-    # tiles walked before tile t (x -> x log2(e) is monotone, so it commutes with the max),
-    # and the slack's terms but the running max's
+    # tiles walked before tile t (x -> x log2(e) is monotone, so it commutes with the max);
+    # whether t starts the walk (``first``: the running max, -inf until then, takes its max)
+    # or continues it (``started``: a finite running max); the slack's terms but the running
+    # max's, each scaled by RECORD_MARGIN apart (a power of two: the same float as the scaled sum)
     prev = _walked_before(tile_max)
     y_before = prev * LOG2E
-    slack_dz, slack_y = 2 * LOG2E * dz_max, 1 + y_tile.abs().nan_to_num(0, 0, 0)
+    seen = torch.isfinite(prev)
+    started, first = tile_vis & seen, tile_vis & ~seen
+    abs_y = y_tile.abs().nan_to_num(0, 0, 0)
+    margin_y, margin_at = RECORD_MARGIN * (1 + abs_y), RECORD_MARGIN * abs_y
+    slack_dz = 2 * LOG2E * dz_max
     run = torch.full_like(m_k0, -math.inf)
+    margin_run = torch.zeros_like(m_k0)  # RECORD_MARGIN |run| (0 while run is -inf)
     lost = torch.zeros_like(has_key)  # an ambiguous decision was taken
     maybe = []  # per tile, walked from the last: a rescale may happen at this tile
     for t in reversed(range(n_tiles)):
-        yt, vt = y_tile[..., t], tile_vis[..., t]
-        finite = torch.isfinite(run)
-        started = vt & finite
-        diff = yt - torch.where(started, run, zero)
-        slack = slack_dz + RECORD_MARGIN * (slack_y[..., t] + run.abs().nan_to_num(0, 0, 0))
-        near = started & ((diff - RESCALE_LOG2).abs() <= slack)
-        move = vt & (~finite | (diff > RESCALE_LOG2))
-        record = started & (yt > y_before[..., t] - slack)  # a new maximum: all that is known once lost
-        maybe.append(started & torch.where(lost, record, move | near))
+        yt, st = y_tile[..., t], started[..., t]
+        diff = yt - run  # read only where started
+        slack = slack_dz + (margin_y[..., t] + margin_run)
+        near = st & ((diff - RESCALE_LOG2).abs() <= slack)
+        further = st & (diff > RESCALE_LOG2)
+        move = first[..., t] | further
+        record = st & (yt > y_before[..., t] - slack)  # a new maximum: all that is known once lost
+        maybe.append(torch.where(lost, record, further | near))
         lost = lost | near
         run = torch.where(move, yt, run)
+        margin_run = torch.where(move, margin_at[..., t], margin_run)
     maybe = torch.stack(maybe[::-1], -1) if n_tiles else torch.zeros_like(tile_vis)
     lag_log2 = torch.where(lost | ~has_key, torch.full_like(run, RESCALE_LOG2), (m_k0 * LOG2E - run).clamp(0, RESCALE_LOG2))
     lag = lag_log2 * LN2  # how far the kernel's final running max sits below the key max, natural units
@@ -663,7 +697,7 @@ def sm90_kernel_bounds(it, dtype: str, *, parts: bool = False) -> Dict[str, torc
     ex2_ln = -math.log1p(-EX2_REL)
 
     # ---- per key: q.k (times |scale|), S*c and anchor*c (U32 each), their difference (U32 gap), c (gap)
-    dot = torch.where(vis, ks * dot_error(it.q, it.k, g), zero) if ks else torch.zeros_like(z0)
+    dot = torch.where(vis, ks * dot_error(it.q, it.k, g, vis), zero) if ks else torch.zeros_like(z0)
     dz = dot + torch.where(vis, U32 * (z0.abs() + m_k0.abs()[..., None]) + (U32 + SM90_C_REL) * gap, zero)
     rho = torch.where(vis, dz + ex2_ln, zero)
 

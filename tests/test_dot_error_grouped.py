@@ -10,6 +10,8 @@ that is not a multiple of the k16 step)."""
 
 from __future__ import annotations
 
+from unittest import mock
+
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -115,3 +117,48 @@ def test_grouped_grids_agree_bit_for_bit_on_adversarial_operands(dtype, d):
     k[0, 1, 5, :8] = huge
     q64, k64 = q.to(torch.float64), k.to(torch.float64)
     assert same_bits(T.dot_error(q64, k64, 2), per_grid_dot_error(q64, k64, 2))
+
+
+# Given the pairs its caller reads, dot_error computes, per block of rows, only the keys from the first any
+# of the block's rows reads to the last: on every read pair its bound is the oracle's bit for bit.
+SMALL_BLOCK = 1 << 12  # a few rows per block, so the drawn Cases take many
+
+
+def _masked_agree_on(case) -> None:
+    seen = []
+    reference_for_case(case, make_inputs(case, "cpu"), torch.float64, extra=lambda it: seen.append(it) or {})
+    with mock.patch.object(T, "ROW_BLOCK", SMALL_BLOCK):
+        for it in seen:
+            vis = torch.isfinite(it.logits)
+            zero = torch.zeros((), dtype=it.q.dtype)
+            got = torch.where(vis, T.dot_error(it.q, it.k, it.group, vis), zero)
+            assert same_bits(got, torch.where(vis, per_grid_dot_error(it.q, it.k, it.group), zero))
+
+
+@settings(**SETTINGS)
+@given(dense_cases(max_tokens=160, max_heads=4))
+def test_blocks_skip_only_keys_no_row_reads_dense(case):
+    _masked_agree_on(case)
+
+
+@settings(**SETTINGS)
+@given(thd_cases(max_tokens=300, max_heads=2))
+def test_blocks_skip_only_keys_no_row_reads_thd(case):
+    _masked_agree_on(case)
+
+
+def test_a_windowed_block_computes_only_the_keys_its_rows_read():
+    gen = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(1, h, 64, 32, generator=gen).to(torch.float16).to(torch.float64) for h in (2, 1))
+    band = torch.ones(64, 64, dtype=torch.bool).tril().triu(-16)  # causal, 16 keys to the left: a window
+    vis = band.expand(1, 2, 64, 64)  # GQA 2:1
+    with mock.patch.object(T, "ROW_BLOCK", 64 * 2 * T.MMA_K * 8):  # 8 rows per block
+        spans = T._key_spans(vis, (1, 1, 128, 64), 8)
+        got = T.dot_error(q, k, 2, vis)
+        want = per_grid_dot_error(q, k, 2)
+    # rows are (head, query) in head order: each head's block j reads keys 8j - 16 to 8j + 7
+    assert spans == [(max(0, 8 * (i % 8) - 16), 8 * (i % 8 + 1)) for i in range(16)]
+    assert same_bits(torch.where(vis, got, 0.0), torch.where(vis, want, 0.0))
+    key, ends = torch.arange(64), torch.tensor(spans).repeat_interleave(8, 0).view(1, 2, 64, 2, 1)
+    computed = (key >= ends[..., 0, :]) & (key < ends[..., 1, :])
+    assert not got[~computed].any() and want[~computed].all()  # keys outside a block's span: not computed
