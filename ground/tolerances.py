@@ -120,6 +120,7 @@ RCP_REL = 2.0**-22
 TC_WINDOW_BITS = 24
 F64_MANTISSA_BITS = 52  # _grid reads the float64 exponent field above them
 F64_EXPONENT_FIELD = 0x7FF << F64_MANTISSA_BITS
+GRID_SCALE = 2.0 ** -(TC_WINDOW_BITS - 1)  # a pass's grid: 2^-23 of its largest magnitude's power of two
 TC_HALF = 8  # products per pass in the two-pass structure
 # The P@V mma (O's accumulator) is charged more simply: each step's magnitudes
 # bounded by the running sum of |p v| (no cancellation assumed), 2 x (9 terms +
@@ -250,15 +251,16 @@ def _per_tile(x: torch.Tensor, width: int, fill, reduce) -> torch.Tensor:
 def _grid(m: torch.Tensor) -> torch.Tensor:
     """The alignment grid of a pass whose largest magnitude is ``m`` (float64,
     >= 0; also one fp32 ulp of ``m``): 2^(floor(log2 m) - 23), read off the
-    float64 exponent field (four launches where frexp and ldexp take seven:
-    on a GPU the model's cost is its launches); 0 where m == 0, and where the
-    grid would fall below the normal float64 range (m < 2^-999, far below any
-    product of two fp16/bf16 values): a grid of 0 charges whole terms
-    (``_lost``), more than any grid. Three launches: the exponent field kept
-    in place, lowered by 23, clamped at 0 (the sign bit, 0 for m >= 0, masked
-    off)."""
-    field = m.view(torch.int64) & F64_EXPONENT_FIELD
-    return (field - ((TC_WINDOW_BITS - 1) << F64_MANTISSA_BITS)).clamp(min=0).view(torch.float64)
+    float64 exponent field (two launches where frexp and ldexp take seven:
+    on a GPU the model's cost is its launches and bytes); 0 where m == 0, and
+    where the grid would fall below the normal float64 range (m < 2^-999, far
+    below any product of two fp16/bf16 values): a grid of 0 charges whole
+    terms (``_lost``), more than any grid. m 2^-23 is exact, or subnormal
+    (exponent field 0) exactly where the grid falls below the normal range;
+    its exponent field alone (sign and mantissa masked off) is the grid; inf
+    where m is not finite (an fp32 product past its range, whose remainder,
+    and so the bound, is NaN whatever the grid)."""
+    return ((m * GRID_SCALE).view(torch.int64) & F64_EXPONENT_FIELD).view(torch.float64)
 
 
 def _lost(a: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
