@@ -80,26 +80,38 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     return torch.equal(a.nan_to_num(0.0).view(torch.int64), b.nan_to_num(0.0).view(torch.int64))
 
 
-def _agree_on(case) -> None:
+def _agree_on(case, masked: bool) -> None:
+    """dot_error against the oracle on the Case's q/k; ``masked``: given the pairs the Case reads, in blocks of
+    a few rows (``SMALL_BLOCK``), so that each block computes only the keys from the first any of its rows
+    reads to the last: on every read pair, the oracle's bound bit for bit."""
     seen = []
     reference_for_case(case, make_inputs(case, "cpu"), torch.float64, extra=lambda it: seen.append(it) or {})
-    for it in seen:  # none for a THD Case without a Q row (nothing to bound)
-        assert same_bits(T.dot_error(it.q, it.k, it.group), per_grid_dot_error(it.q, it.k, it.group))
+    with mock.patch.object(T, "ROW_BLOCK", SMALL_BLOCK if masked else T.ROW_BLOCK):
+        for it in seen:  # none for a THD Case without a Q row (nothing to bound)
+            vis = torch.isfinite(it.logits) if masked else torch.ones_like(it.logits, dtype=torch.bool)
+            got = T.dot_error(it.q, it.k, it.group, vis if masked else None)
+            assert same_bits(torch.where(vis, got, 0.0), torch.where(vis, per_grid_dot_error(it.q, it.k, it.group), 0.0))
+
+
+SMALL_BLOCK = 1 << 12  # a few rows per block, so the drawn Cases take many
+MASKED = pytest.mark.parametrize("masked", [False, True], ids=["every pair", "read pairs"])
 
 
 SETTINGS = dict(max_examples=15, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
 
 
+@MASKED
 @settings(**SETTINGS)
-@given(dense_cases(max_tokens=160, max_heads=4))
-def test_grouped_grids_agree_bit_for_bit_dense(case):
-    _agree_on(case)
+@given(case=dense_cases(max_tokens=160, max_heads=4))
+def test_grouped_grids_agree_bit_for_bit_dense(masked, case):
+    _agree_on(case, masked)
 
 
+@MASKED
 @settings(**SETTINGS)
-@given(thd_cases(max_tokens=300, max_heads=2))
-def test_grouped_grids_agree_bit_for_bit_thd(case):
-    _agree_on(case)
+@given(case=thd_cases(max_tokens=300, max_heads=2))
+def test_grouped_grids_agree_bit_for_bit_thd(masked, case):
+    _agree_on(case, masked)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -117,34 +129,6 @@ def test_grouped_grids_agree_bit_for_bit_on_adversarial_operands(dtype, d):
     k[0, 1, 5, :8] = huge
     q64, k64 = q.to(torch.float64), k.to(torch.float64)
     assert same_bits(T.dot_error(q64, k64, 2), per_grid_dot_error(q64, k64, 2))
-
-
-# Given the pairs its caller reads, dot_error computes, per block of rows, only the keys from the first any
-# of the block's rows reads to the last: on every read pair its bound is the oracle's bit for bit.
-SMALL_BLOCK = 1 << 12  # a few rows per block, so the drawn Cases take many
-
-
-def _masked_agree_on(case) -> None:
-    seen = []
-    reference_for_case(case, make_inputs(case, "cpu"), torch.float64, extra=lambda it: seen.append(it) or {})
-    with mock.patch.object(T, "ROW_BLOCK", SMALL_BLOCK):
-        for it in seen:
-            vis = torch.isfinite(it.logits)
-            zero = torch.zeros((), dtype=it.q.dtype)
-            got = torch.where(vis, T.dot_error(it.q, it.k, it.group, vis), zero)
-            assert same_bits(got, torch.where(vis, per_grid_dot_error(it.q, it.k, it.group), zero))
-
-
-@settings(**SETTINGS)
-@given(dense_cases(max_tokens=160, max_heads=4))
-def test_blocks_skip_only_keys_no_row_reads_dense(case):
-    _masked_agree_on(case)
-
-
-@settings(**SETTINGS)
-@given(thd_cases(max_tokens=300, max_heads=2))
-def test_blocks_skip_only_keys_no_row_reads_thd(case):
-    _masked_agree_on(case)
 
 
 def test_a_windowed_block_computes_only_the_keys_its_rows_read():
