@@ -360,15 +360,11 @@ def _key_spans(vis: torch.Tensor, shape: tuple, block: int) -> list:
     """Per block of ``block`` rows of ``dot_error``'s (B, Hkv, rows, SKV)
     ``shape``: the keys [k0, k1) from the first any of its rows sees to the
     last (k0 >= k1: none), from ``vis`` (B,H,SQ,SKV); one host read."""
-    b, h_kv, rows, s_kv = shape
-    seen = vis.reshape(shape).any(1).any(0)  # (rows, SKV)
+    s_kv = shape[-1]
+    seen = _per_tile(vis.reshape(shape).any(1).any(0).T, block, False, lambda x: x.any(-1)).T  # (blocks, SKV)
     idx = torch.arange(s_kv, device=vis.device)
-    ends = torch.stack((torch.where(seen, idx, s_kv).amin(-1), torch.where(seen, idx + 1, 0).amax(-1)), -1).tolist()
-    spans = []
-    for r0 in range(0, rows, block):
-        part = ends[r0 : r0 + block]
-        spans.append((min(e[0] for e in part), max(e[1] for e in part)))
-    return spans
+    ends = torch.stack((torch.where(seen, idx, s_kv).amin(-1), torch.where(seen, idx + 1, 0).amax(-1)), -1)
+    return [tuple(e) for e in ends.tolist()]
 
 
 def dot_error(q: torch.Tensor, k: torch.Tensor, group: int, vis: Optional[torch.Tensor] = None) -> torch.Tensor:
