@@ -58,7 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--cold",
         action="store_true",
-        help="run 1 on a fresh, empty compiled cache (under --compile-cache DIR, else under --report-dir); later runs reuse it (warm)",
+        help="run 1 on a fresh, empty compiled cache (a new directory in --compile-cache DIR, else in --report-dir, printed before the verdict); later runs reuse it (warm)",
     )
     p.add_argument("--workers", default="auto", metavar="N", help="pytest-xdist workers: auto (one per core, the default) or N >= 1")
     p.add_argument("--report-dir", default="sdpa-report", metavar="DIR", help="run i writes DIR/run-<i> (default sdpa-report)")
@@ -215,6 +215,7 @@ def run(args) -> int:
         left = args.deadline - (time.monotonic() - began) if args.deadline else None
         if left is not None and left < 60:
             print(f"run {i}: not started, {left:.0f} s left before --deadline")
+            _print_cache(args, cache)
             print(f"gate: {i - 1} of {args.runs} run(s) ran before --deadline: no verdict on the rest (exit status 1)")
             return status or 1
         cmd = command(args, i, cache)
@@ -239,10 +240,19 @@ def run(args) -> int:
         # user waits for the process: its start-up and the report's rendering too.
         took = time.monotonic() - started
         print("\n".join(lines) + f"\n  pytest exit status {rc}; {took:.0f} s end to end (start-up, run, report)", flush=True)
+    _print_cache(args, cache)
     # The gate's one verdict, last: a user reads the bottom line, not each run's status.
     verdict = "green" if not red else "red: run " + ", ".join(map(str, red)) + " failed"
     print(f"gate: {verdict}; {args.runs - len(red)} of {args.runs} run(s) passed (exit status {status})")
     return status
+
+
+def _print_cache(args, cache: Optional[str]) -> None:
+    """After --cold: where the fresh compiled cache is. It is a new directory
+    inside --compile-cache DIR, so a later gate given DIR itself would find
+    none of its kernels and run cold again; given this path it runs warm."""
+    if args.cold:
+        print(f"compiled cache: {cache} (a later gate with --compile-cache {cache} runs warm on it)")
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -145,3 +145,25 @@ def test_the_last_line_is_the_gates_verdict(monkeypatch, capsys, tmp_path):
     rcs = iter([0])
     assert gate.run(_args("--report-dir", str(tmp_path))) == 0
     assert capsys.readouterr().out.rstrip().splitlines()[-1] == "gate: green; 1 of 1 run(s) passed (exit status 0)"
+
+
+def test_a_cold_gate_names_its_fresh_cache_before_the_verdict(monkeypatch, capsys, tmp_path):
+    """--cold compiles into a new directory inside --compile-cache DIR; DIR
+    itself holds none of its kernels, so the gate prints the new path (the one
+    a later warm gate must be given) and its runs used it."""
+
+    class Done:
+        returncode = 0
+
+    seen = []
+    monkeypatch.setattr(gate, "_has_gpu", lambda: True)
+    monkeypatch.setattr(gate.subprocess, "run", lambda cmd, **k: seen.append(cmd) or Done())
+    parent = tmp_path / "cc"
+    assert gate.run(_args("--cold", "--compile-cache", str(parent), "--report-dir", str(tmp_path))) == 0
+    lines = capsys.readouterr().out.rstrip().splitlines()
+    fresh = [p for p in parent.iterdir()]
+    assert len(fresh) == 1 and fresh[0].name.startswith("compile-cache-")
+    assert f"--compile-cache={fresh[0]}" in seen[0]
+    assert lines[-2] == f"compiled cache: {fresh[0]} (a later gate with --compile-cache {fresh[0]} runs warm on it)"
+    gate.run(_args("--compile-cache", str(parent), "--report-dir", str(tmp_path)))
+    assert not any(line.startswith("compiled cache:") for line in capsys.readouterr().out.splitlines())
