@@ -86,8 +86,8 @@ def _agree_on(case, masked: bool) -> None:
     reads to the last: on every read pair, the oracle's bound bit for bit."""
     seen = []
     reference_for_case(case, make_inputs(case, "cpu"), torch.float64, extra=lambda it: seen.append(it) or {})
+    assert seen, "the Case made no error-model call: nothing to compare"
     with mock.patch.object(T, "ROW_BLOCK", SMALL_BLOCK if masked else T.ROW_BLOCK):
-        assert seen, "the Case made no error-model call: nothing to compare"
         for it in seen:
             vis = torch.isfinite(it.logits) if masked else None
             got, want = T.dot_error(it.q, it.k, it.group, vis), per_grid_dot_error(it.q, it.k, it.group)

@@ -161,7 +161,7 @@ def test_a_cold_gate_names_its_fresh_cache_before_the_verdict(monkeypatch, capsy
     parent = tmp_path / "cc"
     assert gate.run(_args("--cold", "--compile-cache", str(parent), "--report-dir", str(tmp_path))) == 0
     lines = capsys.readouterr().out.rstrip().splitlines()
-    fresh = [p for p in parent.iterdir()]
+    fresh = list(parent.iterdir())
     assert len(fresh) == 1 and fresh[0].name.startswith("compile-cache-")
     assert f"--compile-cache={fresh[0]}" in seen[0]
     assert lines[-2] == f"compiled cache: {fresh[0]} (a later gate with --compile-cache {fresh[0]} runs warm on it)"
