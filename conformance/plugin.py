@@ -485,6 +485,7 @@ def environment(run: Run) -> dict:
             # A case file of another family records its own mode ("native sm90"), not the SM80 code's.
             "family_modes": {n: family_select.mode((n,), e.capability) for n in FAMILY_NAMES if n != DEFAULT_FAMILY},
             "phase_timing": phases.mode(),
+            "bytecode": kenv.bytecode(),
             "cpu_tier": "run here" if run.cpu_tier else CPU_TIER_LEFT_OUT,
         }
         from kernels.mutants import planted

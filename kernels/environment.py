@@ -7,7 +7,9 @@ point the suite at another kernels source) before the kernels are imported.
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import os
+import sys
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
@@ -89,6 +91,26 @@ def detect() -> Environment:
     else:
         name, capability = None, None
     return Environment(name, capability, _driver_version() if capability else "none", installed_versions(), run_mode(capability))
+
+
+# The package probed for bytecode: CuTe DSL, which every worker imports with the kernels' host code.
+BYTECODE_PROBE = "cutlass"
+
+
+def bytecode(package: str = BYTECODE_PROBE) -> str:
+    """Whether this process's imports load bytecode (the report's environment;
+    it moves each worker's start by seconds, no verdict). Where Python writes
+    none (``PYTHONDONTWRITEBYTECODE``, ``-B``) and ``package`` holds none, every
+    worker compiles its sources again at start: ``python3 -m compileall``
+    once mends that (docs/throughput.md)."""
+    if not sys.dont_write_bytecode:
+        return "written (imports cache their bytecode)"
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return f"not written (PYTHONDONTWRITEBYTECODE or -B); {package} not found as source"
+    if os.path.exists(importlib.util.cache_from_source(spec.origin)):
+        return f"not written (PYTHONDONTWRITEBYTECODE or -B); {package} holds bytecode, imports load it"
+    return f"not written and {package} holds none: every worker compiles its imports at start (python3 -m compileall once; docs/throughput.md)"
 
 
 def version_mismatches(installed: Optional[Dict[str, str]] = None) -> List[str]:

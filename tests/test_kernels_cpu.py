@@ -48,6 +48,25 @@ def test_header_names_everything():
     assert "\n" not in line
 
 
+def test_bytecode_says_whether_a_worker_compiles_its_imports(tmp_path, monkeypatch):
+    """The report's bytecode row tells the three states apart: bytecode
+    written; not written but already cached; neither (each worker compiles
+    its imports at start)."""
+    import py_compile
+
+    pkg = tmp_path / "probe_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    assert environment.bytecode("probe_pkg").startswith("written")
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    assert "compiles its imports at start" in environment.bytecode("probe_pkg")
+    py_compile.compile(str(pkg / "__init__.py"))
+    assert "holds bytecode, imports load it" in environment.bytecode("probe_pkg")
+    assert "not found as source" in environment.bytecode("no_such_package_here")
+
+
 def test_versions_pass_on_the_pins(monkeypatch):
     monkeypatch.delenv(environment.ALLOW_MISMATCH_ENV, raising=False)
     pinned = dict(environment.PINNED, torch="2.13.0")
