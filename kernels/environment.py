@@ -105,12 +105,12 @@ def bytecode(package: str = BYTECODE_PROBE) -> str:
     once mends that (docs/throughput.md)."""
     if not sys.dont_write_bytecode:
         return "written (imports cache their bytecode)"
-    spec = importlib.util.find_spec(package)
+    off, spec = "not written (PYTHONDONTWRITEBYTECODE or -B)", importlib.util.find_spec(package)
     if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-        return f"not written (PYTHONDONTWRITEBYTECODE or -B); {package} not found as source"
+        return f"{off}; {package} not found as source"
     if os.path.exists(importlib.util.cache_from_source(spec.origin)):
-        return f"not written (PYTHONDONTWRITEBYTECODE or -B); {package} holds bytecode, imports load it"
-    return f"not written and {package} holds none: every worker compiles its imports at start (python3 -m compileall once; docs/throughput.md)"
+        return f"{off}; {package} holds bytecode, imports load it"
+    return f"{off}; {package} holds none: every worker compiles its imports at start (python3 -m compileall once; docs/throughput.md)"
 
 
 def version_mismatches(installed: Optional[Dict[str, str]] = None) -> List[str]:
